@@ -1,0 +1,35 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "quickway",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "quickway", targets: ["quickway"]),
+        .library(name: "QuickwayCore", targets: ["QuickwayCore"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/jpsim/Yams", from: "5.0.1"),
+    ],
+    targets: [
+        // System libraries from Debian's -dev packages (see scripts/setup.sh).
+        .systemLibrary(name: "CLibevent", pkgConfig: "libevent_pthreads",
+                       providers: [.apt(["libevent-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl",
+                       providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto",
+                       providers: [.apt(["libssl-dev"])]),
+        // Typed C wrappers for libcurl's variadic calls, which Swift cannot call.
+        .target(name: "CQuickwayShims", dependencies: ["CCurl"],
+                cSettings: [.unsafeFlags(["-O2"])]),
+        .target(
+            name: "QuickwayCore",
+            dependencies: ["CLibevent", "CCurl", "COpenSSL", "CQuickwayShims",
+                           .product(name: "Yams", package: "Yams")],
+            swiftSettings: [.unsafeFlags(["-Ounchecked"], .when(configuration: .release))]
+        ),
+        .executableTarget(name: "quickway", dependencies: ["QuickwayCore"]),
+        .testTarget(name: "QuickwayCoreTests", dependencies: ["QuickwayCore"]),
+    ],
+    swiftLanguageModes: [.v5]
+)

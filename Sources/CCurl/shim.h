@@ -1,0 +1,4 @@
+#ifndef QUICKWAY_CCURL_SHIM_H
+#define QUICKWAY_CCURL_SHIM_H
+#include <curl/curl.h>
+#endif

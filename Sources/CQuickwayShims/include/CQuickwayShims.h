@@ -1,0 +1,3 @@
+#include "qw_curl.h"
+#include "qw_atomic.h"
+#include "qw_socket.h"

@@ -1,0 +1,20 @@
+#ifndef QUICKWAY_QW_CURL_H
+#define QUICKWAY_QW_CURL_H
+// Typed wrappers for libcurl's variadic functions (curl_easy_setopt,
+// curl_multi_setopt, curl_easy_getinfo), which Swift cannot call directly.
+// One function per argument kind; each just forwards to libcurl.
+#include <curl/curl.h>
+
+CURLcode qw_easy_setopt_long(CURL *h, CURLoption o, long v);
+CURLcode qw_easy_setopt_ptr(CURL *h, CURLoption o, const void *v);
+CURLcode qw_easy_setopt_off(CURL *h, CURLoption o, curl_off_t v);
+CURLcode qw_easy_setopt_datafn(CURL *h, CURLoption o, curl_write_callback fn);
+CURLcode qw_easy_setopt_xferinfofn(CURL *h, curl_xferinfo_callback fn);
+CURLMcode qw_multi_setopt_long(CURLM *m, CURLMoption o, long v);
+CURLMcode qw_multi_setopt_ptr(CURLM *m, CURLMoption o, void *v);
+CURLMcode qw_multi_setopt_socketfn(CURLM *m, curl_socket_callback fn);
+CURLMcode qw_multi_setopt_timerfn(CURLM *m, curl_multi_timer_callback fn);
+CURLcode qw_easy_getinfo_long(CURL *h, CURLINFO i, long *out);
+CURLcode qw_easy_getinfo_ptr(CURL *h, CURLINFO i, void **out);
+CURLcode qw_easy_getinfo_double(CURL *h, CURLINFO i, double *out);
+#endif

@@ -1,0 +1,14 @@
+#include "qw_curl.h"
+
+CURLcode qw_easy_setopt_long(CURL *h, CURLoption o, long v) { return curl_easy_setopt(h, o, v); }
+CURLcode qw_easy_setopt_ptr(CURL *h, CURLoption o, const void *v) { return curl_easy_setopt(h, o, v); }
+CURLcode qw_easy_setopt_off(CURL *h, CURLoption o, curl_off_t v) { return curl_easy_setopt(h, o, v); }
+CURLcode qw_easy_setopt_datafn(CURL *h, CURLoption o, curl_write_callback fn) { return curl_easy_setopt(h, o, fn); }
+CURLcode qw_easy_setopt_xferinfofn(CURL *h, curl_xferinfo_callback fn) { return curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, fn); }
+CURLMcode qw_multi_setopt_long(CURLM *m, CURLMoption o, long v) { return curl_multi_setopt(m, o, v); }
+CURLMcode qw_multi_setopt_ptr(CURLM *m, CURLMoption o, void *v) { return curl_multi_setopt(m, o, v); }
+CURLMcode qw_multi_setopt_socketfn(CURLM *m, curl_socket_callback fn) { return curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, fn); }
+CURLMcode qw_multi_setopt_timerfn(CURLM *m, curl_multi_timer_callback fn) { return curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, fn); }
+CURLcode qw_easy_getinfo_long(CURL *h, CURLINFO i, long *out) { return curl_easy_getinfo(h, i, out); }
+CURLcode qw_easy_getinfo_ptr(CURL *h, CURLINFO i, void **out) { return curl_easy_getinfo(h, i, out); }
+CURLcode qw_easy_getinfo_double(CURL *h, CURLINFO i, double *out) { return curl_easy_getinfo(h, i, out); }

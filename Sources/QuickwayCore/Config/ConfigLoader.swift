@@ -1,0 +1,306 @@
+import Foundation
+import Yams
+
+/// Loads a YAML config file into a `GatewayConfig`, checking the whole schema of
+/// `spec/config.md`. Every problem is reported with its path and line; features
+/// that are not built yet are refused by `FeatureSupport`, never silently ignored.
+public enum ConfigLoader {
+    public static func load(file: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> GatewayConfig {
+        let text: String
+        do {
+            text = try String(contentsOfFile: file, encoding: .utf8)
+        } catch {
+            throw ConfigError(file: file, issues: [ConfigIssue(path: "", line: nil, message: "cannot read the file (\(error.localizedDescription))")])
+        }
+        return try load(yaml: text, file: file, environment: environment)
+    }
+
+    public static func load(yaml: String, file: String = "config.yaml", environment: [String: String] = [:]) throws -> GatewayConfig {
+        let sink = ConfigIssueSink()
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: yaml)
+        } catch let error as YamlError {
+            throw ConfigError(file: file, issues: [yamlSyntaxIssue(error)])
+        } catch {
+            throw ConfigError(file: file, issues: [ConfigIssue(path: "", line: nil, message: "not valid YAML: \(error)")])
+        }
+        guard let root, let top = YAMLMapReader(root, path: "", sink: sink) else {
+            if sink.issues.isEmpty { sink.add("", nil, "the file is empty") }
+            throw ConfigError(file: file, issues: sink.issues)
+        }
+        var config = readGateway(top, sink: sink, environment: environment, file: file)
+        guard sink.issues.isEmpty else { throw ConfigError(file: file, issues: sink.issues.sorted { ($0.line ?? 0) < ($1.line ?? 0) }) }
+        config.sourcePath = file
+        return config
+    }
+
+    private static func yamlSyntaxIssue(_ error: YamlError) -> ConfigIssue {
+        switch error {
+        case let .scanner(_, problem, mark, _), let .parser(_, problem, mark, _):
+            return ConfigIssue(path: "", line: mark.line, message: "not valid YAML: \(problem)")
+        default:
+            return ConfigIssue(path: "", line: nil, message: "not valid YAML: \(error)")
+        }
+    }
+
+    // MARK: sections
+
+    static func readGateway(_ top: YAMLMapReader, sink: ConfigIssueSink, environment: [String: String], file: String) -> GatewayConfig {
+        let listen = top.value("listen", "expected an address host:port", ListenAddress.parse)
+            ?? ListenAddress(host: "0.0.0.0", port: 8080)
+        var workers = ProcessInfo.processInfo.activeProcessorCount
+        if let w = top.string("workers"), w != "auto" {
+            if let n = Int(w), (1...256).contains(n) { workers = n } else {
+                top.report("workers", "expected auto or a whole number from 1 to 256, got \"\(w)\"")
+            }
+        }
+        var admin = AdminConfig(listen: ListenAddress(host: "127.0.0.1", port: 9901))
+        if let a = top.map("admin") {
+            if let l = a.value("listen", "expected an address host:port", ListenAddress.parse) { admin.listen = l }
+            a.finish()
+        }
+        if admin.listen == listen { top.report("admin", "admin.listen must differ from listen") }
+
+        var limits = LimitsConfig()
+        if let l = top.map("limits") {
+            if let v = l.bytes("max_header_bytes") {
+                if v < 1024 || v > 1024 * 1024 { l.report("max_header_bytes", "must be between 1KiB and 1MiB") } else { limits.maxHeaderBytes = v }
+            }
+            if let v = l.bytes("max_body_bytes") { limits.maxBodyBytes = v }
+            if let v = l.int("max_connections", in: 1...1_000_000) { limits.maxConnections = v }
+            if let v = positive(l, "client_header_timeout") { limits.clientHeaderTimeoutMillis = v }
+            if let v = positive(l, "client_idle_timeout") { limits.clientIdleTimeoutMillis = v }
+            if let v = positive(l, "drain_timeout") { limits.drainTimeoutMillis = v }
+            l.finish()
+        }
+
+        var log = LogConfig()
+        if let l = top.map("log") {
+            if let v = l.choice("level", LogLevel.self, ["debug", "info", "warn", "error"]) { log.level = v }
+            if let v = l.string("access_log") {
+                if v.isEmpty { l.report("access_log", "expected stdout, off or a file path") } else { log.accessLog = v }
+            }
+            l.finish()
+            FeatureSupport.checkLog(log, l)
+        }
+
+        let auth = top.map("auth").map { readAuth($0, environment: environment) }
+
+        var cache = CacheConfig()
+        if let c = top.map("cache") {
+            if let v = c.bytes("max_bytes") { cache.maxBytes = v }
+            if let v = c.bytes("max_object_bytes") {
+                if v < 1 { c.report("max_object_bytes", "must be at least 1B") } else { cache.maxObjectBytes = v }
+            }
+            if let v = c.bool("honor_cache_control") { cache.honorCacheControl = v }
+            if let v = c.duration("stale_if_error") { cache.staleIfErrorMillis = v }
+            c.finish()
+            FeatureSupport.checkCache(cache, c)
+        }
+
+        var redis: RedisConfig?
+        if let r = top.map("redis") {
+            if let url = r.value("url", "expected redis://host:port/db", { $0.hasPrefix("redis://") ? $0 : nil }) {
+                var rc = RedisConfig(url: url)
+                if let v = positive(r, "timeout") { rc.timeoutMillis = v }
+                if let v = r.choice("on_failure", RedisFailureMode.self, ["fail_closed", "fail_open"]) { rc.onFailure = v }
+                redis = rc
+            } else if r.node("url") == nil {
+                sink.add(r.childPath("url"), r.line, "is required")
+            }
+            r.finish()
+        }
+
+        var services: [ServiceConfig] = []
+        if let s = top.map("services") {
+            for name in s.keys {
+                guard let m = s.map(name) else { continue }
+                if let svc = readService(name, m, sink: sink) { services.append(svc) }
+            }
+            s.finish()
+        }
+
+        var routes: [RouteConfig] = []
+        if let list = top.list("routes") {
+            for (i, node) in list.enumerated() {
+                guard let m = YAMLMapReader(node, path: "routes[\(i)]", sink: sink) else { continue }
+                if let r = readRoute(m, services: services, authConfigured: auth != nil, sink: sink) {
+                    if routes.contains(where: { $0.name == r.name }) {
+                        m.report("name", "another route is already named \"\(r.name)\"")
+                    }
+                    routes.append(r)
+                }
+            }
+        }
+        if routes.isEmpty && sink.issues.isEmpty { sink.add("routes", nil, "at least one route is required") }
+        top.finish()
+        let config = GatewayConfig(listen: listen, workers: workers, admin: admin, limits: limits, log: log, auth: auth,
+                                   cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
+        FeatureSupport.checkTop(config, top)
+        return config
+    }
+
+    private static func positive(_ m: YAMLMapReader, _ key: String) -> Int64? {
+        guard let v = m.duration(key) else { return nil }
+        if v <= 0 { m.report(key, "must be longer than 0s"); return nil }
+        return v
+    }
+
+    static func readAuth(_ a: YAMLMapReader, environment: [String: String]) -> AuthConfig {
+        var auth = AuthConfig()
+        if let v = a.choice("scheme", AuthScheme.self, ["qw1", "aws-sigv4"]) { auth.scheme = v }
+        if let v = a.string("salt") { auth.salt = v }
+        if let v = positive(a, "max_skew") { auth.maxSkewMillis = v }
+        if let v = positive(a, "nonce_ttl") { auth.nonceTTLMillis = v }
+        if auth.nonceTTLMillis < 2 * auth.maxSkewMillis {
+            a.report("nonce_ttl", "must be at least twice max_skew (\(Units.formatMillis(2 * auth.maxSkewMillis)))")
+        }
+        if let v = a.string("region") { auth.region = v }
+        if let v = a.string("service") { auth.service = v }
+        if auth.scheme == .qw1 && auth.salt.isEmpty { a.report("salt", "is required for scheme qw1") }
+        if let keys = a.list("keys") {
+            for (i, node) in keys.enumerated() {
+                guard let k = YAMLMapReader(node, path: a.childPath("keys") + "[\(i)]", sink: a.sink) else { continue }
+                let id = k.value("id", "expected 1-64 characters of A-Z a-z 0-9 . _ -") { isKeyID($0) ? $0 : nil }
+                if id == nil && k.node("id") == nil { k.report("id", "is required") }
+                let inline = k.string("secret")
+                let envName = k.string("secret_env")
+                var secret: String?
+                switch (inline, envName) {
+                case let (s?, nil): secret = s
+                case let (nil, e?):
+                    if let s = environment[e], !s.isEmpty { secret = s } else {
+                        k.report("secret_env", "environment variable \(e) is not set")
+                    }
+                case (_?, _?): k.report("secret", "give secret or secret_env, not both")
+                case (nil, nil): k.report("secret", "a key needs secret or secret_env")
+                }
+                let disabled = k.bool("disabled") ?? false
+                if let id, auth.keys.contains(where: { $0.id == id }) { k.report("id", "key id \"\(id)\" appears twice") }
+                if let id, let secret { auth.keys.append(AuthKey(id: id, secret: secret, disabled: disabled)) }
+                k.finish()
+            }
+        }
+        a.finish()
+        return auth
+    }
+
+    static func isKeyID(_ s: String) -> Bool {
+        guard (1...64).contains(s.utf8.count) else { return false }
+        return s.utf8.allSatisfy { HTTPSyntax.isAlnum($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") }
+    }
+
+    static func readService(_ name: String, _ m: YAMLMapReader, sink: ConfigIssueSink) -> ServiceConfig? {
+        guard let host = m.string("host") else {
+            m.report("host", "is required (the Host header and TLS name sent upstream)")
+            m.finish(); return nil
+        }
+        var s = ServiceConfig(name: name, host: host)
+        if let v = m.choice("scheme", UpstreamScheme.self, ["http", "https"]) { s.scheme = v }
+        s.port = s.scheme == .https ? 443 : 80
+        if let v = m.int("port", in: 1...65535) { s.port = UInt16(v) }
+        if let ips = m.stringList("ips") {
+            for (i, ip) in ips.enumerated() where !IPAddressSyntax.isIP(ip) {
+                sink.add("\(m.childPath("ips"))[\(i)]", m.lineOf("ips"), "not an IPv4 or IPv6 address: \"\(ip)\"")
+            }
+            s.ips = ips.filter(IPAddressSyntax.isIP)
+        }
+        if let l = m.map("ip_list") {
+            if let url = l.value("url", "expected an http:// or https:// URL", { $0.hasPrefix("http://") || $0.hasPrefix("https://") ? $0 : nil }) {
+                var c = IPListConfig(url: url)
+                if let v = positive(l, "refresh") { c.refreshMillis = v }
+                c.cacheFile = l.string("cache_file")
+                s.ipList = c
+            } else if l.node("url") == nil { l.report("url", "is required") }
+            l.finish()
+        }
+        if s.ips.isEmpty && s.ipList == nil && m.node("ips") == nil {
+            m.report("ips", "a service needs ips or ip_list")
+        }
+        if let p = m.map("probe") {
+            var c = ProbeConfig()
+            if let v = p.choice("kind", ProbeKind.self, ["http", "tcp"]) { c.kind = v }
+            if let v = p.string("path") {
+                if v.hasPrefix("/") { c.path = v } else { p.report("path", "must start with /") }
+            }
+            if let v = positive(p, "interval") { c.intervalMillis = v }
+            if let v = positive(p, "timeout") { c.timeoutMillis = v }
+            p.finish()
+            s.probe = c
+        }
+        if let sel = m.map("selection") {
+            if let v = sel.choice("strategy", SelectionStrategy.self, ["fastest", "round_robin"]) { s.strategy = v }
+            if let v = sel.percent("switch_margin") { s.switchMargin = v }
+            sel.finish()
+        }
+        if let f = m.map("failover") {
+            var c = FailoverConfig()
+            if let v = f.int("window", in: 1...100_000) { c.window = v }
+            if let v = f.percent("max_error_rate") { c.maxErrorRate = v }
+            if let v = positive(f, "eject_for") { c.ejectForMillis = v }
+            f.finish()
+            s.failover = c
+        }
+        if let t = m.map("timeouts") {
+            if let v = positive(t, "connect") { s.connectTimeoutMillis = v }
+            if let v = positive(t, "response") { s.responseTimeoutMillis = v }
+            t.finish()
+        }
+        if let v = m.int("retries", in: 0...10) { s.retries = v }
+        if let t = m.map("tls") {
+            var c = TLSConfig()
+            if let v = t.bool("verify") { c.verify = v }
+            c.caFile = t.string("ca_file")
+            t.finish()
+            s.tls = c
+        }
+        m.finish()
+        FeatureSupport.checkService(s, m)
+        return s
+    }
+
+    static func readRoute(_ m: YAMLMapReader, services: [ServiceConfig], authConfigured: Bool, sink: ConfigIssueSink) -> RouteConfig? {
+        let name = m.string("name")
+        if name == nil { m.report("name", "is required") }
+        var prefix: String?
+        var methods: [String] = []
+        if let match = m.map("match") {
+            prefix = match.string("path_prefix")
+            if let p = prefix, !p.hasPrefix("/") { match.report("path_prefix", "must start with /"); prefix = nil }
+            if prefix == nil && match.node("path_prefix") == nil { match.report("path_prefix", "is required") }
+            if let ms = match.stringList("methods") {
+                for (i, meth) in ms.enumerated() {
+                    let upper = meth.uppercased()
+                    if upper.isEmpty || !upper.utf8.allSatisfy(HTTPSyntax.isTokenChar) {
+                        sink.add("\(match.childPath("methods"))[\(i)]", match.lineOf("methods"), "not an HTTP method: \"\(meth)\"")
+                    } else { methods.append(upper) }
+                }
+            }
+            match.finish()
+        } else {
+            m.report("match", "is required (match: { path_prefix: /... })")
+        }
+        let serviceName = m.string("service")
+        if let s = serviceName, !services.contains(where: { $0.name == s }) {
+            m.report("service", "no service named \"\(s)\"")
+        } else if serviceName == nil { m.report("service", "is required") }
+        var r = RouteConfig(name: name ?? "", pathPrefix: prefix ?? "/", methods: methods, service: serviceName ?? "")
+        if let v = m.bool("strip_prefix") { r.stripPrefix = v }
+        r.auth = authConfigured ? .required : .off
+        if let v = m.choice("auth", RouteAuth.self, ["required", "optional", "off"]) {
+            r.auth = v
+            if v != .off && !authConfigured { m.report("auth", "needs an auth section with keys") }
+        }
+        if let c = m.map("cache") {
+            if let v = c.duration("ttl") { r.cacheTTLMillis = v }
+            if let v = c.stringList("vary") { r.vary = v }
+            c.finish()
+        }
+        if let v = m.bool("coalesce") { r.coalesce = v }
+        m.finish()
+        FeatureSupport.checkRoute(r, m)
+        return name == nil || serviceName == nil ? nil : r
+    }
+}
+

@@ -1,0 +1,186 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The validated configuration: what `spec/config.md` describes, with units resolved.
+/// Immutable once loaded; the server works from one snapshot and a reload swaps it.
+public struct GatewayConfig: Sendable {
+    public var listen: ListenAddress
+    public var workers: Int
+    public var admin: AdminConfig
+    public var limits: LimitsConfig
+    public var log: LogConfig
+    public var auth: AuthConfig?
+    public var cache: CacheConfig
+    public var redis: RedisConfig?
+    /// Services in file order.
+    public var services: [ServiceConfig]
+    /// Routes in file order; the first match wins.
+    public var routes: [RouteConfig]
+    /// The file it came from, for reloads and messages.
+    public var sourcePath: String
+
+    public func service(named name: String) -> ServiceConfig? { services.first { $0.name == name } }
+}
+
+/// `host:port`; IPv6 hosts are written `[::1]:8080` and stored without brackets.
+public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: UInt16
+    public var isIPv6: Bool { host.contains(":") }
+    public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    public init(host: String, port: UInt16) { self.host = host; self.port = port }
+
+    /// Parses `host:port` or `[v6]:port`; the host must be an IP literal or `localhost`.
+    public static func parse(_ text: String) -> ListenAddress? {
+        var host: Substring
+        var portText: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]") else { return nil }
+            host = text[text.index(after: text.startIndex)..<close]
+            let rest = text[text.index(after: close)...]
+            guard rest.hasPrefix(":") else { return nil }
+            portText = rest.dropFirst()
+            guard IPAddressSyntax.isIPv6(String(host)) else { return nil }
+        } else {
+            guard let colon = text.lastIndex(of: ":") else { return nil }
+            host = text[..<colon]
+            portText = text[text.index(after: colon)...]
+            if host == "localhost" { host = "127.0.0.1" }
+            guard IPAddressSyntax.isIPv4(String(host)) else { return nil }
+        }
+        guard let port = UInt16(portText), port > 0 else { return nil }
+        return ListenAddress(host: String(host), port: port)
+    }
+}
+
+/// Syntax checks for IP literals, using the C library's own parser.
+public enum IPAddressSyntax {
+    public static func isIPv4(_ s: String) -> Bool {
+        var addr = in_addr()
+        return inet_pton(AF_INET, s, &addr) == 1
+    }
+    public static func isIPv6(_ s: String) -> Bool {
+        var addr = in6_addr()
+        return inet_pton(AF_INET6, s, &addr) == 1
+    }
+    public static func isIP(_ s: String) -> Bool { isIPv4(s) || isIPv6(s) }
+}
+
+public struct AdminConfig: Sendable { public var listen: ListenAddress }
+
+public struct LimitsConfig: Sendable {
+    public var maxHeaderBytes = 16 * 1024
+    public var maxBodyBytes = 10 * 1024 * 1024
+    public var maxConnections = 10_000
+    public var clientHeaderTimeoutMillis: Int64 = 10_000
+    public var clientIdleTimeoutMillis: Int64 = 60_000
+    /// Added field: how long a graceful stop waits for requests in flight.
+    public var drainTimeoutMillis: Int64 = 30_000
+}
+
+public enum LogLevel: String, Sendable, CaseIterable, Comparable {
+    case debug, info, warn, error
+    var rank: Int { Self.allCases.firstIndex(of: self)! }
+    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rank < b.rank }
+}
+
+public struct LogConfig: Sendable {
+    public var level: LogLevel = .info
+    /// `off`, `stdout` or a file path.
+    public var accessLog = "off"
+}
+
+public enum AuthScheme: String, Sendable { case qw1, awsSigV4 = "aws-sigv4" }
+
+public struct AuthKey: Sendable {
+    public var id: String
+    public var secret: String
+    public var disabled: Bool
+}
+
+public struct AuthConfig: Sendable {
+    public var scheme: AuthScheme = .qw1
+    public var salt = ""
+    public var maxSkewMillis: Int64 = 300_000
+    public var nonceTTLMillis: Int64 = 600_000
+    public var keys: [AuthKey] = []
+    public var region = "us-east-1"
+    public var service = "execute-api"
+}
+
+public struct CacheConfig: Sendable {
+    public var maxBytes = 256 * 1024 * 1024
+    public var maxObjectBytes = 1024 * 1024
+    public var honorCacheControl = true
+    public var staleIfErrorMillis: Int64 = 0
+}
+
+public enum RedisFailureMode: String, Sendable { case failClosed = "fail_closed", failOpen = "fail_open" }
+
+public struct RedisConfig: Sendable {
+    public var url: String
+    public var timeoutMillis: Int64 = 50
+    public var onFailure: RedisFailureMode = .failClosed
+}
+
+public enum UpstreamScheme: String, Sendable { case http, https }
+public enum ProbeKind: String, Sendable { case http, tcp }
+public enum SelectionStrategy: String, Sendable { case fastest, roundRobin = "round_robin" }
+
+public struct IPListConfig: Sendable {
+    public var url: String
+    public var refreshMillis: Int64 = 86_400_000
+    public var cacheFile: String?
+}
+
+public struct ProbeConfig: Sendable {
+    public var kind: ProbeKind = .http
+    public var path = "/health"
+    public var intervalMillis: Int64 = 2_000
+    public var timeoutMillis: Int64 = 1_000
+}
+
+public struct FailoverConfig: Sendable {
+    public var window = 40
+    public var maxErrorRate = 0.10
+    public var ejectForMillis: Int64 = 30_000
+}
+
+public struct TLSConfig: Sendable {
+    public var verify = true
+    public var caFile: String?
+}
+
+public struct ServiceConfig: Sendable {
+    public var name: String
+    public var host: String
+    public var scheme: UpstreamScheme = .http
+    public var port: UInt16 = 80
+    public var ips: [String] = []
+    public var ipList: IPListConfig?
+    public var probe: ProbeConfig?
+    public var strategy: SelectionStrategy = .roundRobin
+    public var switchMargin = 0.20
+    public var failover: FailoverConfig?
+    public var connectTimeoutMillis: Int64 = 1_000
+    public var responseTimeoutMillis: Int64 = 10_000
+    public var retries = 0
+    public var tls: TLSConfig?
+}
+
+public enum RouteAuth: String, Sendable { case required, optional, off }
+
+public struct RouteConfig: Sendable {
+    public var name: String
+    public var pathPrefix: String
+    /// Upper-case method names; empty means any method.
+    public var methods: [String]
+    public var service: String
+    public var stripPrefix = false
+    public var auth: RouteAuth = .off
+    public var cacheTTLMillis: Int64 = 0
+    public var vary: [String] = []
+    public var coalesce = false
+}

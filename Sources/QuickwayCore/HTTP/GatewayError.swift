@@ -1,0 +1,106 @@
+import Foundation
+
+/// The errors the gateway itself answers with (`spec/admin-and-errors.md`): each has
+/// a status and a stable code that clients and scripts match on.
+public enum GatewayErrorCode: String, Sendable, CaseIterable {
+    case badRequest = "bad_request"
+    case noRoute = "no_route"
+    case methodNotAllowed = "method_not_allowed"
+    case requestTimeout = "request_timeout"
+    case bodyTooLarge = "body_too_large"
+    case headersTooLarge = "headers_too_large"
+    case upstreamUnreachable = "upstream_unreachable"
+    case upstreamBadResponse = "upstream_bad_response"
+    case noHealthyUpstream = "no_healthy_upstream"
+    case draining
+    case overloaded
+    case upstreamTimeout = "upstream_timeout"
+    case notFound = "not_found"
+
+    public var status: Int {
+        switch self {
+        case .badRequest: return 400
+        case .noRoute, .notFound: return 404
+        case .methodNotAllowed: return 405
+        case .requestTimeout: return 408
+        case .bodyTooLarge: return 413
+        case .headersTooLarge: return 431
+        case .upstreamUnreachable, .upstreamBadResponse: return 502
+        case .noHealthyUpstream, .draining, .overloaded: return 503
+        case .upstreamTimeout: return 504
+        }
+    }
+}
+
+/// Builds the JSON error body:
+/// `{"error":{"status":504,"code":"upstream_timeout","message":"...","request_id":"..."}}`.
+public enum GatewayErrorBody {
+    public static func json(_ code: GatewayErrorCode, message: String, requestId: String) -> [UInt8] {
+        var s = "{\"error\":{\"status\":\(code.status),\"code\":\"\(code.rawValue)\",\"message\":"
+        JSONText.appendString(message, to: &s)
+        s += ",\"request_id\":"
+        JSONText.appendString(requestId, to: &s)
+        s += "}}"
+        return Array(s.utf8)
+    }
+}
+
+/// Minimal JSON text helpers (escaping), for error bodies and stats.
+public enum JSONText {
+    public static func appendString(_ value: String, to out: inout String) {
+        out += "\""
+        for u in value.unicodeScalars {
+            switch u {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if u.value < 0x20 { out += String(format: "\\u%04x", u.value) } else { out.unicodeScalars.append(u) }
+            }
+        }
+        out += "\""
+    }
+
+    public static func quoted(_ value: String) -> String {
+        var s = ""
+        appendString(value, to: &s)
+        return s
+    }
+
+    /// A number with up to 3 decimals, as JSON.
+    public static func number(_ v: Double) -> String {
+        guard v.isFinite else { return "0" }
+        let r = (v * 1000).rounded() / 1000
+        return r == r.rounded() && abs(r) < 1e15 ? String(Int64(r)) : String(r)
+    }
+}
+
+/// Reason phrases for the statuses the gateway writes itself.
+public enum HTTPReason {
+    public static func phrase(_ status: Int) -> String {
+        switch status {
+        case 100: return "Continue"
+        case 200: return "OK"
+        case 201: return "Created"
+        case 204: return "No Content"
+        case 301: return "Moved Permanently"
+        case 302: return "Found"
+        case 304: return "Not Modified"
+        case 400: return "Bad Request"
+        case 401: return "Unauthorized"
+        case 403: return "Forbidden"
+        case 404: return "Not Found"
+        case 405: return "Method Not Allowed"
+        case 408: return "Request Timeout"
+        case 413: return "Content Too Large"
+        case 431: return "Request Header Fields Too Large"
+        case 500: return "Internal Server Error"
+        case 502: return "Bad Gateway"
+        case 503: return "Service Unavailable"
+        case 504: return "Gateway Timeout"
+        default: return "Status"
+        }
+    }
+}

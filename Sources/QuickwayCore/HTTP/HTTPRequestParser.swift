@@ -1,0 +1,229 @@
+/// Why a request was refused while parsing; each maps to a status and error code.
+public enum HTTPParseError: Error, Equatable, Sendable {
+    /// 400 `bad_request`, with a short reason for the message.
+    case badRequest(String)
+    /// 431 `headers_too_large`.
+    case headersTooLarge
+    /// 413 `body_too_large`.
+    case bodyTooLarge
+}
+
+/// Incremental, strict HTTP/1.1 request-head parser (RFC 9112).
+///
+/// Feed it the connection's unread bytes as often as more arrive: it remembers how
+/// far it has scanned, so each byte is looked at once while searching for the end
+/// of the head. Once the head is complete it is parsed in one pass. Refused: bare LF
+/// line ends, obs-fold, invalid header names, whitespace before the colon, control
+/// bytes in values, versions other than HTTP/1.0 and 1.1, `Content-Length` together
+/// with `Transfer-Encoding`, repeated or malformed `Content-Length`, any transfer
+/// coding other than a single `chunked`, a missing or repeated Host in HTTP/1.1.
+public struct HTTPRequestParser: Sendable {
+    public let maxHeadBytes: Int
+    public let maxBodyBytes: Int
+    /// How far into the current buffer the end-of-head search has got.
+    private var scanned = 0
+    /// Where the current line starts (for spotting the empty line).
+    private var lineStart = 0
+    /// Leading empty lines before the request line (RFC 9112 2.2 lets us skip them).
+    private var skippedPrefix = 0
+
+    public init(maxHeadBytes: Int, maxBodyBytes: Int) {
+        self.maxHeadBytes = maxHeadBytes
+        self.maxBodyBytes = maxBodyBytes
+    }
+
+    public enum HeadResult {
+        case needMore
+        /// A complete head; `consumed` bytes of the buffer belong to it.
+        case head(HTTPRequestHead, consumed: Int)
+    }
+
+    /// Forget scan progress; call after the caller drops consumed bytes from its buffer.
+    public mutating func reset() { scanned = 0; lineStart = 0; skippedPrefix = 0 }
+
+    /// Looks for a complete head at the start of `buf`. Call again with the same bytes
+    /// plus more when it answers `.needMore`.
+    public mutating func parseHead(_ buf: UnsafeRawBufferPointer) throws(HTTPParseError) -> HeadResult {
+        var i = scanned
+        let n = buf.count
+        while i < n {
+            let c = buf[i]
+            if c == 0x0A {
+                if i == 0 || buf[i - 1] != 0x0D { throw .badRequest("line ends in a bare LF") }
+                if i - lineStart == 1 {
+                    if lineStart == skippedPrefix {
+                        // Empty line before any request line: skip it.
+                        skippedPrefix = i + 1
+                        lineStart = i + 1
+                        i += 1
+                        continue
+                    }
+                    let end = i + 1
+                    let start = skippedPrefix
+                    reset()
+                    let head = try Self.parseCompleteHead(buf, from: start, to: end, maxBody: maxBodyBytes)
+                    return .head(head, consumed: end)
+                }
+                lineStart = i + 1
+            } else if c == 0x0D {
+                // A CR must be followed by LF; checked when the next byte is there.
+                if i + 1 < n && buf[i + 1] != 0x0A { throw .badRequest("bare CR in the request head") }
+            } else if c == 0 {
+                throw .badRequest("NUL byte in the request head")
+            }
+            i += 1
+            if i - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
+        }
+        // Re-examine a trailing CR next time, when the byte after it is there.
+        scanned = (n > 0 && buf[n - 1] == 0x0D) ? n - 1 : n
+        if n - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
+        return .needMore
+    }
+
+    /// Parses a head known to be complete: `buf[start..<end]` ends with CRLF CRLF and
+    /// contains no bare LF.
+    static func parseCompleteHead(_ buf: UnsafeRawBufferPointer, from start: Int, to end: Int, maxBody: Int) throws(HTTPParseError) -> HTTPRequestHead {
+        let bytes = Array(buf[start..<end])
+        let result = bytes.withUnsafeBytes { raw in
+            Result { () throws(HTTPParseError) -> HTTPRequestHead in try parseFields(raw, bytes: bytes, maxBody: maxBody) }
+        }
+        return try result.get()
+    }
+
+    private static func parseFields(_ raw: UnsafeRawBufferPointer, bytes: [UInt8], maxBody: Int) throws(HTTPParseError) -> HTTPRequestHead {
+            let n = raw.count
+            var i = 0
+            // method
+            while i < n && HTTPSyntax.isTokenChar(raw[i]) { i += 1 }
+            let method = 0..<i
+            guard !method.isEmpty, i < n, raw[i] == 0x20 else { throw .badRequest("malformed request line") }
+            i += 1
+            let targetStart = i
+            while i < n && HTTPSyntax.isTargetByte(raw[i]) { i += 1 }
+            let target = targetStart..<i
+            guard !target.isEmpty, i < n, raw[i] == 0x20 else { throw .badRequest("malformed request line") }
+            i += 1
+            // version: exactly HTTP/1.0 or HTTP/1.1
+            guard i + 10 <= n,
+                  raw[i] == UInt8(ascii: "H"), raw[i + 1] == UInt8(ascii: "T"), raw[i + 2] == UInt8(ascii: "T"),
+                  raw[i + 3] == UInt8(ascii: "P"), raw[i + 4] == UInt8(ascii: "/")
+            else { throw .badRequest("malformed request line") }
+            guard raw[i + 5] == UInt8(ascii: "1"), raw[i + 6] == UInt8(ascii: "."),
+                  raw[i + 7] == UInt8(ascii: "0") || raw[i + 7] == UInt8(ascii: "1"),
+                  raw[i + 8] == 0x0D, raw[i + 9] == 0x0A
+            else { throw .badRequest("only HTTP/1.0 and HTTP/1.1 are served on this port") }
+            let minor = Int(raw[i + 7] - UInt8(ascii: "0"))
+            i += 10
+            // Only origin-form ("/path") targets. Absolute-form is refused so the gateway cannot
+            // be used as a forward proxy; asterisk-form ("OPTIONS *") has no route to go to.
+            guard raw[target.lowerBound] == UInt8(ascii: "/") else {
+                throw .badRequest("request target must be a path starting with /")
+            }
+
+            var fields: [HTTPRequestHead.HTTPField] = []
+            fields.reserveCapacity(16)
+            var contentLength: Int?
+            var chunked = false
+            var sawTransferEncoding = false
+            var hostField: Int?
+            var hostCount = 0
+            var connectionClose = false
+            var connectionKeepAlive = false
+            var expectsContinue = false
+
+            while i < n - 2 {
+                let c = raw[i]
+                if c == 0x20 || c == 0x09 { throw .badRequest("obsolete line folding is not accepted") }
+                let nameStart = i
+                while i < n && HTTPSyntax.isTokenChar(raw[i]) { i += 1 }
+                let name = nameStart..<i
+                guard !name.isEmpty, i < n, raw[i] == UInt8(ascii: ":") else {
+                    throw .badRequest("invalid header name")
+                }
+                i += 1
+                while i < n && (raw[i] == 0x20 || raw[i] == 0x09) { i += 1 }
+                let valueStart = i
+                while i < n && raw[i] != 0x0D {
+                    guard HTTPSyntax.isFieldValueByte(raw[i]) else { throw .badRequest("control character in a header value") }
+                    i += 1
+                }
+                var valueEnd = i
+                while valueEnd > valueStart && (raw[valueEnd - 1] == 0x20 || raw[valueEnd - 1] == 0x09) { valueEnd -= 1 }
+                guard i + 1 < n, raw[i + 1] == 0x0A else { throw .badRequest("malformed header line") }
+                i += 2
+                let value = valueStart..<valueEnd
+                fields.append(.init(name: name, value: value))
+
+                switch name.count {
+                case 4 where HTTPSyntax.equalsLowercase(raw, name, "host"):
+                    hostCount += 1
+                    hostField = fields.count - 1
+                case 14 where HTTPSyntax.equalsLowercase(raw, name, "content-length"):
+                    guard contentLength == nil else { throw .badRequest("more than one Content-Length") }
+                    contentLength = try parseContentLength(raw, value)
+                case 17 where HTTPSyntax.equalsLowercase(raw, name, "transfer-encoding"):
+                    guard !sawTransferEncoding else { throw .badRequest("more than one Transfer-Encoding") }
+                    sawTransferEncoding = true
+                    guard HTTPSyntax.equalsLowercase(raw, value, "chunked") else {
+                        throw .badRequest("unsupported Transfer-Encoding (only chunked)")
+                    }
+                    chunked = true
+                case 10 where HTTPSyntax.equalsLowercase(raw, name, "connection"):
+                    forEachToken(raw, value) { t in
+                        if HTTPSyntax.equalsLowercase(raw, t, "close") { connectionClose = true }
+                        else if HTTPSyntax.equalsLowercase(raw, t, "keep-alive") { connectionKeepAlive = true }
+                    }
+                case 6 where HTTPSyntax.equalsLowercase(raw, name, "expect"):
+                    guard HTTPSyntax.equalsLowercase(raw, value, "100-continue") else {
+                        throw .badRequest("unsupported Expect value")
+                    }
+                    expectsContinue = minor == 1
+                default: break
+                }
+            }
+            if sawTransferEncoding && contentLength != nil {
+                throw .badRequest("Content-Length together with Transfer-Encoding")
+            }
+            if sawTransferEncoding && minor == 0 { throw .badRequest("Transfer-Encoding in an HTTP/1.0 request") }
+            if minor == 1 && hostCount != 1 { throw .badRequest(hostCount == 0 ? "missing Host header" : "more than one Host header") }
+            if hostCount > 1 { throw .badRequest("more than one Host header") }
+            let framing: HTTPBodyFraming
+            if chunked { framing = .chunked }
+            else if let cl = contentLength, cl > 0 {
+                guard cl <= maxBody else { throw .bodyTooLarge }
+                framing = .contentLength(cl)
+            } else { framing = .none }
+            let keepAlive = minor == 1 ? !connectionClose : (connectionKeepAlive && !connectionClose)
+            return HTTPRequestHead(bytes: bytes, method: method, target: target, minorVersion: minor, fields: fields,
+                                   body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
+                                   hostField: hostField)
+    }
+
+    /// 1*DIGIT, at most 15 digits (anything bigger is over every body limit anyway).
+    static func parseContentLength(_ raw: UnsafeRawBufferPointer, _ r: Range<Int>) throws(HTTPParseError) -> Int {
+        guard !r.isEmpty, r.count <= 15 else { throw .badRequest(r.isEmpty ? "empty Content-Length" : "Content-Length too large") }
+        var v = 0
+        for p in r {
+            let d = raw[p]
+            guard d >= 0x30 && d <= 0x39 else { throw .badRequest("malformed Content-Length") }
+            v = v * 10 + Int(d - 0x30)
+        }
+        return v
+    }
+
+    /// Calls `body` with each comma-separated token range of a header value, trimmed.
+    static func forEachToken(_ raw: UnsafeRawBufferPointer, _ r: Range<Int>, _ body: (Range<Int>) -> Void) {
+        var start = r.lowerBound
+        var p = r.lowerBound
+        while p <= r.upperBound {
+            if p == r.upperBound || raw[p] == UInt8(ascii: ",") {
+                var s = start, e = p
+                while s < e && (raw[s] == 0x20 || raw[s] == 0x09) { s += 1 }
+                while e > s && (raw[e - 1] == 0x20 || raw[e - 1] == 0x09) { e -= 1 }
+                if s < e { body(s..<e) }
+                start = p + 1
+            }
+            p += 1
+        }
+    }
+}

@@ -1,0 +1,47 @@
+/// Byte classes of RFC 9110/9112, as lookup tables so the parser's inner loops are a
+/// load and a compare.
+public enum HTTPSyntax {
+    /// tchar: the characters allowed in methods and header names.
+    static let tokenTable: [Bool] = {
+        var t = [Bool](repeating: false, count: 256)
+        for c in UInt8(ascii: "0")...UInt8(ascii: "9") { t[Int(c)] = true }
+        for c in UInt8(ascii: "a")...UInt8(ascii: "z") { t[Int(c)] = true }
+        for c in UInt8(ascii: "A")...UInt8(ascii: "Z") { t[Int(c)] = true }
+        for c in "!#$%&'*+-.^_`|~".utf8 { t[Int(c)] = true }
+        return t
+    }()
+
+    @inline(__always) public static func isTokenChar(_ c: UInt8) -> Bool { tokenTable[Int(c)] }
+    @inline(__always) public static func isAlnum(_ c: UInt8) -> Bool {
+        (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
+    }
+    /// Field value bytes: visible ASCII, obs-text, space and tab; no CTLs (NUL, bare CR, DEL).
+    @inline(__always) static func isFieldValueByte(_ c: UInt8) -> Bool {
+        c == 0x09 || (c >= 0x20 && c != 0x7F)
+    }
+    /// Request-target bytes: visible ASCII and obs-text only, no spaces or controls.
+    @inline(__always) static func isTargetByte(_ c: UInt8) -> Bool { c > 0x20 && c != 0x7F }
+
+    @inline(__always) static func lower(_ c: UInt8) -> UInt8 { (c >= 0x41 && c <= 0x5A) ? c | 0x20 : c }
+
+    /// Case-insensitive comparison of bytes with a lower-case ASCII literal.
+    static func equalsLowercase(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ literal: StaticString) -> Bool {
+        guard range.count == literal.utf8CodeUnitCount else { return false }
+        let lit = literal.utf8Start
+        var i = 0
+        for p in range {
+            if lower(bytes[p]) != lit[i] { return false }
+            i += 1
+        }
+        return true
+    }
+
+    @inline(__always) static func hexValue(_ c: UInt8) -> Int? {
+        switch c {
+        case 0x30...0x39: return Int(c - 0x30)
+        case 0x41...0x46: return Int(c - 0x41 + 10)
+        case 0x61...0x66: return Int(c - 0x61 + 10)
+        default: return nil
+        }
+    }
+}

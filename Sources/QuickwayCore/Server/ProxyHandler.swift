@@ -1,0 +1,155 @@
+/// The request stages of the proxy (DESIGN.md "One request, stage by stage"), in order:
+/// parse (done by `Connection`), route, forward to an IP of the route's service, relay
+/// the answer. Stages for signatures, cache and merging slot in between route and
+/// forward as they land. One handler per worker; runs on its loop.
+final class ProxyHandler: RequestHandler {
+    unowned let worker: Worker
+    let routes: RouteTable
+    /// Index into `services` for each route.
+    private let routeService: [Int]
+    private let services: [ServiceRuntime]
+    let client: UpstreamClient
+    let maxObjectBytes: Int
+
+    init(worker: Worker, config: GatewayConfig) {
+        self.worker = worker
+        routes = RouteTable(config.routes)
+        services = config.services.map { ServiceRuntime($0, start: worker.id) }
+        routeService = config.routes.map { r in config.services.firstIndex { $0.name == r.service }! }
+        client = UpstreamClient(base: worker.base)
+        maxObjectBytes = config.cache.maxObjectBytes
+    }
+
+    // Stage 2: route.
+    func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
+        let head = exchange.head
+        return head.withBytes { raw in
+            let path = UnsafeRawBufferPointer(rebasing: raw[head.path])
+            if PathSafety.hasDotSegment(path) { return (.badRequest, "the path must not contain . or .. segments") }
+            switch routes.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path) {
+            case .route(let i):
+                exchange.routeIndex = i
+                return nil
+            case .methodNotAllowed:
+                return (.methodNotAllowed, "\(head.methodString) is not allowed on \(head.string(head.path))")
+            case .noRoute:
+                return (.noRoute, "no route matches \(head.string(head.path))")
+            }
+        }
+    }
+
+    // Stage 6-7: pick an IP and forward.
+    func handle(_ exchange: Exchange) {
+        let route = routes.entries[exchange.routeIndex]
+        let service = services[routeService[exchange.routeIndex]]
+        guard let ip = service.pick() else {
+            exchange.respondError(.noHealthyUpstream, "\(service.config.name) has no IP to send to")
+            return
+        }
+        let head = exchange.head
+        let hasBody = head.body != .none || head.value(of: "content-length") != nil
+        let headers = UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
+                                                   requestId: exchange.requestId, hasBody: hasBody)
+        let transfer = UpstreamTransfer(client: client, service: service, ipIndex: ip)
+        let call = ProxyCall(exchange: exchange, transfer: transfer, maxObjectBytes: maxObjectBytes)
+        exchange.onCancel = { [weak transfer] in transfer?.cancel() }
+        head.withBytes { raw in
+            let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
+            let upstreamTarget = route.config.stripPrefix ? Self.stripped(target, prefixLength: route.config.pathPrefix.utf8.count) : Array(target)
+            upstreamTarget.withUnsafeBytes { pathAndQuery in
+                transfer.start(.init(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), isHead: exchange.isHeadRequest,
+                                     hasBody: hasBody, body: exchange.body, headerLines: headers, pathAndQuery: pathAndQuery),
+                               delegate: call)
+            }
+        }
+    }
+
+    /// The target with the route's prefix removed, always starting with `/`.
+    static func stripped(_ target: UnsafeRawBufferPointer, prefixLength: Int) -> [UInt8] {
+        let rest = target[min(prefixLength, target.count)...]
+        if rest.first == UInt8(ascii: "/") { return Array(rest) }
+        return [UInt8(ascii: "/")] + Array(rest)
+    }
+}
+
+/// One forwarded call: relays the upstream's answer to the client, buffering bodies up
+/// to `cache.max_object_bytes` and streaming larger ones (pausing the upstream when
+/// the client reads slowly).
+final class ProxyCall: UpstreamTransferDelegate {
+    private let exchange: Exchange
+    private let transfer: UpstreamTransfer
+    private let maxObjectBytes: Int
+    private var body: [UInt8] = []
+    private var relayLines: [UInt8] = []
+    private var streaming = false
+
+    init(exchange: Exchange, transfer: UpstreamTransfer, maxObjectBytes: Int) {
+        self.exchange = exchange
+        self.transfer = transfer
+        self.maxObjectBytes = maxObjectBytes
+    }
+
+    func upstreamHeadReceived(_ t: UpstreamTransfer) {
+        relayLines = t.head.linesToRelay()
+        relayLines.append(contentsOf: "X-Cache: BYPASS\r\n".utf8)
+        if !exchange.isHeadRequest, let n = t.head.contentLength, n > maxObjectBytes {
+            startStreaming(contentLength: n)
+        }
+    }
+
+    func upstreamBody(_ t: UpstreamTransfer, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        if streaming {
+            guard let c = exchange.connection else { return true }
+            if c.output.readableBytes >= Connection.outputHighWater {
+                c.onDrained = { [weak t] in t?.resume() }
+                return false
+            }
+            exchange.streamBody(bytes)
+            return true
+        }
+        body.append(contentsOf: bytes)
+        if body.count > maxObjectBytes {
+            startStreaming(contentLength: t.head.contentLength)
+            let pending = body
+            body = []
+            pending.withUnsafeBytes { exchange.streamBody($0) }
+        }
+        return true
+    }
+
+    private func startStreaming(contentLength: Int?) {
+        streaming = true
+        let head = transfer.head
+        head.reason.withUnsafeBytes { reason in
+            relayLines.withUnsafeBytes { lines in
+                exchange.beginStream(status: head.status, reason: reason, headerLines: lines, contentLength: contentLength)
+            }
+        }
+    }
+
+    func upstreamFinished(_ t: UpstreamTransfer, _ outcome: UpstreamOutcome) {
+        switch outcome {
+        case .complete:
+            if streaming {
+                exchange.endStream()
+                return
+            }
+            let head = t.head
+            let framing: Connection.Framing? = exchange.isHeadRequest ? (head.contentLength.map { .contentLength($0) } ?? Connection.Framing.none) : nil
+            head.reason.withUnsafeBytes { reason in
+                relayLines.withUnsafeBytes { lines in
+                    body.withUnsafeBytes { b in
+                        exchange.respond(status: head.status, reason: reason, headerLines: lines, body: b, framing: framing)
+                    }
+                }
+            }
+        case let .failed(code, message):
+            if streaming {
+                Log.warn("request \(exchange.requestIdString): \(message) after the response began; closing the client connection")
+                exchange.abort()
+            } else {
+                exchange.respondError(code, message)
+            }
+        }
+    }
+}

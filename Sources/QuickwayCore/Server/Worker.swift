@@ -1,0 +1,188 @@
+import Glibc
+import CLibevent
+import CQuickwayShims
+import Foundation
+
+/// One event-loop thread: its `event_base`, its own listening socket on the shared port
+/// (`SO_REUSEPORT`), its connections, and (for the proxy) its libcurl multi handle.
+/// Nothing here is touched from another thread except through `requestDrain()`, which
+/// wakes the loop with `event_active` on its control event.
+final class Worker {
+    let id: Int
+    let name: String
+    let base: OpaquePointer
+    let limits: LimitsConfig
+    let stats: WorkerStats
+    private(set) var handler: RequestHandler!
+    private let listenAddress: ListenAddress
+    private let maxConnections: Int
+    private var listenFD: Int32 = -1
+    private var listenEvent: OpaquePointer?
+    private var acceptPaused = false
+    private var sweepEvent: OpaquePointer?
+    private var controlEvent: OpaquePointer?
+    private var drainDeadlineEvent: OpaquePointer?
+    private var connections: [ObjectIdentifier: Connection] = [:]
+    /// Set by another thread to ask for a graceful stop (read on the loop).
+    private var drainFlag: Int32 = 0
+    private(set) var isDraining = false
+    private var finished = DispatchSemaphore(value: 0)
+    /// Runs once the loop exits (frees the handler's resources on the loop thread).
+    var onLoopExit: (() -> Void)?
+    private var requestCounter: UInt64 = 0
+    private let requestIdPrefix: [UInt8]
+
+    init(id: Int, name: String, listen: ListenAddress, limits: LimitsConfig, maxConnections: Int, routeCount: Int) throws {
+        self.id = id
+        self.name = name
+        self.listenAddress = listen
+        self.limits = limits
+        self.maxConnections = maxConnections
+        self.stats = WorkerStats(routeCount: routeCount)
+        base = EventLoopSupport.makeBase()
+        // Request ids: a random per-process prefix, the worker id, a counter.
+        let seed = UInt64.random(in: 0..<(1 << 48))
+        requestIdPrefix = Array(String(seed, radix: 16).utf8) + Array("-\(id)-".utf8)
+        listenFD = try ListeningSocket.open(listen)
+    }
+
+    /// Installs the handler (it usually needs the worker, hence not in `init`).
+    func setHandler(_ h: RequestHandler) { handler = h }
+
+    /// Starts the loop on a new thread.
+    func start() {
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        listenEvent = event_new(base, listenFD, Int16(EV_READ | EV_PERSIST), workerAcceptCallback, me)
+        event_add(listenEvent, nil)
+        sweepEvent = event_new(base, -1, Int16(EV_PERSIST), workerSweepCallback, me)
+        var tv = EventLoopSupport.timeval(millis: 250)
+        event_add(sweepEvent, &tv)
+        controlEvent = event_new(base, -1, Int16(EV_PERSIST), workerControlCallback, me)
+        event_add(controlEvent, nil)
+        let thread = Thread { [self] in
+            event_base_dispatch(base)
+            onLoopExit?()
+            finished.signal()
+        }
+        thread.name = name
+        thread.stackSize = 4 << 20
+        thread.start()
+    }
+
+    /// Blocks until the loop has exited.
+    func join() { finished.wait() }
+
+    /// Asks the loop (from any thread) to stop accepting and finish what is in flight.
+    func requestDrain() {
+        qw_flag_store(&drainFlag, 1)
+        event_active(controlEvent, EV_READ, 0)
+    }
+
+    // MARK: loop-thread side
+
+    fileprivate func acceptReady() {
+        for _ in 0..<64 {
+            if connections.count >= maxConnections {
+                // Leave further connections in the kernel's queue until one closes.
+                pauseAccepting()
+                return
+            }
+            var storage = sockaddr_storage()
+            var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let fd = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    qw_accept_nonblocking(listenFD, $0, &len)
+                }
+            }
+            if fd < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                if errno == EMFILE || errno == ENFILE {
+                    Log.warn("\(name): out of file descriptors; pausing accept")
+                    pauseAccepting()
+                }
+                return
+            }
+            var one: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            let c = Connection(fd: fd, peer: ListeningSocket.peerAddress(&storage), worker: self)
+            connections[ObjectIdentifier(c)] = c
+        }
+    }
+
+    private func pauseAccepting() {
+        guard !acceptPaused, let ev = listenEvent else { return }
+        event_del(ev)
+        acceptPaused = true
+    }
+
+    func connectionClosed(_ c: Connection) {
+        connections.removeValue(forKey: ObjectIdentifier(c))
+        if acceptPaused && !isDraining && connections.count < maxConnections, let ev = listenEvent {
+            acceptPaused = false
+            event_add(ev, nil)
+        }
+        if isDraining && connections.isEmpty { event_base_loopexit(base, nil) }
+    }
+
+    fileprivate func sweep() {
+        let now = Clock.monotonicMillis()
+        for c in Array(connections.values) { c.checkDeadline(now) }
+    }
+
+    fileprivate func control() {
+        if qw_flag_load(&drainFlag) == 1 && !isDraining { beginDrain() }
+    }
+
+    private func beginDrain() {
+        isDraining = true
+        if let ev = listenEvent { event_free(ev); listenEvent = nil }
+        close(listenFD)
+        listenFD = -1
+        for c in Array(connections.values) { c.drain() }
+        if connections.isEmpty {
+            event_base_loopexit(base, nil)
+            return
+        }
+        // Bounded: whatever is still running at the deadline is cut off.
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        drainDeadlineEvent = event_new(base, -1, 0, workerDrainDeadlineCallback, me)
+        var tv = EventLoopSupport.timeval(millis: limits.drainTimeoutMillis)
+        event_add(drainDeadlineEvent, &tv)
+    }
+
+    fileprivate func drainDeadlineReached() {
+        Log.warn("\(name): drain timeout reached with \(connections.count) connection(s) open; closing them")
+        for c in Array(connections.values) { c.closeNow() }
+        event_base_loopexit(base, nil)
+    }
+
+    /// `X-Request-Id`: the client's own if it sent a sane one, else a new one.
+    func requestId(from head: HTTPRequestHead?) -> [UInt8] {
+        if let head, let r = head.value(of: "x-request-id"), r.count >= 1, r.count <= 128,
+           head.bytes[r].allSatisfy({ HTTPSyntax.isAlnum($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: ":") }) {
+            return Array(head.bytes[r])
+        }
+        requestCounter &+= 1
+        var out = requestIdPrefix
+        var v = requestCounter
+        var digits: [UInt8] = []
+        repeat { digits.append(UInt8(ascii: "0") + UInt8(v % 10)); v /= 10 } while v > 0
+        out.append(contentsOf: digits.reversed())
+        return out
+    }
+
+    var connectionCount: Int { connections.count }
+}
+
+private let workerAcceptCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<Worker>.fromOpaque(arg!).takeUnretainedValue().acceptReady()
+}
+private let workerSweepCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<Worker>.fromOpaque(arg!).takeUnretainedValue().sweep()
+}
+private let workerControlCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<Worker>.fromOpaque(arg!).takeUnretainedValue().control()
+}
+private let workerDrainDeadlineCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<Worker>.fromOpaque(arg!).takeUnretainedValue().drainDeadlineReached()
+}

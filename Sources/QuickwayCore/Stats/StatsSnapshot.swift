@@ -1,0 +1,55 @@
+/// `/stats` figures merged from every worker's counters at the moment of reading
+/// (workers keep running; each counter is read atomically, the set is not a
+/// transaction, so `in_flight` is clamped at zero).
+public struct StatsSnapshot {
+    public var version: String
+    public var uptimeSeconds: Double
+    public var total: Int64 = 0
+    public var inFlight: Int64 = 0
+    public var byClass = [Int64](repeating: 0, count: 5)
+    public var histogram = [Int64](repeating: 0, count: LatencyBuckets.count)
+    public var maxMicros: Int64 = 0
+    public var routes: [(name: String, requests: Int64, byClass: [Int64])] = []
+    public var workers = 0
+    public var connections = 0
+
+    init(version: String, uptimeSeconds: Double, routeNames: [String], workers: [WorkerStats]) {
+        self.version = version
+        self.uptimeSeconds = uptimeSeconds
+        self.workers = workers.count
+        var started: Int64 = 0
+        routes = routeNames.map { ($0, 0, [Int64](repeating: 0, count: 5)) }
+        for w in workers {
+            let fin = w.finished
+            total += fin
+            started += w.started
+            for c in 1...5 { byClass[c - 1] += w.statusClassCount(c) }
+            maxMicros = max(maxMicros, w.maxMicros)
+            for i in 0..<LatencyBuckets.count { histogram[i] += w.histogramCount(i) }
+            for r in 0..<min(routes.count, w.routeCount) {
+                routes[r].requests += w.routeCount(r, slot: 0)
+                for c in 1...5 { routes[r].byClass[c - 1] += w.routeCount(r, slot: c) }
+            }
+        }
+        inFlight = max(0, started - total)
+    }
+
+    func latencyMillis(_ q: Double) -> Double { LatencyBuckets.quantile(q, counts: histogram) / 1000 }
+
+    /// `{"2xx":n,...}`; with `all` false only the classes that occurred.
+    private static func classes(_ counts: [Int64], all: Bool) -> String {
+        "{" + (2...5).filter { all || counts[$0 - 1] > 0 }.map { "\"\($0)xx\":\(counts[$0 - 1])" }.joined(separator: ",") + "}"
+    }
+
+    public func json() -> String {
+        var s = "{\"version\":\(JSONText.quoted(version)),\"uptime_seconds\":\(JSONText.number(uptimeSeconds)),"
+        s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"by_status\":\(Self.classes(byClass, all: true))},"
+        s += "\"latency_ms\":{\"p50\":\(JSONText.number(latencyMillis(0.5))),\"p90\":\(JSONText.number(latencyMillis(0.9))),"
+        s += "\"p99\":\(JSONText.number(latencyMillis(0.99))),\"max\":\(JSONText.number(Double(maxMicros) / 1000))},"
+        s += "\"routes\":{"
+        s += routes.map { "\(JSONText.quoted($0.name)):{\"requests\":\($0.requests),\"by_status\":\(Self.classes($0.byClass, all: false))}" }
+            .joined(separator: ",")
+        s += "},\"workers\":\(workers),\"connections\":\(connections)}"
+        return s
+    }
+}

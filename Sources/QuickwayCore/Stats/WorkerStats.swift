@@ -1,0 +1,57 @@
+import CQuickwayShims
+
+/// Counters of one worker. Only the worker's own thread writes them (plain relaxed
+/// stores, no lock or locked instruction on the request path); the admin thread reads
+/// and merges all workers' counters for `/stats`.
+public final class WorkerStats {
+    /// Slots of `cells`: fixed counters first, then per-route pairs, then histogram.
+    private enum Slot {
+        static let started = 0
+        static let finished = 1
+        static let statusClass = 2 // 2...6 for 1xx...5xx
+        static let maxMicros = 7
+        static let fixed = 8
+    }
+    public static let routeSlots = 6 // requests, 1xx..5xx
+
+    private let cells: UnsafeMutablePointer<Int64>
+    private let cellCount: Int
+    public let routeCount: Int
+    private let histogramStart: Int
+
+    public init(routeCount: Int) {
+        self.routeCount = routeCount
+        histogramStart = Slot.fixed + routeCount * Self.routeSlots
+        cellCount = histogramStart + LatencyBuckets.count
+        cells = .allocate(capacity: cellCount)
+        cells.initialize(repeating: 0, count: cellCount)
+    }
+
+    deinit { cells.deallocate() }
+
+    @inline(__always) public func requestStarted() { qw_counter_add(cells + Slot.started, 1) }
+
+    /// Counts a finished request: its status class, route and latency.
+    @inline(__always) public func requestFinished(status: Int, nanos: UInt64, routeIndex: Int) {
+        qw_counter_add(cells + Slot.finished, 1)
+        let cls = min(max(status / 100, 1), 5)
+        qw_counter_add(cells + Slot.statusClass + cls - 1, 1)
+        if routeIndex >= 0 && routeIndex < routeCount {
+            let base = Slot.fixed + routeIndex * Self.routeSlots
+            qw_counter_add(cells + base, 1)
+            qw_counter_add(cells + base + cls, 1)
+        }
+        let micros = Int64(nanos / 1000)
+        qw_counter_add(cells + histogramStart + LatencyBuckets.index(micros: micros), 1)
+        qw_counter_max(cells + Slot.maxMicros, micros)
+    }
+
+    // MARK: reading (any thread)
+
+    public var started: Int64 { qw_counter_load(cells + Slot.started) }
+    public var finished: Int64 { qw_counter_load(cells + Slot.finished) }
+    public var maxMicros: Int64 { qw_counter_load(cells + Slot.maxMicros) }
+    public func statusClassCount(_ cls: Int) -> Int64 { qw_counter_load(cells + Slot.statusClass + cls - 1) }
+    public func routeCount(_ route: Int, slot: Int) -> Int64 { qw_counter_load(cells + Slot.fixed + route * Self.routeSlots + slot) }
+    public func histogramCount(_ i: Int) -> Int64 { qw_counter_load(cells + histogramStart + i) }
+}

@@ -1,0 +1,96 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A growable byte buffer with separate read and write positions, backed by malloc'd
+/// memory so that `recv` can write straight into its free space. Owned by exactly one
+/// connection or transfer, on one event-loop thread; not thread-safe.
+public final class ByteBuffer {
+    private(set) var base: UnsafeMutableRawPointer
+    private(set) var capacity: Int
+    private(set) var readIndex = 0
+    private(set) var writeIndex = 0
+
+    public init(capacity: Int = 4096) {
+        self.capacity = max(capacity, 64)
+        base = malloc(self.capacity)!
+    }
+
+    deinit { free(base) }
+
+    public var readableBytes: Int { writeIndex - readIndex }
+    public var isEmpty: Bool { readIndex == writeIndex }
+
+    /// The unread bytes. Valid until the next mutating call.
+    public var readable: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base + readIndex, count: readableBytes) }
+
+    /// Makes room for at least `count` more bytes at the write position and returns it.
+    public func writableSpace(atLeast count: Int) -> UnsafeMutableRawBufferPointer {
+        if capacity - writeIndex < count {
+            if readIndex > 0 {
+                // Slide unread bytes to the front before growing.
+                let n = readableBytes
+                if n > 0 { memmove(base, base + readIndex, n) }
+                readIndex = 0
+                writeIndex = n
+            }
+            if capacity - writeIndex < count {
+                var newCapacity = capacity * 2
+                while newCapacity - writeIndex < count { newCapacity *= 2 }
+                base = realloc(base, newCapacity)!
+                capacity = newCapacity
+            }
+        }
+        return UnsafeMutableRawBufferPointer(start: base + writeIndex, count: capacity - writeIndex)
+    }
+
+    /// Records that `count` bytes were written into `writableSpace`.
+    public func didWrite(_ count: Int) { writeIndex += count }
+
+    public func consume(_ count: Int) {
+        readIndex += count
+        if readIndex == writeIndex { readIndex = 0; writeIndex = 0 }
+    }
+
+    public func clear() { readIndex = 0; writeIndex = 0 }
+
+    public func append(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count > 0 else { return }
+        let space = writableSpace(atLeast: bytes.count)
+        space.baseAddress!.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        writeIndex += bytes.count
+    }
+
+    public func append(_ bytes: [UInt8]) { bytes.withUnsafeBytes { append($0) } }
+    public func append(_ s: StaticString) { append(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)) }
+    public func append(_ s: String) { var s = s; s.withUTF8 { append(UnsafeRawBufferPointer($0)) } }
+    public func append(byte: UInt8) {
+        let space = writableSpace(atLeast: 1)
+        space[0] = byte
+        writeIndex += 1
+    }
+
+    /// Appends a non-negative integer in decimal without building a String.
+    public func appendDecimal(_ value: Int) {
+        var v = value
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var n = 0
+        withUnsafeMutableBytes(of: &digits) { d in
+            repeat { d[19 - n] = UInt8(truncatingIfNeeded: 0x30 + v % 10); v /= 10; n += 1 } while v > 0 && n < 20
+            append(UnsafeRawBufferPointer(rebasing: d[(20 - n)...]))
+        }
+    }
+
+    /// Appends a non-negative integer in lower-case hex (chunk sizes).
+    public func appendHex(_ value: Int) {
+        let hex: StaticString = "0123456789abcdef"
+        var shift = 60
+        while shift > 0 && (value >> shift) & 0xF == 0 { shift -= 4 }
+        while shift >= 0 {
+            append(byte: hex.utf8Start[(value >> shift) & 0xF])
+            shift -= 4
+        }
+    }
+}

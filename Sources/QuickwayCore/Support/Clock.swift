@@ -1,0 +1,19 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Monotonic and wall-clock readings. Monotonic time is for durations and deadlines;
+/// wall time only for display.
+public enum Clock {
+    @inline(__always) public static func monotonicNanos() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
+    }
+    @inline(__always) public static func monotonicMillis() -> Int64 { Int64(monotonicNanos() / 1_000_000) }
+    public static func wallSeconds() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}

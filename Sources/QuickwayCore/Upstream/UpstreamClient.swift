@@ -1,0 +1,141 @@
+import CCurl
+import CLibevent
+import CQuickwayShims
+import Glibc
+
+/// A libcurl multi handle driven by one worker's `event_base`: curl tells us which
+/// sockets to watch (`CURLMOPT_SOCKETFUNCTION`) and when to wake it
+/// (`CURLMOPT_TIMERFUNCTION`); libevent tells curl what happened through
+/// `curl_multi_socket_action`. Keep-alive connections to upstreams are pooled in the
+/// multi handle, per host and `CONNECT_TO` target. Easy handles are reused.
+/// Thread rule: one worker thread only.
+final class UpstreamClient {
+    let base: OpaquePointer
+    let multi: UnsafeMutableRawPointer
+    private var timerEvent: OpaquePointer?
+    private var idleHandles: [UnsafeMutableRawPointer] = []
+    private var running: Int32 = 0
+
+    private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
+
+    init(base: OpaquePointer) {
+        _ = Self.globalInit
+        self.base = base
+        multi = curl_multi_init()
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        timerEvent = event_new(base, -1, 0, upstreamTimerCallback, me)
+        qw_multi_setopt_socketfn(multi, upstreamSocketCallback)
+        qw_multi_setopt_ptr(multi, CURLMOPT_SOCKETDATA, me)
+        qw_multi_setopt_timerfn(multi, upstreamMultiTimerCallback)
+        qw_multi_setopt_ptr(multi, CURLMOPT_TIMERDATA, me)
+        qw_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 1024)
+    }
+
+    /// Frees curl state; call on the loop thread after the loop stopped.
+    func shutdown() {
+        for h in idleHandles { curl_easy_cleanup(h) }
+        idleHandles.removeAll()
+        curl_multi_cleanup(multi)
+        if let t = timerEvent { event_free(t); timerEvent = nil }
+    }
+
+    /// An easy handle with the options every transfer shares set once.
+    func takeHandle() -> UnsafeMutableRawPointer {
+        if let h = idleHandles.popLast() { return h }
+        let h = curl_easy_init()!
+        qw_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1)
+        qw_easy_setopt_ptr(h, CURLOPT_PROXY, "")          // no proxy environment look-ups
+        qw_easy_setopt_long(h, CURLOPT_PATH_AS_IS, 1)      // forward the path exactly
+        qw_easy_setopt_long(h, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
+        qw_easy_setopt_long(h, CURLOPT_TCP_NODELAY, 1)
+        qw_easy_setopt_datafn(h, CURLOPT_HEADERFUNCTION, upstreamHeaderCallback)
+        qw_easy_setopt_datafn(h, CURLOPT_WRITEFUNCTION, upstreamWriteCallback)
+        return h
+    }
+
+    func returnHandle(_ h: UnsafeMutableRawPointer) {
+        if idleHandles.count < 256 { idleHandles.append(h) } else { curl_easy_cleanup(h) }
+    }
+
+    func add(_ h: UnsafeMutableRawPointer) { curl_multi_add_handle(multi, h) }
+
+    func remove(_ h: UnsafeMutableRawPointer) { curl_multi_remove_handle(multi, h) }
+
+    // MARK: curl -> libevent
+
+    fileprivate func watch(socket s: curl_socket_t, what: Int32, current: UnsafeMutableRawPointer?) {
+        if what == CURL_POLL_REMOVE {
+            if let ev = current { event_free(OpaquePointer(ev)) }
+            curl_multi_assign(multi, s, nil)
+            return
+        }
+        var flags = Int16(EV_PERSIST)
+        if what & CURL_POLL_IN != 0 { flags |= Int16(EV_READ) }
+        if what & CURL_POLL_OUT != 0 { flags |= Int16(EV_WRITE) }
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        if let ev = current {
+            let e = OpaquePointer(ev)
+            event_del(e)
+            event_assign(e, base, s, flags, upstreamSocketEventCallback, me)
+            event_add(e, nil)
+        } else {
+            let e = event_new(base, s, flags, upstreamSocketEventCallback, me)
+            event_add(e, nil)
+            curl_multi_assign(multi, s, UnsafeMutableRawPointer(e))
+        }
+    }
+
+    fileprivate func setTimer(_ ms: Int) {
+        guard let t = timerEvent else { return }
+        if ms < 0 { event_del(t); return }
+        var tv = EventLoopSupport.timeval(millis: Int64(ms))
+        event_add(t, &tv)
+    }
+
+    // MARK: libevent -> curl
+
+    fileprivate func socketReady(_ fd: Int32, _ events: Int16) {
+        var action: Int32 = 0
+        if events & Int16(EV_READ) != 0 { action |= CURL_CSELECT_IN }
+        if events & Int16(EV_WRITE) != 0 { action |= CURL_CSELECT_OUT }
+        curl_multi_socket_action(multi, fd, action, &running)
+        collectFinished()
+    }
+
+    fileprivate func timerFired() {
+        curl_multi_socket_action(multi, -1 /* CURL_SOCKET_TIMEOUT */, 0, &running)
+        collectFinished()
+    }
+
+    /// Hands each finished transfer its result.
+    private func collectFinished() {
+        var left: Int32 = 0
+        while let msg = curl_multi_info_read(multi, &left) {
+            guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
+            let code = msg.pointee.data.result
+            var priv: UnsafeMutableRawPointer?
+            qw_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv)
+            guard let priv else { curl_multi_remove_handle(multi, easy); continue }
+            let transfer = Unmanaged<UpstreamTransfer>.fromOpaque(priv).takeUnretainedValue()
+            transfer.finished(code)
+        }
+    }
+}
+
+private let upstreamSocketCallback: curl_socket_callback = { _, s, what, userp, socketp in
+    Unmanaged<UpstreamClient>.fromOpaque(userp!).takeUnretainedValue().watch(socket: s, what: what, current: socketp)
+    return 0
+}
+
+private let upstreamMultiTimerCallback: curl_multi_timer_callback = { _, ms, userp in
+    Unmanaged<UpstreamClient>.fromOpaque(userp!).takeUnretainedValue().setTimer(ms)
+    return 0
+}
+
+private let upstreamSocketEventCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { fd, what, arg in
+    Unmanaged<UpstreamClient>.fromOpaque(arg!).takeUnretainedValue().socketReady(fd, what)
+}
+
+private let upstreamTimerCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<UpstreamClient>.fromOpaque(arg!).takeUnretainedValue().timerFired()
+}

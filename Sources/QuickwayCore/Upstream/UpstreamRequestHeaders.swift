@@ -1,0 +1,87 @@
+/// Which request headers go upstream, and which the gateway adds. Pure byte work,
+/// tested without libcurl.
+///
+/// Dropped: hop-by-hop headers (`Connection` and every header it names, `Keep-Alive`,
+/// `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`), framing the
+/// upstream request redoes itself (`Content-Length`, `Expect`), `Host` (the service's
+/// host is sent instead), and the `X-Forwarded-*` and `X-Request-Id` headers, which are
+/// rewritten: `X-Forwarded-For` gets the client's address appended, `-Proto` and
+/// `-Host` say what the client used, `X-Request-Id` is the gateway's id for the call.
+public enum UpstreamRequestHeaders {
+    /// Lines (`Name: value`, no line end) each followed by a NUL, ready for `curl_slist_append`.
+    public static func build(head: HTTPRequestHead, clientAddress: String, requestId: [UInt8], hasBody: Bool) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(head.bytes.count + 128)
+        head.withBytes { raw in
+            var connectionTokens: [Range<Int>] = []
+            if let conn = head.value(of: "connection") {
+                HTTPRequestParser.forEachToken(raw, conn) { connectionTokens.append($0) }
+            }
+            var forwardedFor: Range<Int>?
+            var sawAccept = false
+            var sawContentType = false
+            for f in head.fields {
+                let n = f.name
+                if isDropped(raw, n) { continue }
+                if HTTPSyntax.equalsLowercase(raw, n, "x-forwarded-for") { forwardedFor = forwardedFor ?? f.value; continue }
+                if connectionTokens.contains(where: { sameName(raw, $0, n) }) { continue }
+                if HTTPSyntax.equalsLowercase(raw, n, "accept") { sawAccept = true }
+                if HTTPSyntax.equalsLowercase(raw, n, "content-type") { sawContentType = true }
+                out.append(contentsOf: raw[n])
+                out.append(contentsOf: [UInt8(ascii: ":"), 0x20])
+                out.append(contentsOf: raw[f.value])
+                out.append(0)
+            }
+            out.append(contentsOf: "X-Forwarded-For: ".utf8)
+            if let ff = forwardedFor, !ff.isEmpty {
+                out.append(contentsOf: raw[ff])
+                out.append(contentsOf: ", ".utf8)
+            }
+            out.append(contentsOf: clientAddress.utf8)
+            out.append(0)
+            out.append(contentsOf: "X-Forwarded-Proto: http".utf8)
+            out.append(0)
+            if let h = head.hostField {
+                out.append(contentsOf: "X-Forwarded-Host: ".utf8)
+                out.append(contentsOf: raw[head.fields[h].value])
+                out.append(0)
+            }
+            out.append(contentsOf: "X-Request-Id: ".utf8)
+            out.append(contentsOf: requestId)
+            out.append(0)
+            // "Name:" with nothing after it tells libcurl not to add its own default.
+            out.append(contentsOf: "Expect:".utf8)
+            out.append(0)
+            if !sawAccept { out.append(contentsOf: "Accept:".utf8); out.append(0) }
+            if hasBody && !sawContentType { out.append(contentsOf: "Content-Type:".utf8); out.append(0) }
+        }
+        return out
+    }
+
+    /// The same lines as strings (for tests and debugging).
+    public static func lines(head: HTTPRequestHead, clientAddress: String, requestId: String, hasBody: Bool) -> [String] {
+        build(head: head, clientAddress: clientAddress, requestId: Array(requestId.utf8), hasBody: hasBody)
+            .split(separator: 0, omittingEmptySubsequences: true).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    static func isDropped(_ raw: UnsafeRawBufferPointer, _ n: Range<Int>) -> Bool {
+        switch n.count {
+        case 2: return HTTPSyntax.equalsLowercase(raw, n, "te")
+        case 4: return HTTPSyntax.equalsLowercase(raw, n, "host")
+        case 6: return HTTPSyntax.equalsLowercase(raw, n, "expect")
+        case 7: return HTTPSyntax.equalsLowercase(raw, n, "upgrade") || HTTPSyntax.equalsLowercase(raw, n, "trailer")
+        case 10: return HTTPSyntax.equalsLowercase(raw, n, "connection") || HTTPSyntax.equalsLowercase(raw, n, "keep-alive")
+        case 12: return HTTPSyntax.equalsLowercase(raw, n, "x-request-id")
+        case 14: return HTTPSyntax.equalsLowercase(raw, n, "content-length")
+        case 16: return HTTPSyntax.equalsLowercase(raw, n, "proxy-connection") || HTTPSyntax.equalsLowercase(raw, n, "x-forwarded-host")
+        case 17: return HTTPSyntax.equalsLowercase(raw, n, "transfer-encoding") || HTTPSyntax.equalsLowercase(raw, n, "x-forwarded-proto")
+        default: return false
+        }
+    }
+
+    static func sameName(_ raw: UnsafeRawBufferPointer, _ a: Range<Int>, _ b: Range<Int>) -> Bool {
+        guard a.count == b.count else { return false }
+        for (x, y) in zip(a, b) where HTTPSyntax.lower(raw[x]) != HTTPSyntax.lower(raw[y]) { return false }
+        return true
+    }
+}

@@ -1,0 +1,90 @@
+/// Collects an upstream response head line by line (as libcurl delivers it): the
+/// status, the reason phrase, and the header lines to relay to the client, minus
+/// hop-by-hop headers and the framing the gateway redoes (`Content-Length`,
+/// `Transfer-Encoding`). Lines that are not well-formed headers (no name, control
+/// bytes, folded continuations) are dropped rather than relayed. Pure byte work.
+public struct UpstreamResponseHead {
+    public private(set) var status = 0
+    public private(set) var reason: [UInt8] = []
+    /// `Name: value\r\n` lines to relay.
+    public private(set) var relayLines: [UInt8] = []
+    public private(set) var contentLength: Int?
+    public private(set) var isComplete = false
+    private var connectionTokens: [[UInt8]] = []
+
+    public init() {}
+
+    /// Feeds one line, with or without its line end. Returns true when this line ended
+    /// a final (non-1xx) head.
+    public mutating func feed(_ line: UnsafeRawBufferPointer) -> Bool {
+        var end = line.count
+        while end > 0 && (line[end - 1] == 0x0A || line[end - 1] == 0x0D) { end -= 1 }
+        let l = UnsafeRawBufferPointer(rebasing: line[0..<end])
+        if l.count >= 5 && l[0] == UInt8(ascii: "H") && l[1] == UInt8(ascii: "T") && l[2] == UInt8(ascii: "T") && l[3] == UInt8(ascii: "P") && l[4] == UInt8(ascii: "/") {
+            self = UpstreamResponseHead()
+            parseStatusLine(l)
+            return false
+        }
+        if l.isEmpty {
+            // End of a head; 1xx heads are followed by the real one.
+            if status >= 200 { isComplete = true; return true }
+            return false
+        }
+        guard status != 0 else { return false }
+        var colon = 0
+        while colon < l.count && HTTPSyntax.isTokenChar(l[colon]) { colon += 1 }
+        guard colon > 0, colon < l.count, l[colon] == UInt8(ascii: ":") else { return false }
+        for b in l[(colon + 1)...] where !HTTPSyntax.isFieldValueByte(b) { return false }
+        let name = 0..<colon
+        var vs = colon + 1
+        while vs < l.count && (l[vs] == 0x20 || l[vs] == 0x09) { vs += 1 }
+        let value = vs..<l.count
+        switch colon {
+        case 14 where HTTPSyntax.equalsLowercase(l, name, "content-length"):
+            contentLength = Int(String(decoding: l[value], as: UTF8.self))
+            return false
+        case 10 where HTTPSyntax.equalsLowercase(l, name, "connection"):
+            HTTPRequestParser.forEachToken(l, value) { connectionTokens.append(l[$0].map(HTTPSyntax.lower)) }
+            return false
+        default:
+            if UpstreamRequestHeaders.isDropped(l, name) { return false }
+        }
+        relayLines.append(contentsOf: l)
+        relayLines.append(contentsOf: [0x0D, 0x0A])
+        return false
+    }
+
+    /// Relay lines without the headers that the upstream's `Connection` header named.
+    public func linesToRelay() -> [UInt8] {
+        guard !connectionTokens.isEmpty else { return relayLines }
+        var out: [UInt8] = []
+        var start = 0
+        let bytes = relayLines
+        while start < bytes.count {
+            var e = start
+            while e + 1 < bytes.count && !(bytes[e] == 0x0D && bytes[e + 1] == 0x0A) { e += 1 }
+            let line = bytes[start..<e]
+            let name = line.prefix { $0 != UInt8(ascii: ":") }.map(HTTPSyntax.lower)
+            if !connectionTokens.contains(name) { out.append(contentsOf: bytes[start..<(e + 2)]) }
+            start = e + 2
+        }
+        return out
+    }
+
+    private mutating func parseStatusLine(_ l: UnsafeRawBufferPointer) {
+        var i = 0
+        while i < l.count && l[i] != 0x20 { i += 1 }
+        i += 1
+        var code = 0
+        var digits = 0
+        while i < l.count && digits < 3, l[i] >= 0x30 && l[i] <= 0x39 {
+            code = code * 10 + Int(l[i] - 0x30)
+            i += 1
+            digits += 1
+        }
+        guard digits == 3 else { status = 0; return }
+        status = code
+        if i < l.count && l[i] == 0x20 { i += 1 }
+        reason = l[i...].filter { HTTPSyntax.isFieldValueByte($0) }
+    }
+}

@@ -1,0 +1,209 @@
+import CCurl
+import CQuickwayShims
+import Glibc
+
+/// What an upstream call reports to whoever started it (the proxy stage).
+protocol UpstreamTransferDelegate: AnyObject {
+    /// The final response head is in (`transfer.head`).
+    func upstreamHeadReceived(_ transfer: UpstreamTransfer)
+    /// A piece of body. Return false to pause: the same bytes are offered again after
+    /// `transfer.resume()`.
+    func upstreamBody(_ transfer: UpstreamTransfer, _ bytes: UnsafeRawBufferPointer) -> Bool
+    /// The call ended (not called after `cancel()`).
+    func upstreamFinished(_ transfer: UpstreamTransfer, _ outcome: UpstreamOutcome)
+}
+
+enum UpstreamOutcome {
+    case complete
+    case failed(GatewayErrorCode, String)
+}
+
+/// One upstream HTTP call on a pooled curl easy handle.
+///
+/// Ownership: while the call runs, the transfer keeps itself alive (a retained pointer
+/// in `CURLOPT_PRIVATE` and the callbacks' user data), released when it finishes or is
+/// cancelled. It holds its delegate strongly until then. Thread rule: one worker.
+final class UpstreamTransfer {
+    struct Request {
+        var method: UnsafeRawBufferPointer
+        var isHead: Bool
+        /// Whether the client request had body framing (its body may still be empty).
+        var hasBody: Bool
+        var body: [UInt8]
+        /// NUL-separated header lines from `UpstreamRequestHeaders.build`.
+        var headerLines: [UInt8]
+        /// Path and query to append to the service's URL prefix.
+        var pathAndQuery: UnsafeRawBufferPointer
+    }
+
+    private let client: UpstreamClient
+    private let service: ServiceRuntime
+    private var easy: UnsafeMutableRawPointer?
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private var delegate: UpstreamTransferDelegate?
+    private var body: [UInt8] = []
+    private var bodyOffset = 0
+    private(set) var head = UpstreamResponseHead()
+    let ipIndex: Int
+    private var retainedSelf: Unmanaged<UpstreamTransfer>?
+
+    init(client: UpstreamClient, service: ServiceRuntime, ipIndex: Int) {
+        self.client = client
+        self.service = service
+        self.ipIndex = ipIndex
+    }
+
+    var upstreamAddress: String { service.ip(ipIndex) }
+
+    /// Configures the easy handle and adds it to the multi handle.
+    func start(_ r: Request, delegate: UpstreamTransferDelegate) {
+        self.delegate = delegate
+        let h = client.takeHandle()
+        easy = h
+        let me = Unmanaged.passRetained(self)
+        retainedSelf = me
+        let ptr = me.toOpaque()
+        qw_easy_setopt_ptr(h, CURLOPT_PRIVATE, ptr)
+        qw_easy_setopt_ptr(h, CURLOPT_HEADERDATA, ptr)
+        qw_easy_setopt_ptr(h, CURLOPT_WRITEDATA, ptr)
+
+        // URL: service prefix + path and query, NUL-terminated (curl copies it).
+        var url = service.urlPrefix
+        url.append(contentsOf: r.pathAndQuery)
+        url.append(0)
+        url.withUnsafeBufferPointer { qw_easy_setopt_ptr(h, CURLOPT_URL, $0.baseAddress) }
+        qw_easy_setopt_ptr(h, CURLOPT_CONNECT_TO, service.connectTo(ipIndex))
+
+        // Method and body.
+        qw_easy_setopt_long(h, CURLOPT_HTTPGET, 1)
+        qw_easy_setopt_ptr(h, CURLOPT_CUSTOMREQUEST, nil)
+        if r.isHead {
+            qw_easy_setopt_long(h, CURLOPT_NOBODY, 1)
+        } else {
+            if r.hasBody {
+                body = r.body
+                qw_easy_setopt_long(h, CURLOPT_POST, 1)
+                qw_easy_setopt_off(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
+                qw_easy_setopt_ptr(h, CURLOPT_POSTFIELDS, nil)
+                qw_easy_setopt_datafn(h, CURLOPT_READFUNCTION, upstreamReadCallback)
+                qw_easy_setopt_ptr(h, CURLOPT_READDATA, ptr)
+            }
+            if !(r.method.count == 3 && r.method[0] == UInt8(ascii: "G") && r.method[1] == UInt8(ascii: "E") && r.method[2] == UInt8(ascii: "T")) || r.hasBody {
+                var m = Array(r.method)
+                m.append(0)
+                m.withUnsafeBufferPointer { qw_easy_setopt_ptr(h, CURLOPT_CUSTOMREQUEST, $0.baseAddress) }
+            }
+        }
+
+        // Headers.
+        r.headerLines.withUnsafeBufferPointer { buf in
+            var start = 0
+            let base = UnsafeRawPointer(buf.baseAddress!).assumingMemoryBound(to: CChar.self)
+            for i in 0..<buf.count where buf[i] == 0 {
+                if i > start { headerList = curl_slist_append(headerList, base + start) }
+                start = i + 1
+            }
+        }
+        qw_easy_setopt_ptr(h, CURLOPT_HTTPHEADER, headerList)
+        qw_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Int(service.config.connectTimeoutMillis))
+        qw_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Int(service.config.responseTimeoutMillis))
+        client.add(h)
+    }
+
+    /// Stops the call (the client left). The upstream connection is closed by curl if
+    /// the response was not complete. The delegate is not called again.
+    func cancel() {
+        guard let h = easy else { return }
+        delegate = nil
+        client.remove(h)
+        release(h)
+    }
+
+    /// Continues a transfer the delegate paused.
+    func resume() {
+        guard let h = easy else { return }
+        curl_easy_pause(h, CURLPAUSE_CONT)
+    }
+
+    fileprivate func headerLine(_ bytes: UnsafeRawBufferPointer) {
+        if head.feed(bytes), let d = delegate { d.upstreamHeadReceived(self) }
+    }
+
+    fileprivate func bodyData(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let d = delegate else { return true }
+        return d.upstreamBody(self, bytes)
+    }
+
+    fileprivate func readBody(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        let n = min(buffer.count, body.count - bodyOffset)
+        if n > 0 {
+            body.withUnsafeBytes { src in
+                buffer.baseAddress!.copyMemory(from: src.baseAddress! + bodyOffset, byteCount: n)
+            }
+            bodyOffset += n
+        }
+        return n
+    }
+
+    /// Called by the client when curl reports the transfer done.
+    func finished(_ code: CURLcode) {
+        guard let h = easy else { return }
+        let outcome = outcome(of: code, handle: h)
+        let d = delegate
+        delegate = nil
+        client.remove(h)
+        release(h)
+        d?.upstreamFinished(self, outcome)
+    }
+
+    private func outcome(of code: CURLcode, handle h: UnsafeMutableRawPointer) -> UpstreamOutcome {
+        let name = service.config.name
+        switch code {
+        case CURLE_OK:
+            return head.isComplete ? .complete : .failed(.upstreamBadResponse, "\(name) sent no valid response head")
+        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST:
+            return .failed(.upstreamUnreachable, "\(name) could not be connected at \(upstreamAddress)")
+        case CURLE_OPERATION_TIMEDOUT:
+            var connectTime = 0.0
+            qw_easy_getinfo_double(h, CURLINFO_CONNECT_TIME, &connectTime)
+            if connectTime == 0 {
+                return .failed(.upstreamUnreachable, "\(name) did not accept a connection at \(upstreamAddress) within \(Units.formatMillis(service.config.connectTimeoutMillis))")
+            }
+            return .failed(.upstreamTimeout, "\(name) did not answer within \(Units.formatMillis(service.config.responseTimeoutMillis))")
+        default:
+            let text = String(cString: curl_easy_strerror(code))
+            return .failed(.upstreamBadResponse, "\(name) at \(upstreamAddress): \(text)")
+        }
+    }
+
+    private func release(_ h: UnsafeMutableRawPointer) {
+        easy = nil
+        if let l = headerList { curl_slist_free_all(l); headerList = nil }
+        qw_easy_setopt_ptr(h, CURLOPT_HTTPHEADER, nil)
+        client.returnHandle(h)
+        body = []
+        let me = retainedSelf
+        retainedSelf = nil
+        me?.release()
+    }
+}
+
+/// The transfer behind a curl callback's user pointer.
+@inline(__always) private func transfer(_ p: UnsafeMutableRawPointer?) -> UpstreamTransfer {
+    Unmanaged<UpstreamTransfer>.fromOpaque(p!).takeUnretainedValue()
+}
+
+let upstreamHeaderCallback: curl_write_callback = { buf, size, n, user in
+    let count = size * n
+    transfer(user).headerLine(UnsafeRawBufferPointer(start: buf, count: count))
+    return count
+}
+
+let upstreamWriteCallback: curl_write_callback = { buf, size, n, user in
+    let count = size * n
+    return transfer(user).bodyData(UnsafeRawBufferPointer(start: buf, count: count)) ? count : Int(CURL_WRITEFUNC_PAUSE)
+}
+
+let upstreamReadCallback: curl_write_callback = { buf, size, n, user in
+    transfer(user).readBody(into: UnsafeMutableRawBufferPointer(start: buf, count: size * n))
+}
