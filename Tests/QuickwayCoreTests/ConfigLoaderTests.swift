@@ -1,0 +1,191 @@
+import XCTest
+@testable import QuickwayCore
+
+final class ConfigLoaderTests: XCTestCase {
+    let minimal = """
+    listen: 127.0.0.1:8080
+    services:
+      catalog:
+        host: catalog.internal
+        port: 8080
+        ips: [127.0.0.2, "::1"]
+    routes:
+      - name: read
+        match: { path_prefix: /catalog/, methods: [get, HEAD] }
+        service: catalog
+    """
+
+    func issues(_ yaml: String, env: [String: String] = [:]) -> [ConfigIssue] {
+        do {
+            _ = try ConfigLoader.load(yaml: yaml, environment: env)
+            return []
+        } catch let e as ConfigError {
+            return e.issues
+        } catch {
+            XCTFail("unexpected \(error)")
+            return []
+        }
+    }
+
+    func testMinimalConfigAndDefaults() throws {
+        let c = try ConfigLoader.load(yaml: minimal)
+        XCTAssertEqual(c.listen, ListenAddress(host: "127.0.0.1", port: 8080))
+        XCTAssertEqual(c.admin.listen.description, "127.0.0.1:9901")
+        XCTAssertEqual(c.limits.maxHeaderBytes, 16 * 1024)
+        XCTAssertEqual(c.limits.maxBodyBytes, 10 * 1024 * 1024)
+        XCTAssertEqual(c.limits.clientHeaderTimeoutMillis, 10_000)
+        XCTAssertEqual(c.cache.maxObjectBytes, 1 << 20)
+        XCTAssertEqual(c.services[0].ips, ["127.0.0.2", "::1"])
+        XCTAssertEqual(c.services[0].connectTimeoutMillis, 1000)
+        XCTAssertEqual(c.routes[0].methods, ["GET", "HEAD"])
+        XCTAssertEqual(c.routes[0].auth, .off)
+        XCTAssertGreaterThanOrEqual(c.workers, 1)
+    }
+
+    func testTheRepositoryConfigIsValid() throws {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../config.yaml").path
+        let c = try ConfigLoader.load(file: file, environment: [:])
+        XCTAssertEqual(c.routes.first?.service, "demo")
+    }
+
+    func testUnknownServiceNamesPathAndLine() {
+        let yaml = minimal + "\n  - name: write\n    match: { path_prefix: /catalog/ }\n    service: catlog\n"
+        let found = issues(yaml)
+        XCTAssertEqual(found, [ConfigIssue(path: "routes[1].service", line: 13, message: "no service named \"catlog\"")])
+    }
+
+    func testUnknownKeyWrongTypeAndBadUnitAreAllReported() {
+        let yaml = """
+        listen: 127.0.0.1:8080
+        limits:
+          max_header_bytes: 16 KB please
+          client_idle_timeout: 60
+          max_conections: 5
+        services:
+          s:
+            host: h
+            ips: [127.0.0.2]
+            port: eighty
+        routes:
+          - name: r
+            match: { path_prefix: / }
+            service: s
+            strip_prefix: maybe
+        """
+        let found = issues(yaml)
+        XCTAssertTrue(found.contains { $0.path == "limits.max_header_bytes" && $0.line == 3 }, "\(found)")
+        XCTAssertTrue(found.contains { $0.path == "limits.client_idle_timeout" && $0.line == 4 && $0.message.contains("duration") })
+        XCTAssertTrue(found.contains { $0.path == "limits.max_conections" && $0.line == 5 && $0.message == "unknown key" })
+        XCTAssertTrue(found.contains { $0.path == "services.s.port" && $0.line == 10 })
+        XCTAssertTrue(found.contains { $0.path == "routes[0].strip_prefix" && $0.line == 15 })
+    }
+
+    func testErrorTextNamesFileLineAndPath() {
+        do {
+            _ = try ConfigLoader.load(yaml: "listen: nowhere\nroutes: []\n", file: "gw.yaml")
+            XCTFail("accepted")
+        } catch let e as ConfigError {
+            XCTAssertTrue(e.description.hasPrefix("gw.yaml:1: listen: expected an address host:port"), e.description)
+        } catch { XCTFail("\(error)") }
+    }
+
+    func testYAMLSyntaxErrorHasALine() {
+        let found = issues("listen: 127.0.0.1:8080\nservices:\n  s: [unclosed\n")
+        XCTAssertEqual(found.count, 1)
+        XCTAssertNotNil(found.first?.line)
+        XCTAssertTrue(found.first?.message.hasPrefix("not valid YAML") ?? false)
+    }
+
+    func testFeaturesNotBuiltAreRefusedNotIgnored() {
+        let yaml = minimal.replacingOccurrences(of: "service: catalog", with: "service: catalog\n    coalesce: true\n    cache: { ttl: 10s }")
+            + "\nredis:\n  url: redis://127.0.0.1:6379/0\n"
+        let found = issues(yaml)
+        XCTAssertTrue(found.contains { $0.path == "routes[0].coalesce" && $0.message.contains("not supported yet") && $0.line == 11 }, "\(found)")
+        XCTAssertTrue(found.contains { $0.path == "routes[0].cache" && $0.message.contains("not supported yet") })
+        XCTAssertTrue(found.contains { $0.path == "redis" && $0.line == 14 })
+        let probe = minimal.replacingOccurrences(of: "    port: 8080", with: "    port: 8080\n    probe: { kind: tcp }\n    selection: { strategy: fastest }")
+        let p = issues(probe)
+        XCTAssertTrue(p.contains { $0.path == "services.catalog.probe" && $0.line == 6 }, "\(p)")
+        XCTAssertTrue(p.contains { $0.path == "services.catalog.selection" })
+    }
+
+    func testAuthSectionIsValidatedThenRefused() {
+        let yaml = minimal + """
+
+        auth:
+          salt: pepper
+          max_skew: 300s
+          nonce_ttl: 100s
+          keys:
+            - id: ios-app
+              secret_env: QW_SECRET_IOS
+            - id: "bad id!"
+              secret: x
+        """
+        let found = issues(yaml, env: [:])
+        XCTAssertTrue(found.contains { $0.path == "auth.nonce_ttl" && $0.message.contains("twice max_skew") }, "\(found)")
+        XCTAssertTrue(found.contains { $0.path == "auth.keys[0].secret_env" && $0.message.contains("QW_SECRET_IOS is not set") })
+        XCTAssertTrue(found.contains { $0.path == "auth.keys[1].id" })
+        XCTAssertTrue(found.contains { $0.path == "auth" && $0.message.contains("not supported yet") })
+    }
+
+    func testDuplicateRouteNamesAndMissingFields() {
+        let yaml = """
+        services:
+          s: { ips: [127.0.0.2] }
+        routes:
+          - name: a
+            match: { path_prefix: nope }
+            service: s
+        """
+        let found = issues(yaml)
+        XCTAssertTrue(found.contains { $0.path == "services.s.host" && $0.message.contains("required") }, "\(found)")
+        XCTAssertTrue(found.contains { $0.path == "routes[0].match.path_prefix" && $0.message.contains("must start with /") })
+    }
+
+    func testBadIPAndBadAddress() {
+        let yaml = minimal.replacingOccurrences(of: "\"::1\"", with: "999.1.1.1").replacingOccurrences(of: "127.0.0.1:8080", with: "127.0.0.1:99999")
+        let found = issues(yaml)
+        XCTAssertTrue(found.contains { $0.path == "services.catalog.ips[1]" }, "\(found)")
+        XCTAssertTrue(found.contains { $0.path == "listen" && $0.line == 1 })
+    }
+}
+
+final class UnitsTests: XCTestCase {
+    func testDurations() {
+        XCTAssertEqual(Units.parseDurationMillis("250ms"), 250)
+        XCTAssertEqual(Units.parseDurationMillis("2s"), 2000)
+        XCTAssertEqual(Units.parseDurationMillis("1.5s"), 1500)
+        XCTAssertEqual(Units.parseDurationMillis("3m"), 180_000)
+        XCTAssertEqual(Units.parseDurationMillis("24h"), 86_400_000)
+        XCTAssertEqual(Units.parseDurationMillis("7d"), 604_800_000)
+        XCTAssertEqual(Units.parseDurationMillis("0"), 0)
+        for bad in ["60", "s", "-1s", "1.s", "1 y", "1e3ms", "", "ms5"] { XCTAssertNil(Units.parseDurationMillis(bad), bad) }
+    }
+
+    func testSizes() {
+        XCTAssertEqual(Units.parseBytes("512B"), 512)
+        XCTAssertEqual(Units.parseBytes("64KiB"), 65536)
+        XCTAssertEqual(Units.parseBytes("20MiB"), 20 * 1024 * 1024)
+        XCTAssertEqual(Units.parseBytes("1GiB"), 1 << 30)
+        XCTAssertEqual(Units.parseBytes("1KB"), 1000)
+        XCTAssertEqual(Units.parseBytes("2MB"), 2_000_000)
+        XCTAssertEqual(Units.parseBytes("1GB"), 1_000_000_000)
+        for bad in ["512", "1kb", "KiB", "-1KiB", "1 TiB"] { XCTAssertNil(Units.parseBytes(bad), bad) }
+    }
+
+    func testPercent() {
+        XCTAssertEqual(Units.parsePercent("20%"), 0.2)
+        XCTAssertNil(Units.parsePercent("120%"))
+        XCTAssertNil(Units.parsePercent("0.2"))
+    }
+
+    func testListenAddresses() {
+        XCTAssertEqual(ListenAddress.parse("[::1]:8080"), ListenAddress(host: "::1", port: 8080))
+        XCTAssertEqual(ListenAddress.parse("0.0.0.0:80")?.port, 80)
+        XCTAssertNil(ListenAddress.parse("127.0.0.1"))
+        XCTAssertNil(ListenAddress.parse("127.0.0.1:0"))
+        XCTAssertNil(ListenAddress.parse("example.com:80"))
+        XCTAssertNil(ListenAddress.parse("::1:80"))
+    }
+}

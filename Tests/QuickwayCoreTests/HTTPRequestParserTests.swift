@@ -1,0 +1,142 @@
+import XCTest
+@testable import QuickwayCore
+
+final class HTTPRequestParserTests: XCTestCase {
+    let simple = "GET /v1/items?a=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nX-Empty:\r\n\r\n"
+
+    func testParsesRequestLineAndHeaders() {
+        let (o, h) = parseOnce(simple)
+        XCTAssertEqual(o, .head(consumed: simple.utf8.count))
+        guard let h else { return XCTFail() }
+        XCTAssertEqual(h.methodString, "GET")
+        XCTAssertEqual(h.targetString, "/v1/items?a=1")
+        XCTAssertEqual(h.string(h.path), "/v1/items")
+        XCTAssertEqual(h.minorVersion, 1)
+        XCTAssertEqual(h.fields.count, 3)
+        XCTAssertEqual(h.string(h.fields[0].name), "Host")
+        XCTAssertEqual(h.string(h.fields[0].value), "example.com")
+        XCTAssertEqual(h.string(h.fields[2].value), "")
+        XCTAssertTrue(h.keepAlive)
+        XCTAssertEqual(h.body, .none)
+    }
+
+    func testValueWhitespaceIsTrimmed() {
+        let (_, h) = parseOnce("GET / HTTP/1.1\r\nHost:   a.b \t \r\n\r\n")
+        XCTAssertEqual(h.map { $0.string($0.fields[0].value) }, "a.b")
+    }
+
+    func testEveryByteBoundaryGivesTheSameHead() {
+        let text = "POST /upload HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello"
+        let headLength = text.utf8.count - 5
+        let (o, h, at) = parseByteByByte(text)
+        XCTAssertEqual(o, .head(consumed: headLength))
+        XCTAssertEqual(at, headLength, "the head is recognised exactly when its last byte arrives")
+        XCTAssertEqual(h?.body, .contentLength(5))
+        // Splitting into two calls at every position gives the same result.
+        let all = Array(text.utf8)
+        for split in 1..<headLength {
+            var p = HTTPRequestParser(maxHeadBytes: 16384, maxBodyBytes: 1 << 20)
+            XCTAssertEqual(feed(&p, Array(all[0..<split])).0, .needMore, "split at \(split)")
+            XCTAssertEqual(feed(&p, all).0, .head(consumed: headLength), "split at \(split)")
+        }
+    }
+
+    func testMalformedInputsAreRejectedAtEveryBoundary() {
+        let bad = [
+            "GET / HTTP/1.1\nHost: h\n\n",                            // bare LF
+            "GET / HTTP/1.1\r\nHost: h\n\r\n",                       // bare LF in a header
+            "GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n",        // obs-fold
+            "GET / HTTP/1.1\r\nHost : h\r\n\r\n",                     // space before colon
+            "GET / HTTP/1.1\r\nBad Name: x\r\nHost: h\r\n\r\n",       // space in name
+            "GET / HTTP/1.1\r\n: x\r\nHost: h\r\n\r\n",               // empty name
+            "GET / HTTP/1.1\r\nHost: h\r\nX: a\u{01}b\r\n\r\n",       // control byte in value
+            "GET / HTTP/1.1\r\nHost: h\r\nX: a\rb\r\n\r\n",           // bare CR
+            "GET / HTTP/2.0\r\nHost: h\r\n\r\n",
+            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",                       // HTTP/2 preface
+            "GET / http/1.1\r\nHost: h\r\n\r\n",
+            "GET / HTTP/1.12\r\nHost: h\r\n\r\n",
+            "GET /\r\n\r\n",                                         // HTTP/0.9
+            "GET  / HTTP/1.1\r\nHost: h\r\n\r\n",                     // double space
+            "GET http://evil/ HTTP/1.1\r\nHost: h\r\n\r\n",           // absolute-form
+            "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n",                  // asterisk-form
+            "G(T / HTTP/1.1\r\nHost: h\r\n\r\n",                      // bad method char
+            "GET / HTTP/1.1\r\n\r\n",                                 // no Host
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",           // two Hosts
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0x10\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length:\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: xchunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nExpect: something-else\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nX: \0\r\n\r\n",
+        ]
+        for text in bad {
+            let (once, _) = parseOnce(text)
+            XCTAssertTrue(isBadRequest(once), "whole: \(text.debugDescription) gave \(once)")
+            let (stepped, _, _) = parseByteByByte(text)
+            XCTAssertTrue(isBadRequest(stepped), "byte by byte: \(text.debugDescription) gave \(stepped)")
+        }
+    }
+
+    func testCaseInsensitiveFramingHeaders() {
+        let (_, h) = parseOnce("POST / HTTP/1.1\r\nhost: h\r\ntransfer-encoding: Chunked\r\n\r\n")
+        XCTAssertEqual(h?.body, .chunked)
+        let (_, h2) = parseOnce("POST / HTTP/1.1\r\nHOST: h\r\nCONTENT-LENGTH: 12\r\n\r\n")
+        XCTAssertEqual(h2?.body, .contentLength(12))
+    }
+
+    func testHeadLimitGives431() {
+        let big = "GET / HTTP/1.1\r\nHost: h\r\nX: " + String(repeating: "a", count: 2000) + "\r\n\r\n"
+        XCTAssertEqual(parseOnce(big, maxHead: 1024).0, .error(.headersTooLarge))
+        // An unfinished head over the limit is refused without waiting for its end.
+        let partial = "GET / HTTP/1.1\r\nHost: h\r\nX: " + String(repeating: "a", count: 2000)
+        XCTAssertEqual(parseOnce(partial, maxHead: 1024).0, .error(.headersTooLarge))
+        XCTAssertEqual(parseByteByByte(partial, maxHead: 1024).0, .error(.headersTooLarge))
+    }
+
+    func testDeclaredBodyOverLimitGives413() {
+        XCTAssertEqual(parseOnce("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2000000\r\n\r\n").0, .error(.bodyTooLarge))
+    }
+
+    func testKeepAliveRules() {
+        XCTAssertEqual(parseOnce("GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").1?.keepAlive, false)
+        XCTAssertEqual(parseOnce("GET / HTTP/1.1\r\nHost: h\r\nConnection: foo, Close\r\n\r\n").1?.keepAlive, false)
+        XCTAssertEqual(parseOnce("GET / HTTP/1.0\r\n\r\n").1?.keepAlive, false)
+        XCTAssertEqual(parseOnce("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").1?.keepAlive, true)
+    }
+
+    func testExpectContinueOnlyWithBody() {
+        XCTAssertEqual(parseOnce("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n").1?.expectsContinue, true)
+        XCTAssertEqual(parseOnce("GET / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n").1?.expectsContinue, false)
+    }
+
+    func testLeadingEmptyLinesAreSkipped() {
+        let text = "\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n"
+        let (o, h) = parseOnce(text)
+        XCTAssertEqual(o, .head(consumed: text.utf8.count))
+        XCTAssertEqual(h?.methodString, "GET")
+        XCTAssertEqual(parseByteByByte(text).0, .head(consumed: text.utf8.count))
+    }
+
+    func testPipelinedRequestsParseOneAfterAnother() {
+        let one = "GET /a HTTP/1.1\r\nHost: h\r\n\r\n"
+        let two = "GET /b HTTP/1.1\r\nHost: h\r\n\r\n"
+        var p = HTTPRequestParser(maxHeadBytes: 16384, maxBodyBytes: 1024)
+        let all = Array((one + two).utf8)
+        let (o1, h1) = feed(&p, all)
+        XCTAssertEqual(o1, .head(consumed: one.utf8.count))
+        let (o2, h2) = feed(&p, Array(all[one.utf8.count...]))
+        XCTAssertEqual(o2, .head(consumed: two.utf8.count))
+        XCTAssertEqual(h1?.targetString, "/a")
+        XCTAssertEqual(h2?.targetString, "/b")
+    }
+}

@@ -1,0 +1,112 @@
+import XCTest
+@testable import QuickwayCore
+
+final class UpstreamHeadersTests: XCTestCase {
+    func head(_ text: String) -> HTTPRequestHead {
+        let (_, h) = parseOnce(text)
+        return h!
+    }
+
+    func testHopByHopDroppedAndForwardedHeadersAdded() {
+        let h = head("POST /x HTTP/1.1\r\nHost: api.example.com\r\nConnection: keep-alive, X-Secret-Hop\r\nKeep-Alive: timeout=5\r\n"
+            + "X-Secret-Hop: 1\r\nTE: trailers\r\nUpgrade: websocket\r\nProxy-Connection: x\r\nContent-Length: 3\r\n"
+            + "Expect: 100-continue\r\nX-Forwarded-For: 10.1.1.1\r\nX-Forwarded-Host: spoofed\r\nX-Request-Id: client-id\r\n"
+            + "Accept: application/json\r\nX-App: 7\r\n\r\n")
+        let lines = UpstreamRequestHeaders.lines(head: h, clientAddress: "127.0.0.9", requestId: "rid-1", hasBody: true)
+        XCTAssertEqual(lines, [
+            "Accept: application/json",
+            "X-App: 7",
+            "X-Forwarded-For: 10.1.1.1, 127.0.0.9",
+            "X-Forwarded-Proto: http",
+            "X-Forwarded-Host: api.example.com",
+            "X-Request-Id: rid-1",
+            "Expect:",
+            "Content-Type:",
+        ])
+    }
+
+    func testCurlDefaultsSuppressedOnlyWhenClientSentNone() {
+        let h = head("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        let lines = UpstreamRequestHeaders.lines(head: h, clientAddress: "::1", requestId: "r", hasBody: false)
+        XCTAssertEqual(lines, ["X-Forwarded-For: ::1", "X-Forwarded-Proto: http", "X-Forwarded-Host: h", "X-Request-Id: r", "Expect:", "Accept:"])
+    }
+
+    func testResponseHeadFiltering() {
+        var r = UpstreamResponseHead()
+        let feedLine = { (s: String) -> Bool in var s = s; return s.withUTF8 { r.feed(UnsafeRawBufferPointer($0)) } }
+        XCTAssertFalse(feedLine("HTTP/1.1 100 Continue\r\n"))
+        XCTAssertFalse(feedLine("\r\n"))
+        XCTAssertFalse(feedLine("HTTP/1.1 201 Created Now\r\n"))
+        XCTAssertFalse(feedLine("Content-Type: text/plain\r\n"))
+        XCTAssertFalse(feedLine("Connection: keep-alive, X-Hop\r\n"))
+        XCTAssertFalse(feedLine("X-Hop: 1\r\n"))
+        XCTAssertFalse(feedLine("Transfer-Encoding: chunked\r\n"))
+        XCTAssertFalse(feedLine("Content-Length: 12\r\n"))
+        XCTAssertFalse(feedLine("Keep-Alive: timeout=4\r\n"))
+        XCTAssertFalse(feedLine("Bad Header: x\r\n"))
+        XCTAssertFalse(feedLine("X-Ctl: a\u{1}b\r\n"))
+        XCTAssertFalse(feedLine("Set-Cookie: a=1\r\n"))
+        XCTAssertTrue(feedLine("\r\n"))
+        XCTAssertEqual(r.status, 201)
+        XCTAssertEqual(String(decoding: r.reason, as: UTF8.self), "Created Now")
+        XCTAssertEqual(r.contentLength, 12)
+        XCTAssertEqual(String(decoding: r.linesToRelay(), as: UTF8.self), "Content-Type: text/plain\r\nSet-Cookie: a=1\r\n")
+    }
+}
+
+final class RoutingTests: XCTestCase {
+    func route(_ name: String, _ prefix: String, _ methods: [String]) -> RouteConfig {
+        RouteConfig(name: name, pathPrefix: prefix, methods: methods, service: "s")
+    }
+
+    func testFirstMatchWinsAndMethods() {
+        let t = RouteTable([route("read", "/catalog/", ["GET", "HEAD"]), route("write", "/catalog/", ["POST"]), route("all", "/api", [])])
+        XCTAssertEqual(t.match(method: "GET", path: "/catalog/x"), .route(0))
+        XCTAssertEqual(t.match(method: "POST", path: "/catalog/x"), .route(1))
+        XCTAssertEqual(t.match(method: "DELETE", path: "/catalog/x"), .methodNotAllowed)
+        XCTAssertEqual(t.match(method: "DELETE", path: "/api/v1"), .route(2))
+        XCTAssertEqual(t.match(method: "GET", path: "/catalog"), .noRoute)
+        XCTAssertEqual(t.match(method: "get", path: "/catalog/x"), .methodNotAllowed, "methods are case-sensitive")
+    }
+
+    func testStripPrefix() {
+        func strip(_ target: String, _ prefix: String) -> String {
+            var t = target
+            return t.withUTF8 { String(decoding: ProxyHandler.stripped(UnsafeRawBufferPointer($0), prefixLength: prefix.utf8.count), as: UTF8.self) }
+        }
+        XCTAssertEqual(strip("/catalog/items?a=1", "/catalog/"), "/items?a=1")
+        XCTAssertEqual(strip("/catalog/", "/catalog/"), "/")
+        XCTAssertEqual(strip("/api/v1", "/api"), "/v1")
+        XCTAssertEqual(strip("/api?q", "/api"), "/?q")
+    }
+
+    func testDotSegments() {
+        for p in ["/a/../b", "/a/./b", "/a/..", "/..", "/a/%2e%2E/b", "/a/.%2e/b", "/%2e/x"] { XCTAssertTrue(PathSafety.hasDotSegment(p), p) }
+        for p in ["/a/b", "/a/.b", "/a/..b", "/a/b.", "/...", "/a%2eb"] { XCTAssertFalse(PathSafety.hasDotSegment(p), p) }
+    }
+}
+
+final class LatencyBucketsTests: XCTestCase {
+    func testQuantilesWithinBucketResolution() {
+        var counts = [Int64](repeating: 0, count: LatencyBuckets.count)
+        var values: [Int64] = []
+        var x: UInt64 = 12345
+        for _ in 0..<10_000 {
+            x = x &* 6364136223846793005 &+ 1442695040888963407
+            let v = Int64((x >> 33) % 200_000)
+            values.append(v)
+            counts[LatencyBuckets.index(micros: v)] += 1
+        }
+        values.sort()
+        for q in [0.5, 0.9, 0.99] {
+            let exact = Double(values[Int((q * Double(values.count)).rounded(.up)) - 1])
+            let est = LatencyBuckets.quantile(q, counts: counts)
+            XCTAssertEqual(est, exact, accuracy: max(2, exact * 0.04), "q=\(q)")
+        }
+        for v: Int64 in [0, 63, 64, 100, 1000, 123_456, 10_000_000] {
+            let i = LatencyBuckets.index(micros: v)
+            XCTAssertLessThanOrEqual(LatencyBuckets.lowerBound(i), v)
+            XCTAssertGreaterThan(LatencyBuckets.lowerBound(i + 1), v)
+        }
+    }
+}
