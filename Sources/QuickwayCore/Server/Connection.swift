@@ -162,7 +162,8 @@ final class Connection {
         if !head.keepAlive || worker.isDraining { closeAfterResponse = true }
         if let (code, message) = worker.handler.preflight(ex) {
             // Answer without reading the body; the connection cannot be reused then.
-            if head.body != .none { closeAfterResponse = true }
+            // A request refused as bad also ends the connection.
+            if head.body != .none || code == .badRequest { closeAfterResponse = true }
             ex.respondError(code, message)
             return
         }

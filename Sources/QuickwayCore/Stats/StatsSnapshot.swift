@@ -34,7 +34,8 @@ public struct StatsSnapshot {
         inFlight = max(0, started - total)
     }
 
-    func latencyMillis(_ q: Double) -> Double { LatencyBuckets.quantile(q, counts: histogram) / 1000 }
+    /// A bucket's midpoint can lie above the largest value seen; never report more than it.
+    func latencyMillis(_ q: Double) -> Double { min(LatencyBuckets.quantile(q, counts: histogram), Double(maxMicros)) / 1000 }
 
     /// `{"2xx":n,...}`; with `all` false only the classes that occurred.
     private static func classes(_ counts: [Int64], all: Bool) -> String {

@@ -164,9 +164,11 @@ final class UpstreamTransfer {
         case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST:
             return .failed(.upstreamUnreachable, "\(name) could not be connected at \(upstreamAddress)")
         case CURLE_OPERATION_TIMEDOUT:
-            var connectTime = 0.0
-            qw_easy_getinfo_double(h, CURLINFO_CONNECT_TIME, &connectTime)
-            if connectTime == 0 {
+            // Nothing sent means no connection was made (a reused one has no connect
+            // time, so that cannot tell).
+            var requestBytes = 0
+            qw_easy_getinfo_long(h, CURLINFO_REQUEST_SIZE, &requestBytes)
+            if requestBytes == 0 {
                 return .failed(.upstreamUnreachable, "\(name) did not accept a connection at \(upstreamAddress) within \(Units.formatMillis(service.config.connectTimeoutMillis))")
             }
             return .failed(.upstreamTimeout, "\(name) did not answer within \(Units.formatMillis(service.config.responseTimeoutMillis))")

@@ -1,0 +1,262 @@
+"""Test harness: real local HTTP backends and a real `quickway` process.
+
+Backends are Python's own http.server (an HTTP implementation independent of the
+gateway's), bound to 127.0.0.x addresses. The gateway is the built binary, started
+with a config written per test and stopped by its PID.
+"""
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def quickway_binary():
+    env = os.environ.get("QUICKWAY_BIN")
+    if env:
+        return env
+    for kind in ("release", "debug"):
+        p = os.path.join(ROOT, ".build", kind, "quickway")
+        if os.path.exists(p):
+            return p
+    raise RuntimeError("build quickway first (swift build) or set QUICKWAY_BIN")
+
+
+def free_port(host="127.0.0.1", also=()):
+    """A TCP port free on `host` and on every address in `also`."""
+    for _ in range(50):
+        s = socket.socket()
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+        s.close()
+        ok = True
+        for h in also:
+            t = socket.socket()
+            try:
+                t.bind((h, port))
+            except OSError:
+                ok = False
+            finally:
+                t.close()
+        if ok:
+            return port
+    raise RuntimeError("no free port")
+
+
+def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class BackendHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def _send(self, status, body, ctype="application/json", extra=None):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def handle_any(self):
+        server = self.server
+        body = self._body()
+        with server.lock:
+            server.hits += 1
+            server.requests.append({"method": self.command, "path": self.path,
+                                    "headers": dict(self.headers.items()), "body": body})
+        parts = self.path.split("?")[0].strip("/").split("/")
+        kind = parts[0] if parts else ""
+        if kind == "delay":
+            time.sleep(int(parts[1]) / 1000)
+        if kind == "status":
+            return self._send(int(parts[1]), json.dumps({"status": int(parts[1])}).encode())
+        if kind == "big":
+            n = int(parts[1])
+            data = (hashlib.sha256(b"seed").hexdigest().encode() * (n // 64 + 1))[:n]
+            return self._send(200, data, "application/octet-stream")
+        if kind == "bigchunked":
+            n = int(parts[1])
+            data = (hashlib.sha256(b"seed").hexdigest().encode() * (n // 64 + 1))[:n]
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(0, n, 10000):
+                piece = data[i:i + 10000]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        if kind == "hang":
+            # Never answer; record when the gateway closes our connection.
+            sock = self.connection
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                r, _, _ = select.select([sock], [], [], 0.05)
+                if r:
+                    try:
+                        if sock.recv(1, socket.MSG_PEEK) == b"":
+                            break
+                    except OSError:
+                        break
+            server.hangups.set()
+            self.close_connection = True
+            return
+        payload = {"backend": server.name, "method": self.command, "path": self.path,
+                   "headers": dict(self.headers.items()), "body": body.decode("latin-1")}
+        self._send(200, json.dumps(payload).encode(), extra={"X-Backend": server.name})
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = handle_any
+
+
+class Backend:
+    """A real HTTP server on `host:port` in a background thread."""
+
+    def __init__(self, host, port):
+        self.server = ThreadingHTTPServer((host, port), BackendHandler)
+        self.server.daemon_threads = True
+        self.server.name = f"{host}:{port}"
+        self.server.lock = threading.Lock()
+        self.server.hits = 0
+        self.server.requests = []
+        self.server.hangups = threading.Event()
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    @property
+    def hits(self):
+        return self.server.hits
+
+    @property
+    def requests(self):
+        return self.server.requests
+
+    @property
+    def hangups(self):
+        return self.server.hangups
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Gateway:
+    """The real quickway binary with a config written for the test."""
+
+    def __init__(self, config_text, workers=1):
+        self.port = free_port()
+        self.admin_port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="qw-test-")
+        self.config_path = os.path.join(self.dir, "config.yaml")
+        text = config_text.replace("{PORT}", str(self.port)).replace("{ADMIN}", str(self.admin_port))
+        text = text.replace("{WORKERS}", str(workers))
+        with open(self.config_path, "w") as f:
+            f.write(text)
+        self.log_path = os.path.join(self.dir, "quickway.log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([quickway_binary(), "serve", "--config", self.config_path],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_until(self._healthy, timeout=15, what="gateway /health")
+        except AssertionError:
+            self.stop()
+            raise AssertionError("gateway did not start:\n" + self.logs())
+
+    def _healthy(self):
+        if self.proc.poll() is not None:
+            raise AssertionError("gateway exited:\n" + self.logs())
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/health", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def logs(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def stats(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5) as r:
+            return json.loads(r.read())
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout=20):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def raw_exchange(port, data, timeout=5.0, read_until_close=True):
+    """Sends raw bytes and returns everything read until the server closes (or timeout)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        chunks = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                b = s.recv(65536)
+            except socket.timeout:
+                break
+            except ConnectionResetError:
+                break
+            if not b:
+                break
+            chunks.append(b)
+            if not read_until_close:
+                break
+        return b"".join(chunks)
+    finally:
+        s.close()
+
+
+def read_response(sock_file):
+    """Reads one HTTP/1.1 response with Content-Length framing from a socket file."""
+    status_line = sock_file.readline()
+    if not status_line:
+        return None
+    headers = {}
+    while True:
+        line = sock_file.readline()
+        if line in (b"\r\n", b""):
+            break
+        k, v = line.decode().split(":", 1)
+        headers[k.strip().lower()] = v.strip()
+    n = int(headers.get("content-length", "0"))
+    body = sock_file.read(n) if n else b""
+    return int(status_line.split()[1]), headers, body
