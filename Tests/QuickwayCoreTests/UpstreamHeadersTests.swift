@@ -25,10 +25,10 @@ final class UpstreamHeadersTests: XCTestCase {
         ])
     }
 
-    func testCurlDefaultsSuppressedOnlyWhenClientSentNone() {
+    func testNoBodyMeansNoCurlSuppressors() {
         let h = head("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
         let lines = UpstreamRequestHeaders.lines(head: h, clientAddress: "::1", requestId: "r", hasBody: false)
-        XCTAssertEqual(lines, ["X-Forwarded-For: ::1", "X-Forwarded-Proto: http", "X-Forwarded-Host: h", "X-Request-Id: r", "Expect:", "Accept:"])
+        XCTAssertEqual(lines, ["X-Forwarded-For: ::1", "X-Forwarded-Proto: http", "X-Forwarded-Host: h", "X-Request-Id: r"])
     }
 
     func testResponseHeadFiltering() {

@@ -49,7 +49,7 @@ final class Connection {
         writeEvent = event_new(worker.base, fd, Int16(EV_WRITE | EV_PERSIST), connectionWriteCallback, me)
         event_add(readEvent, nil)
         readArmed = true
-        deadline = Clock.monotonicMillis() + worker.limits.clientIdleTimeoutMillis
+        deadline = Clock.coarseMillis() + worker.limits.clientIdleTimeoutMillis
     }
 
     // MARK: reading
@@ -104,7 +104,7 @@ final class Connection {
             case .head:
                 if input.isEmpty {
                     parser.reset()
-                    deadline = Clock.monotonicMillis() + worker.limits.clientIdleTimeoutMillis
+                    deadline = Clock.coarseMillis() + worker.limits.clientIdleTimeoutMillis
                     enableReading()
                     return
                 }
@@ -119,7 +119,7 @@ final class Connection {
                 case .needMore:
                     if deadline == 0 || !headTimerRunning {
                         headTimerRunning = true
-                        deadline = Clock.monotonicMillis() + worker.limits.clientHeaderTimeoutMillis
+                        deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
                     }
                     return
                 case let .head(head, consumed):
@@ -142,7 +142,7 @@ final class Connection {
                 if dec.isComplete {
                     dispatch(ex)
                 } else {
-                    deadline = Clock.monotonicMillis() + worker.limits.clientHeaderTimeoutMillis
+                    deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
                     return
                 }
             case .responding, .closing:
@@ -173,7 +173,7 @@ final class Connection {
             decoder = HTTPBodyDecoder(framing: head.body, maxBodyBytes: worker.limits.maxBodyBytes)
             if case let .contentLength(n) = head.body { ex.body.reserveCapacity(n) }
             phase = .body
-            deadline = Clock.monotonicMillis() + worker.limits.clientHeaderTimeoutMillis
+            deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
             if head.expectsContinue && input.isEmpty {
                 output.append("HTTP/1.1 100 Continue\r\n\r\n")
                 flushSoon()
@@ -237,6 +237,11 @@ final class Connection {
         output.append("X-Request-Id: ")
         output.append(exchange.requestId)
         output.append("\r\n")
+        if let cache = exchange.cacheStatus {
+            output.append("X-Cache: ")
+            output.append(cache)
+            output.append("\r\n")
+        }
         switch framing {
         case .none: break
         case .contentLength(let n):
@@ -318,7 +323,7 @@ final class Connection {
     /// client still sends for a short while (so it reads our answer instead of a reset).
     private func beginClosing() {
         phase = .closing
-        deadline = Clock.monotonicMillis() + 2000
+        deadline = Clock.coarseMillis() + 2000
         enableReading()
         flushSoon()
     }

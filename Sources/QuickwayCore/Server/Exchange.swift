@@ -15,6 +15,8 @@ final class Exchange {
     var onCancel: (() -> Void)?
     /// Index of the matched route in the worker's route table, for stats (-1: none).
     var routeIndex = -1
+    /// `X-Cache` value for routed requests (HIT, MISS, COALESCED, STALE, BYPASS).
+    var cacheStatus: StaticString?
     private(set) var status = 0
     private(set) var bytesSent = 0
     private var chunked = false

@@ -41,6 +41,7 @@ final class ProxyHandler: RequestHandler {
     // Stage 6-7: pick an IP and forward.
     func handle(_ exchange: Exchange) {
         let route = routes.entries[exchange.routeIndex]
+        exchange.cacheStatus = "BYPASS"
         let service = services[routeService[exchange.routeIndex]]
         guard let ip = service.pick() else {
             exchange.respondError(.noHealthyUpstream, "\(service.config.name) has no IP to send to")
@@ -91,9 +92,8 @@ final class ProxyCall: UpstreamTransferDelegate {
 
     func upstreamHeadReceived(_ t: UpstreamTransfer) {
         relayLines = t.head.linesToRelay()
-        relayLines.append(contentsOf: "X-Cache: BYPASS\r\n".utf8)
-        if !exchange.isHeadRequest, let n = t.head.contentLength, n > maxObjectBytes {
-            startStreaming(contentLength: n)
+        if !exchange.isHeadRequest, let n = t.head.contentLength {
+            if n > maxObjectBytes { startStreaming(contentLength: n) } else { body.reserveCapacity(n) }
         }
     }
 

@@ -125,7 +125,7 @@ final class Worker {
     }
 
     fileprivate func sweep() {
-        let now = Clock.monotonicMillis()
+        let now = Clock.coarseMillis()
         for c in Array(connections.values) { c.checkDeadline(now) }
     }
 
@@ -163,11 +163,13 @@ final class Worker {
             return Array(head.bytes[r])
         }
         requestCounter &+= 1
-        var out = requestIdPrefix
+        var out = [UInt8]()
+        out.reserveCapacity(requestIdPrefix.count + 20)
+        out.append(contentsOf: requestIdPrefix)
         var v = requestCounter
-        var digits: [UInt8] = []
-        repeat { digits.append(UInt8(ascii: "0") + UInt8(v % 10)); v /= 10 } while v > 0
-        out.append(contentsOf: digits.reversed())
+        let start = out.count
+        repeat { out.append(UInt8(ascii: "0") + UInt8(v % 10)); v /= 10 } while v > 0
+        out[start...].reverse()
         return out
     }
 

@@ -18,14 +18,12 @@ public enum UpstreamRequestHeaders {
                 HTTPRequestParser.forEachToken(raw, conn) { connectionTokens.append($0) }
             }
             var forwardedFor: Range<Int>?
-            var sawAccept = false
             var sawContentType = false
             for f in head.fields {
                 let n = f.name
                 if isDropped(raw, n) { continue }
                 if HTTPSyntax.equalsLowercase(raw, n, "x-forwarded-for") { forwardedFor = forwardedFor ?? f.value; continue }
                 if connectionTokens.contains(where: { sameName(raw, $0, n) }) { continue }
-                if HTTPSyntax.equalsLowercase(raw, n, "accept") { sawAccept = true }
                 if HTTPSyntax.equalsLowercase(raw, n, "content-type") { sawContentType = true }
                 out.append(contentsOf: raw[n])
                 out.append(contentsOf: [UInt8(ascii: ":"), 0x20])
@@ -49,11 +47,14 @@ public enum UpstreamRequestHeaders {
             out.append(contentsOf: "X-Request-Id: ".utf8)
             out.append(contentsOf: requestId)
             out.append(0)
-            // "Name:" with nothing after it tells libcurl not to add its own default.
-            out.append(contentsOf: "Expect:".utf8)
-            out.append(0)
-            if !sawAccept { out.append(contentsOf: "Accept:".utf8); out.append(0) }
-            if hasBody && !sawContentType { out.append(contentsOf: "Content-Type:".utf8); out.append(0) }
+            // "Name:" with nothing after it tells libcurl not to add its own default
+            // (it would add `Expect: 100-continue` and a form Content-Type to bodies).
+            // curl's default `Accept: */*` is left: it means the same as no Accept.
+            if hasBody {
+                out.append(contentsOf: "Expect:".utf8)
+                out.append(0)
+                if !sawContentType { out.append(contentsOf: "Content-Type:".utf8); out.append(0) }
+            }
         }
         return out
     }

@@ -44,7 +44,13 @@ public struct UpstreamResponseHead {
             contentLength = Int(String(decoding: l[value], as: UTF8.self))
             return false
         case 10 where HTTPSyntax.equalsLowercase(l, name, "connection"):
-            HTTPRequestParser.forEachToken(l, value) { connectionTokens.append(l[$0].map(HTTPSyntax.lower)) }
+            // `close` and `keep-alive` name no header that could be relayed (Keep-Alive is
+            // dropped anyway), so only other tokens need the filtering pass.
+            HTTPRequestParser.forEachToken(l, value) { t in
+                if !HTTPSyntax.equalsLowercase(l, t, "keep-alive") && !HTTPSyntax.equalsLowercase(l, t, "close") {
+                    connectionTokens.append(l[t].map(HTTPSyntax.lower))
+                }
+            }
             return false
         default:
             if UpstreamRequestHeaders.isDropped(l, name) { return false }

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Proxy benchmark: Quickway against nginx doing the same job on the same machine.
+#
+#   core 0: the proxy under test (Quickway, 1 worker | nginx, 1 worker, proxy_pass with
+#           upstream keepalive), one at a time
+#   core 1: the backend (nginx answering a 1 KB JSON) and the load generator (wrk)
+#
+# Rounds are interleaved (Q, N, Q, N, ...) so drift on a shared machine hits both alike;
+# the summary gives medians and the Quickway/nginx ratios. Server CPU per request is
+# read from /proc/PID/stat before and after each run.
+#
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C]
+# Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
+set -euo pipefail
+[ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
+cd "$(dirname "$0")/.."
+ROUNDS=5; DURATION=8; CONNS=64
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --duration) DURATION=$2; shift 2 ;;
+    --connections) CONNS=$2; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+for pkg in nginx wrk; do
+  command -v "$pkg" >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null; break; }
+done
+scripts/setup.sh >/dev/null
+QW=$PWD/.build/release/quickway
+WORK=$(mktemp -d /tmp/qw-bench.XXXXXX)
+PIDS=()
+cleanup() { [ -f "$WORK/last-wrk.txt" ] && cp "$WORK/last-wrk.txt" /tmp/qw-bench-last-wrk.txt; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+BACKEND_PORT=18081; QW_PORT=18080; QW_ADMIN=18090; NGINX_PORT=18082
+BODY=$(python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item-%04d" % i} for i in range(40)]})[:1024])')
+
+mkdir -p "$WORK/backend" "$WORK/nginx"
+cat > "$WORK/backend/nginx.conf" <<CONF
+daemon off; worker_processes 1; error_log $WORK/backend/error.log; pid $WORK/backend/nginx.pid;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.2:$BACKEND_PORT; location / { default_type application/json; return 200 '$BODY'; } } }
+CONF
+cat > "$WORK/nginx/nginx.conf" <<CONF
+daemon off; worker_processes 1; error_log $WORK/nginx/error.log; pid $WORK/nginx/nginx.pid;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  upstream backend { server 127.0.0.2:$BACKEND_PORT; keepalive 128; }
+  server { listen 127.0.0.1:$NGINX_PORT;
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection "";
+                 proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } } }
+CONF
+cat > "$WORK/quickway.yaml" <<CONF
+listen: 127.0.0.1:$QW_PORT
+workers: 1
+admin: { listen: 127.0.0.1:$QW_ADMIN }
+log: { level: warn, access_log: off }
+services:
+  backend:
+    host: backend.local
+    port: $BACKEND_PORT
+    ips: [127.0.0.2]
+routes:
+  - name: all
+    match: { path_prefix: / }
+    service: backend
+CONF
+
+taskset -c 1 nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" & PIDS+=($!)
+taskset -c 0 nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" & PIDS+=($!); NGINX_MASTER=$!
+taskset -c 0 "$QW" serve --config "$WORK/quickway.yaml" 2>"$WORK/quickway.log" & PIDS+=($!); QW_PID=$!
+
+wait_up() { for _ in $(seq 100); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "bench: $1 did not come up" >&2; exit 1; }
+wait_up "http://127.0.0.2:$BACKEND_PORT/"
+wait_up "http://127.0.0.1:$NGINX_PORT/"
+wait_up "http://127.0.0.1:$QW_PORT/"
+# nginx's worker is the master's child; CPU is counted on the worker.
+NGINX_WORKER=$(pgrep -P "$NGINX_MASTER" | head -1)
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
+
+# One run: prints "req_per_s p50_ms p99_ms cpu_us_per_req".
+run_one() {
+  local url=$1 pid=$2 out t0 t1
+  t0=$(cpu_ticks "$pid")
+  out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "$url" 2>&1)
+  echo "$out" > "$WORK/last-wrk.txt"
+  t1=$(cpu_ticks "$pid")
+  python3 - "$out" "$t0" "$t1" "$HZ" <<'PY'
+import re, sys
+out, t0, t1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def ms(s):
+    v, unit = re.match(r"([\d.]+)(us|ms|s)", s).groups()
+    return float(v) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+total = int(re.search(r"(\d+) requests in", out).group(1))
+p50 = ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1))
+p99 = ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1))
+errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+cpu_us = (t1 - t0) / hz * 1e6 / max(total, 1)
+print(f"{rps:.0f} {p50:.3f} {p99:.3f} {cpu_us:.2f} {errors.group(1) if errors else 0}")
+PY
+}
+
+echo "bench: $ROUNDS interleaved rounds of ${DURATION}s, $CONNS connections, 1 KB JSON; proxies on core 0, wrk+backend on core 1"
+# Warm-up (connection pools, caches).
+taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$QW_PORT/" >/dev/null
+taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$NGINX_PORT/" >/dev/null
+: > "$WORK/results"
+for r in $(seq "$ROUNDS"); do
+  q=$(run_one "http://127.0.0.1:$QW_PORT/" "$QW_PID"); echo "quickway $q" >> "$WORK/results"
+  n=$(run_one "http://127.0.0.1:$NGINX_PORT/" "$NGINX_WORKER"); echo "nginx $n" >> "$WORK/results"
+  echo "round $r: quickway $q | nginx $n   (req/s p50ms p99ms cpu_us/req non2xx)"
+done
+
+python3 - "$WORK/results" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, *vals = line.split()
+    rows.setdefault(name, []).append([float(v) for v in vals])
+med = {k: [statistics.median(col) for col in zip(*v)] for k, v in rows.items()}
+print()
+print(f"{'proxy case':<12}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/req':>12}{'non-2xx':>9}")
+for k in ("quickway", "nginx"):
+    m = med[k]
+    print(f"{k:<12}{m[0]:>10.0f}{m[1]:>10.3f}{m[2]:>10.3f}{m[3]:>12.2f}{m[4]:>9.0f}")
+q, n = med["quickway"], med["nginx"]
+print()
+print(f"ratio quickway/nginx: req/s {q[0]/n[0]:.2f}x (target >= 0.70), p99 {q[2]/n[2]:.2f}x (target <= 1.50), CPU/req {q[3]/n[3]:.2f}x")
+PY

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every test: unit tests (swift test) and integration tests (pytest, which start
+# the real release binary against real local backends). Prints a final
+# "N passed, N failed" line. Usage: scripts/test.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+QW_SKIP_BUILD=1 scripts/setup.sh || exit 1
+
+if ! python3 -m pytest --version >/dev/null 2>&1; then
+  echo "test: installing pytest"
+  python3 -m pip install -q pytest || { echo "test: pytest not available" >&2; exit 1; }
+fi
+
+echo "== unit tests (swift test)"
+unit_log=$(mktemp)
+swift test --disable-swift-testing 2>&1 | tee "$unit_log" | grep -E "error|failed|Executed .* tests" | tail -20
+unit_rc=${PIPESTATUS[0]}
+unit_line=$(grep -E "^\s*Executed [0-9]+ tests?, with [0-9]+ failures?" "$unit_log" | tail -1)
+unit_total=$(echo "$unit_line" | sed -E 's/.*Executed ([0-9]+) tests?.*/\1/')
+unit_failed=$(echo "$unit_line" | sed -E 's/.*with ([0-9]+) failures?.*/\1/')
+[ -n "$unit_total" ] || { unit_total=0; unit_failed=1; }
+
+echo "== building release binary for integration tests"
+swift build -c release 2>&1 | grep -E "error|warning: unre" ; build_rc=${PIPESTATUS[0]}
+if [ "$build_rc" -ne 0 ]; then echo "test: release build failed" >&2; exit 1; fi
+
+echo "== integration tests (pytest)"
+it_log=$(mktemp)
+QUICKWAY_BIN="$PWD/.build/release/quickway" python3 -m pytest -q -p no:cacheprovider Tests/integration 2>&1 | tee "$it_log"
+it_rc=${PIPESTATUS[0]}
+it_passed=$(grep -oE "[0-9]+ passed" "$it_log" | tail -1 | grep -oE "[0-9]+" || echo 0)
+it_failed=$(grep -oE "[0-9]+ (failed|error)" "$it_log" | awk '{s+=$1} END {print s+0}')
+
+passed=$(( unit_total - unit_failed + it_passed ))
+failed=$(( unit_failed + it_failed ))
+if [ "$unit_rc" -ne 0 ] && [ "$unit_failed" -eq 0 ]; then failed=$((failed + 1)); fi
+if [ "$it_rc" -ne 0 ] && [ "$it_failed" -eq 0 ]; then failed=$((failed + 1)); fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
