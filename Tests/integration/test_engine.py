@@ -362,3 +362,21 @@ def test_cli_check_help_version(tmp_path):
     assert out.returncode == 1
     out = subprocess.run([qw, "check", "--config", os.path.join(ROOT, "config.yaml")], capture_output=True, text=True, timeout=10)
     assert out.returncode == 0, out.stderr
+
+
+def test_idle_keepalive_connection_is_closed(backends):
+    g = make_gateway(backends, workers=1)
+    try:
+        text = open(g.config_path).read()
+        assert "client_idle_timeout: 5s" in text
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+        s.sendall(b"GET /api/idle HTTP/1.1\r\nHost: x\r\n\r\n")
+        st, _, _ = read_response(s.makefile("rb"))
+        assert st == 200
+        t0 = time.monotonic()
+        assert s.recv(1) == b""          # the gateway closes the idle connection
+        elapsed = time.monotonic() - t0
+        assert 4.5 <= elapsed < 7.5, elapsed
+        s.close()
+    finally:
+        g.stop()
