@@ -20,7 +20,7 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto",
                        providers: [.apt(["libssl-dev"])]),
         // Typed C wrappers for libcurl's variadic calls, which Swift cannot call.
-        .target(name: "CQuickwayShims", dependencies: ["CCurl"],
+        .target(name: "CQuickwayShims", dependencies: ["CCurl", "COpenSSL"],
                 cSettings: [.unsafeFlags(["-O2"])]),
         .target(
             name: "QuickwayCore",

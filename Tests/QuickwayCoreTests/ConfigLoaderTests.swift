@@ -109,7 +109,7 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertTrue(p.contains { $0.path == "services.catalog.selection" })
     }
 
-    func testAuthSectionIsValidatedThenRefused() {
+    func testAuthSectionIsValidated() {
         let yaml = minimal + """
 
         auth:
@@ -126,7 +126,16 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertTrue(found.contains { $0.path == "auth.nonce_ttl" && $0.message.contains("twice max_skew") }, "\(found)")
         XCTAssertTrue(found.contains { $0.path == "auth.keys[0].secret_env" && $0.message.contains("QW_SECRET_IOS is not set") })
         XCTAssertTrue(found.contains { $0.path == "auth.keys[1].id" })
-        XCTAssertTrue(found.contains { $0.path == "auth" && $0.message.contains("not supported yet") })
+        XCTAssertFalse(found.contains { $0.path == "auth" }, "auth is supported now")
+    }
+
+    func testAuthMakesRoutesRequireSignaturesByDefault() throws {
+        let yaml = minimal + "\nauth:\n  salt: s\n  keys:\n    - { id: app, secret_env: APP_SECRET }\n"
+        let c = try ConfigLoader.load(yaml: yaml, environment: ["APP_SECRET": "x"])
+        XCTAssertEqual(c.routes[0].auth, .required)
+        XCTAssertEqual(c.auth?.keys.first?.secret, "x")
+        XCTAssertEqual(c.auth?.maxSkewMillis, 300_000)
+        XCTAssertEqual(c.auth?.nonceTTLMillis, 600_000)
     }
 
     func testDuplicateRouteNamesAndMissingFields() {

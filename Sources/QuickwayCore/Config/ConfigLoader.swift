@@ -156,6 +156,7 @@ public enum ConfigLoader {
         if auth.nonceTTLMillis < 2 * auth.maxSkewMillis {
             a.report("nonce_ttl", "must be at least twice max_skew (\(Units.formatMillis(2 * auth.maxSkewMillis)))")
         }
+        if let v = a.int("nonce_capacity", in: 1_000...100_000_000) { auth.nonceCapacity = v }
         if let v = a.string("region") { auth.region = v }
         if let v = a.string("service") { auth.service = v }
         if auth.scheme == .qw1 && auth.salt.isEmpty { a.report("salt", "is required for scheme qw1") }
@@ -182,6 +183,7 @@ public enum ConfigLoader {
                 k.finish()
             }
         }
+        if auth.keys.isEmpty && a.node("keys") == nil { a.report("keys", "at least one key is required") }
         a.finish()
         return auth
     }

@@ -108,6 +108,8 @@ public struct AuthConfig: Sendable {
     public var keys: [AuthKey] = []
     public var region = "us-east-1"
     public var service = "execute-api"
+    /// Added field: most (key, nonce) pairs remembered at once (bounds the nonce store).
+    public var nonceCapacity = 1_000_000
 }
 
 public struct CacheConfig: Sendable {

@@ -9,7 +9,6 @@ enum FeatureSupport {
     }
 
     static func checkTop(_ c: GatewayConfig, _ top: YAMLMapReader) {
-        if c.auth != nil { refuse(top, "auth", "signature verification") }
         if c.redis != nil { refuse(top, "redis", "the shared Redis tier") }
     }
 

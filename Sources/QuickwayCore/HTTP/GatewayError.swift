@@ -16,10 +16,17 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
     case overloaded
     case upstreamTimeout = "upstream_timeout"
     case notFound = "not_found"
+    case authMissing = "auth_missing"
+    case authMalformed = "auth_malformed"
+    case authUnknownKey = "auth_unknown_key"
+    case authExpired = "auth_expired"
+    case authReplayed = "auth_replayed"
+    case authBadSignature = "auth_bad_signature"
 
     public var status: Int {
         switch self {
         case .badRequest: return 400
+        case .authMissing, .authMalformed, .authUnknownKey, .authExpired, .authReplayed, .authBadSignature: return 401
         case .noRoute, .notFound: return 404
         case .methodNotAllowed: return 405
         case .requestTimeout: return 408

@@ -131,8 +131,12 @@ final class Connection {
                 guard let ex = exchange, var dec = decoder else { return }
                 if input.isEmpty { return }
                 do {
+                    let before = ex.body.count
                     let used = try dec.decode(input.readable, into: &ex.body)
                     input.consume(used)
+                    if ex.bodyHasher != nil && ex.body.count > before {
+                        ex.body.withUnsafeBytes { ex.bodyHasher!.update(UnsafeRawBufferPointer(rebasing: $0[before...])) }
+                    }
                 } catch {
                     decoder = nil
                     refuse(error)

@@ -17,6 +17,14 @@ final class Exchange {
     var routeIndex = -1
     /// `X-Cache` value for routed requests (HIT, MISS, COALESCED, STALE, BYPASS).
     var cacheStatus: StaticString?
+    /// Credentials that passed the head checks, waiting for the body hash.
+    var pendingAuth: Authenticator.PendingAuth?
+    /// Hashes the body as it is decoded (set when a signature covers it).
+    var bodyHasher: SHA256Hasher?
+    /// The key id of a verified signature, sent upstream as `X-Quickway-Key`.
+    var authKeyId: String?
+    /// Scheme named in `WWW-Authenticate` on 401 answers.
+    var authChallenge: String?
     private(set) var status = 0
     private(set) var bytesSent = 0
     private var chunked = false
@@ -58,7 +66,8 @@ final class Exchange {
     /// Answers with the gateway's JSON error body.
     func respondError(_ code: GatewayErrorCode, _ message: String) {
         let body = GatewayErrorBody.json(code, message: message, requestId: requestIdString)
-        respond(status: code.status, contentType: "application/json", body: body)
+        let challenge = code.status == 401 ? "WWW-Authenticate: \(authChallenge ?? "QW1-HMAC-SHA256")\r\n" : ""
+        respond(status: code.status, contentType: "application/json", body: body, extraHeaders: challenge)
     }
 
     // MARK: streamed responses

@@ -24,10 +24,11 @@ public final class Gateway {
         pthread_sigmask(SIG_BLOCK, &set, nil)
         signal(SIGPIPE, SIG_IGN)
         let perWorker = max(1, config.limits.maxConnections / config.workers)
+        let authenticator = config.auth.map { Authenticator(config: $0, nonceCapacity: $0.nonceCapacity) }
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", listen: config.listen, limits: config.limits,
                                maxConnections: perWorker, routeCount: config.routes.count)
-            let handler = ProxyHandler(worker: w, config: config)
+            let handler = ProxyHandler(worker: w, config: config, authenticator: authenticator)
             w.setHandler(handler)
             w.onLoopExit = { handler.client.shutdown() }
             workers.append(w)

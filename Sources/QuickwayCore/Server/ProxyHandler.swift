@@ -1,7 +1,10 @@
+import Glibc
+
 /// The request stages of the proxy (DESIGN.md "One request, stage by stage"), in order:
-/// parse (done by `Connection`), route, forward to an IP of the route's service, relay
-/// the answer. Stages for signatures, cache and merging slot in between route and
-/// forward as they land. One handler per worker; runs on its loop.
+/// parse (done by `Connection`), route, authenticate (head checks before the body is
+/// read; signature and nonce once it is in), forward to an IP of the route's service,
+/// relay the answer. Cache and merging slot in between authenticate and forward as they
+/// land. One handler per worker; runs on its loop.
 final class ProxyHandler: RequestHandler {
     unowned let worker: Worker
     let routes: RouteTable
@@ -10,8 +13,11 @@ final class ProxyHandler: RequestHandler {
     private let services: [ServiceRuntime]
     let client: UpstreamClient
     let maxObjectBytes: Int
+    /// Shared by all workers (its nonce store is thread-safe); nil without `auth`.
+    let authenticator: Authenticator?
 
-    init(worker: Worker, config: GatewayConfig) {
+    init(worker: Worker, config: GatewayConfig, authenticator: Authenticator?) {
+        self.authenticator = authenticator
         self.worker = worker
         routes = RouteTable(config.routes)
         services = config.services.map { ServiceRuntime($0, start: worker.id) }
@@ -29,7 +35,7 @@ final class ProxyHandler: RequestHandler {
             switch routes.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path) {
             case .route(let i):
                 exchange.routeIndex = i
-                return nil
+                return authenticateHead(exchange, mode: routes.entries[i].config.auth)
             case .methodNotAllowed:
                 return (.methodNotAllowed, "\(head.methodString) is not allowed on \(head.string(head.path))")
             case .noRoute:
@@ -38,8 +44,50 @@ final class ProxyHandler: RequestHandler {
         }
     }
 
+    // Stage 3a: what the head alone can prove wrong (missing, malformed, unknown key, expired).
+    private func authenticateHead(_ exchange: Exchange, mode: RouteAuth) -> (GatewayErrorCode, String)? {
+        guard mode != .off, let auth = authenticator else { return nil }
+        exchange.authChallenge = auth.schemeName
+        switch auth.checkHead(exchange.head, mode: mode, nowSeconds: Int64(time(nil))) {
+        case .anonymous:
+            return nil
+        case .pending(let p):
+            exchange.pendingAuth = p
+            if exchange.head.body != .none { exchange.bodyHasher = SHA256Hasher() }
+            return nil
+        case let .rejected(r, message):
+            worker.stats.authRejected(r)
+            return (r.errorCode, message)
+        }
+    }
+
+    // Stage 3b: the signature over the request and its body, then the nonce.
+    private func authenticateBody(_ exchange: Exchange) -> Bool {
+        guard let p = exchange.pendingAuth, let auth = authenticator else { return true }
+        exchange.pendingAuth = nil
+        var bodyHash = Crypto.emptyBodyHashHex
+        if var hasher = exchange.bodyHasher {
+            bodyHash = Crypto.hex(hasher.finish())
+            exchange.bodyHasher = nil
+        }
+        switch auth.verify(p, head: exchange.head, bodyHashHex: bodyHash, nowMillis: Int64(Clock.wallSeconds() * 1000)) {
+        case .accepted(let keyId):
+            worker.stats.authAccepted()
+            exchange.authKeyId = keyId
+            return true
+        case let .rejected(r, message):
+            worker.stats.authRejected(r)
+            exchange.respondError(r.errorCode, message)
+            return false
+        case .overloaded:
+            exchange.respondError(.overloaded, "too many signed requests in the replay window; try again shortly")
+            return false
+        }
+    }
+
     // Stage 6-7: pick an IP and forward.
     func handle(_ exchange: Exchange) {
+        guard authenticateBody(exchange) else { return }
         let route = routes.entries[exchange.routeIndex]
         exchange.cacheStatus = "BYPASS"
         let service = services[routeService[exchange.routeIndex]]
@@ -50,7 +98,7 @@ final class ProxyHandler: RequestHandler {
         let head = exchange.head
         let hasBody = head.body != .none || head.value(of: "content-length") != nil
         let headers = UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
-                                                   requestId: exchange.requestId, hasBody: hasBody)
+                                                   requestId: exchange.requestId, hasBody: hasBody, authKeyId: exchange.authKeyId)
         let transfer = UpstreamTransfer(client: client, service: service, ipIndex: ip)
         let call = ProxyCall(exchange: exchange, transfer: transfer, maxObjectBytes: maxObjectBytes)
         exchange.onCancel = { [weak transfer] in transfer?.cancel() }

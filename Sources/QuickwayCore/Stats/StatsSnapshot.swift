@@ -10,6 +10,8 @@ public struct StatsSnapshot {
     public var histogram = [Int64](repeating: 0, count: LatencyBuckets.count)
     public var maxMicros: Int64 = 0
     public var routes: [(name: String, requests: Int64, byClass: [Int64])] = []
+    public var authAccepted: Int64 = 0
+    public var authRejected = [Int64](repeating: 0, count: AuthRejection.allCases.count)
     public var workers = 0
     public var connections = 0
 
@@ -25,6 +27,8 @@ public struct StatsSnapshot {
             started += w.started
             for c in 1...5 { byClass[c - 1] += w.statusClassCount(c) }
             maxMicros = max(maxMicros, w.maxMicros)
+            authAccepted += w.authAcceptedCount
+            for r in AuthRejection.allCases { authRejected[r.rawValue] += w.authRejectedCount(r) }
             for i in 0..<LatencyBuckets.count { histogram[i] += w.histogramCount(i) }
             for r in 0..<min(routes.count, w.routeCount) {
                 routes[r].requests += w.routeCount(r, slot: 0)
@@ -47,6 +51,8 @@ public struct StatsSnapshot {
         s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"by_status\":\(Self.classes(byClass, all: true))},"
         s += "\"latency_ms\":{\"p50\":\(JSONText.number(latencyMillis(0.5))),\"p90\":\(JSONText.number(latencyMillis(0.9))),"
         s += "\"p99\":\(JSONText.number(latencyMillis(0.99))),\"max\":\(JSONText.number(Double(maxMicros) / 1000))},"
+        s += "\"auth\":{\"accepted\":\(authAccepted),\"rejected\":{"
+        s += AuthRejection.allCases.map { "\"\($0.code)\":\(authRejected[$0.rawValue])" }.joined(separator: ",") + "}},"
         s += "\"routes\":{"
         s += routes.map { "\(JSONText.quoted($0.name)):{\"requests\":\($0.requests),\"by_status\":\(Self.classes($0.byClass, all: false))}" }
             .joined(separator: ",")

@@ -10,7 +10,9 @@ public final class WorkerStats {
         static let finished = 1
         static let statusClass = 2 // 2...6 for 1xx...5xx
         static let maxMicros = 7
-        static let fixed = 8
+        static let authAccepted = 8
+        static let authRejected = 9 // 9...14, in AuthRejection order
+        static let fixed = 15
     }
     public static let routeSlots = 6 // requests, 1xx..5xx
 
@@ -46,11 +48,16 @@ public final class WorkerStats {
         qw_counter_max(cells + Slot.maxMicros, micros)
     }
 
+    @inline(__always) public func authAccepted() { qw_counter_add(cells + Slot.authAccepted, 1) }
+    @inline(__always) public func authRejected(_ r: AuthRejection) { qw_counter_add(cells + Slot.authRejected + r.rawValue, 1) }
+
     // MARK: reading (any thread)
 
     public var started: Int64 { qw_counter_load(cells + Slot.started) }
     public var finished: Int64 { qw_counter_load(cells + Slot.finished) }
     public var maxMicros: Int64 { qw_counter_load(cells + Slot.maxMicros) }
+    public var authAcceptedCount: Int64 { qw_counter_load(cells + Slot.authAccepted) }
+    public func authRejectedCount(_ r: AuthRejection) -> Int64 { qw_counter_load(cells + Slot.authRejected + r.rawValue) }
     public func statusClassCount(_ cls: Int) -> Int64 { qw_counter_load(cells + Slot.statusClass + cls - 1) }
     public func routeCount(_ route: Int, slot: Int) -> Int64 { qw_counter_load(cells + Slot.fixed + route * Self.routeSlots + slot) }
     public func histogramCount(_ i: Int) -> Int64 { qw_counter_load(cells + histogramStart + i) }

@@ -9,7 +9,10 @@
 /// `-Host` say what the client used, `X-Request-Id` is the gateway's id for the call.
 public enum UpstreamRequestHeaders {
     /// Lines (`Name: value`, no line end) each followed by a NUL, ready for `curl_slist_append`.
-    public static func build(head: HTTPRequestHead, clientAddress: String, requestId: [UInt8], hasBody: Bool) -> [UInt8] {
+    /// `authKeyId`: the key of a verified signature; its Authorization header is then
+    /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
+    public static func build(head: HTTPRequestHead, clientAddress: String, requestId: [UInt8], hasBody: Bool,
+                             authKeyId: String? = nil) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(head.bytes.count + 128)
         head.withBytes { raw in
@@ -21,7 +24,8 @@ public enum UpstreamRequestHeaders {
             var sawContentType = false
             for f in head.fields {
                 let n = f.name
-                if isDropped(raw, n) { continue }
+                if isDropped(raw, n) || HTTPSyntax.equalsLowercase(raw, n, "x-quickway-key") { continue }
+                if authKeyId != nil && HTTPSyntax.equalsLowercase(raw, n, "authorization") { continue }
                 if HTTPSyntax.equalsLowercase(raw, n, "x-forwarded-for") { forwardedFor = forwardedFor ?? f.value; continue }
                 if connectionTokens.contains(where: { sameName(raw, $0, n) }) { continue }
                 if HTTPSyntax.equalsLowercase(raw, n, "content-type") { sawContentType = true }
@@ -47,6 +51,11 @@ public enum UpstreamRequestHeaders {
             out.append(contentsOf: "X-Request-Id: ".utf8)
             out.append(contentsOf: requestId)
             out.append(0)
+            if let authKeyId {
+                out.append(contentsOf: "X-Quickway-Key: ".utf8)
+                out.append(contentsOf: authKeyId.utf8)
+                out.append(0)
+            }
             // "Name:" with nothing after it tells libcurl not to add its own default
             // (it would add `Expect: 100-continue` and a form Content-Type to bodies).
             // curl's default `Accept: */*` is left: it means the same as no Accept.
@@ -60,8 +69,8 @@ public enum UpstreamRequestHeaders {
     }
 
     /// The same lines as strings (for tests and debugging).
-    public static func lines(head: HTTPRequestHead, clientAddress: String, requestId: String, hasBody: Bool) -> [String] {
-        build(head: head, clientAddress: clientAddress, requestId: Array(requestId.utf8), hasBody: hasBody)
+    public static func lines(head: HTTPRequestHead, clientAddress: String, requestId: String, hasBody: Bool, authKeyId: String? = nil) -> [String] {
+        build(head: head, clientAddress: clientAddress, requestId: Array(requestId.utf8), hasBody: hasBody, authKeyId: authKeyId)
             .split(separator: 0, omittingEmptySubsequences: true).map { String(decoding: $0, as: UTF8.self) }
     }
 

@@ -1,0 +1,144 @@
+import Glibc
+
+/// The authenticate stage: QW1 (or SigV4) verification with its timestamp window and
+/// nonce replay protection. Immutable apart from the nonce store; one instance is
+/// shared by all workers.
+///
+/// It runs in two steps so a refused call costs as little as possible: `checkHead` on
+/// the head alone (missing, malformed, unknown key, expired), before the body is read;
+/// `verify` once the body hash is known (signature, then replay). Only calls whose
+/// signature verified reach the nonce store.
+public final class Authenticator: @unchecked Sendable {
+    struct Key {
+        let id: String
+        let idBytes: [UInt8]
+        let disabled: Bool
+        /// QW1: HMAC key prepared from `HMAC(secret, salt)`.
+        let qw1: HMACKey
+        /// SigV4: the secret access key.
+        let secret: String
+    }
+
+    public let config: AuthConfig
+    let keys: [String: Key]
+    public let nonces: NonceStore
+    let sigV4: SigV4Verifier
+
+    public init(config: AuthConfig, nonceCapacity: Int = 1_000_000) {
+        self.config = config
+        var k: [String: Key] = [:]
+        for key in config.keys {
+            k[key.id] = Key(id: key.id, idBytes: Array(key.id.utf8), disabled: key.disabled,
+                            qw1: HMACKey(QW1Signer.signingKey(secret: key.secret, salt: config.salt)), secret: key.secret)
+        }
+        keys = k
+        nonces = NonceStore(ttlMillis: config.nonceTTLMillis, capacity: nonceCapacity)
+        sigV4 = SigV4Verifier(region: config.region, service: config.service)
+    }
+
+    /// What the head alone says.
+    public enum HeadCheck {
+        /// No credentials on an `optional` route: pass on without a key.
+        case anonymous
+        /// Credentials that passed the head checks; the body hash decides.
+        case pending(PendingAuth)
+        case rejected(AuthRejection, String)
+    }
+
+    public struct PendingAuth {
+        let key: Key
+        let qw1: QW1Header?
+        let sigV4: SigV4Request?
+        /// The Authorization value's range in the head.
+        let value: Range<Int>
+        public var keyId: String { key.id }
+    }
+
+    public func checkHead(_ head: HTTPRequestHead, mode: RouteAuth, nowSeconds: Int64) -> HeadCheck {
+        guard let value = head.value(of: "authorization") else {
+            return mode == .optional ? .anonymous : .rejected(.missing, "this route needs a signed request (Authorization: \(schemeName) ...)")
+        }
+        return head.withBytes { raw -> HeadCheck in
+            let v = UnsafeRawBufferPointer(rebasing: raw[value])
+            switch config.scheme {
+            case .qw1:
+                switch QW1Header.parse(v) {
+                case .notQW1:
+                    return mode == .optional ? .anonymous : .rejected(.missing, "the Authorization header is not \(schemeName)")
+                case .malformed(let why):
+                    return .rejected(.malformed, why)
+                case .ok(var h):
+                    h.key = (h.key.lowerBound + value.lowerBound)..<(h.key.upperBound + value.lowerBound)
+                    h.nonce = (h.nonce.lowerBound + value.lowerBound)..<(h.nonce.upperBound + value.lowerBound)
+                    h.signature = (h.signature.lowerBound + value.lowerBound)..<(h.signature.upperBound + value.lowerBound)
+                    h.timestampText = (h.timestampText.lowerBound + value.lowerBound)..<(h.timestampText.upperBound + value.lowerBound)
+                    let id = String(decoding: raw[h.key], as: UTF8.self)
+                    guard let key = keys[id], !key.disabled else { return .rejected(.unknownKey, "unknown or disabled key \(id)") }
+                    if let problem = skewProblem(h.timestamp, now: nowSeconds) { return .rejected(.expired, problem) }
+                    return .pending(PendingAuth(key: key, qw1: h, sigV4: nil, value: value))
+                }
+            case .awsSigV4:
+                switch sigV4.parse(head: head, authorization: value) {
+                case .notSigV4:
+                    return mode == .optional ? .anonymous : .rejected(.missing, "the Authorization header is not \(schemeName)")
+                case .malformed(let why):
+                    return .rejected(.malformed, why)
+                case .ok(let r):
+                    guard let key = keys[r.accessKeyId], !key.disabled else { return .rejected(.unknownKey, "unknown or disabled key \(r.accessKeyId)") }
+                    if let problem = skewProblem(r.timestamp, now: nowSeconds) { return .rejected(.expired, problem) }
+                    return .pending(PendingAuth(key: key, qw1: nil, sigV4: r, value: value))
+                }
+            }
+        }
+    }
+
+    var schemeName: String { config.scheme == .qw1 ? "QW1-HMAC-SHA256" : "AWS4-HMAC-SHA256" }
+
+    private func skewProblem(_ ts: Int64, now: Int64) -> String? {
+        let skew = config.maxSkewMillis / 1000
+        guard abs(now - ts) > skew else { return nil }
+        return "timestamp \(ts) is \(abs(now - ts))s away from the gateway's clock (allowed: \(skew)s)"
+    }
+
+    public enum Verdict: Equatable {
+        case accepted(keyId: String)
+        case rejected(AuthRejection, String)
+        /// The nonce store is full of live nonces: refuse rather than forget one.
+        case overloaded
+    }
+
+    /// Checks the signature over the request and its body hash, then the nonce.
+    public func verify(_ p: PendingAuth, head: HTTPRequestHead, bodyHashHex: [UInt8], nowMillis: Int64) -> Verdict {
+        head.withBytes { raw -> Verdict in
+            let scopeNonce: (UnsafeRawBufferPointer) -> Verdict = { nonce in
+                let outcome = p.key.idBytes.withUnsafeBytes { self.nonces.check(scope: $0, nonce: nonce, nowMillis: nowMillis) }
+                switch outcome {
+                case .accepted: return .accepted(keyId: p.key.id)
+                case .replayed: return .rejected(.replayed, "this signed request was already used")
+                case .full: return .overloaded
+                }
+            }
+            if let h = p.qw1 {
+                let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
+                let path = UnsafeRawBufferPointer(rebasing: raw[head.path])
+                let query = CanonicalQuery.rawQuery(ofTarget: target)
+                let canonical = QW1Signer.canonicalString(
+                    method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path, rawQuery: query,
+                    timestamp: UnsafeRawBufferPointer(rebasing: raw[h.timestampText]),
+                    nonce: UnsafeRawBufferPointer(rebasing: raw[h.nonce]), bodyHashHex: bodyHashHex)
+                let expected = Crypto.hex(p.key.qw1.sign(canonical))
+                let ok = expected.withUnsafeBytes { Crypto.constantTimeEqual($0, UnsafeRawBufferPointer(rebasing: raw[h.signature])) }
+                guard ok else { return .rejected(.badSignature, "the signature does not match the request") }
+                return scopeNonce(UnsafeRawBufferPointer(rebasing: raw[h.nonce]))
+            }
+            guard let r = p.sigV4 else { return .rejected(.malformed, "no credentials") }
+            switch sigV4.verify(r, secret: p.key.secret, bodyHashHex: bodyHashHex) {
+            case .ok:
+                // SigV4 has no nonce: the signature itself is the one-time value.
+                return Array(r.signature.utf8).withUnsafeBytes { scopeNonce($0) }
+            case .bad(let why):
+                return .rejected(.badSignature, why)
+            }
+        }
+    }
+}

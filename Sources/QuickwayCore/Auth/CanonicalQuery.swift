@@ -1,0 +1,93 @@
+/// The canonical query of `spec/signature.md` (also the SigV4 one and the cache key's):
+/// split the raw query on `&`, drop empty pieces, split each on its first `=`,
+/// percent-decode (`%XX` only; a stray `%` stays literal; `+` stays a plus), re-encode
+/// with RFC 3986 (unreserved bytes as they are, all others `%XX` upper case), sort by
+/// name then value comparing bytes, and join with `&`.
+public enum CanonicalQuery {
+    public static func canonicalize(_ query: UnsafeRawBufferPointer) -> [UInt8] {
+        if query.isEmpty { return [] }
+        var pairs: [(name: [UInt8], value: [UInt8])] = []
+        var start = 0
+        let n = query.count
+        var i = 0
+        while i <= n {
+            if i == n || query[i] == UInt8(ascii: "&") {
+                if i > start {
+                    var eq = start
+                    while eq < i && query[eq] != UInt8(ascii: "=") { eq += 1 }
+                    let name = encode(decode(UnsafeRawBufferPointer(rebasing: query[start..<eq])))
+                    let value = eq < i ? encode(decode(UnsafeRawBufferPointer(rebasing: query[(eq + 1)..<i]))) : []
+                    pairs.append((name, value))
+                }
+                start = i + 1
+            }
+            i += 1
+        }
+        pairs.sort { a, b in
+            if a.name != b.name { return a.name.lexicographicallyPrecedes(b.name) }
+            return a.value.lexicographicallyPrecedes(b.value)
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(n + 16)
+        for (k, p) in pairs.enumerated() {
+            if k > 0 { out.append(UInt8(ascii: "&")) }
+            out.append(contentsOf: p.name)
+            out.append(UInt8(ascii: "="))
+            out.append(contentsOf: p.value)
+        }
+        return out
+    }
+
+    public static func canonicalize(_ query: String) -> String {
+        var q = query
+        return String(decoding: q.withUTF8 { canonicalize(UnsafeRawBufferPointer($0)) }, as: UTF8.self)
+    }
+
+    /// The raw query of a request target: after the first `?`, before any `#`.
+    public static func rawQuery(ofTarget t: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
+        var q = 0
+        while q < t.count && t[q] != UInt8(ascii: "?") { q += 1 }
+        if q == t.count { return UnsafeRawBufferPointer(rebasing: t[t.count...]) }
+        var end = q + 1
+        while end < t.count && t[end] != UInt8(ascii: "#") { end += 1 }
+        return UnsafeRawBufferPointer(rebasing: t[(q + 1)..<end])
+    }
+
+    static func decode(_ s: UnsafeRawBufferPointer) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(s.count)
+        var i = 0
+        while i < s.count {
+            let c = s[i]
+            if c == UInt8(ascii: "%"), i + 2 < s.count,
+               let h = HTTPSyntax.hexValue(s[i + 1]), let l = HTTPSyntax.hexValue(s[i + 2]) {
+                out.append(UInt8(h * 16 + l))
+                i += 3
+            } else {
+                out.append(c)
+                i += 1
+            }
+        }
+        return out
+    }
+
+    static let upperHex: [UInt8] = Array("0123456789ABCDEF".utf8)
+
+    @inline(__always) static func isUnreserved(_ c: UInt8) -> Bool {
+        HTTPSyntax.isAlnum(c) || c == UInt8(ascii: "-") || c == UInt8(ascii: ".") || c == UInt8(ascii: "_") || c == UInt8(ascii: "~")
+    }
+
+    /// RFC 3986 percent-encoding of every byte but the unreserved ones.
+    public static func encode(_ bytes: [UInt8], keepSlash: Bool = false) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        for c in bytes {
+            if isUnreserved(c) || (keepSlash && c == UInt8(ascii: "/")) { out.append(c) } else {
+                out.append(UInt8(ascii: "%"))
+                out.append(upperHex[Int(c >> 4)])
+                out.append(upperHex[Int(c & 15)])
+            }
+        }
+        return out
+    }
+}

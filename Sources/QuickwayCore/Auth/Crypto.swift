@@ -1,0 +1,77 @@
+import CQuickwayShims
+
+/// SHA-256, HMAC-SHA256, hex and constant-time comparison, on libcrypto (through
+/// `qw_crypto.c`). Digests are returned as 32-byte arrays; hex is lower case.
+public enum Crypto {
+    public static func sha256(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        out.withUnsafeMutableBufferPointer { qw_sha256(bytes.baseAddress, bytes.count, $0.baseAddress) }
+        return out
+    }
+    public static func sha256(_ bytes: [UInt8]) -> [UInt8] { bytes.withUnsafeBytes { sha256($0) } }
+    public static func sha256(_ s: String) -> [UInt8] { sha256(Array(s.utf8)) }
+
+    public static func hmacSHA256(key: [UInt8], message: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        key.withUnsafeBytes { k in
+            message.withUnsafeBytes { m in
+                out.withUnsafeMutableBufferPointer { qw_hmac_sha256(k.baseAddress, k.count, m.baseAddress, m.count, $0.baseAddress) }
+            }
+        }
+        return out
+    }
+
+    static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    public static func hex(_ bytes: [UInt8]) -> [UInt8] {
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes { out.append(hexDigits[Int(b >> 4)]); out.append(hexDigits[Int(b & 15)]) }
+        return out
+    }
+    public static func hexString(_ bytes: [UInt8]) -> String { String(decoding: hex(bytes), as: UTF8.self) }
+
+    /// Equality that takes the same time wherever the first difference is.
+    public static func constantTimeEqual(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        guard a.count == b.count else { return false }
+        return qw_ct_compare(a.baseAddress, b.baseAddress, a.count) == 0
+    }
+
+    /// SHA-256 of the empty string, in hex (the body hash of a request without a body).
+    public static let emptyBodyHashHex: [UInt8] = Array("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".utf8)
+}
+
+/// An HMAC-SHA256 key with its padded states computed once, so each signature costs
+/// two SHA-256 passes and no allocation. Immutable after `init`; safe to share
+/// between threads.
+public final class HMACKey: @unchecked Sendable {
+    private var key = qw_hmac_key()
+
+    public init(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { qw_hmac_prepare(&key, $0.baseAddress, $0.count) }
+    }
+
+    public func sign(_ message: UnsafeRawBufferPointer, into out: UnsafeMutableRawPointer) {
+        withUnsafePointer(to: &key) { qw_hmac_sign($0, message.baseAddress, message.count, out.assumingMemoryBound(to: UInt8.self)) }
+    }
+
+    public func sign(_ message: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        message.withUnsafeBytes { m in out.withUnsafeMutableBytes { sign(m, into: $0.baseAddress!) } }
+        return out
+    }
+}
+
+/// Incremental SHA-256, for hashing a request body as it arrives.
+public struct SHA256Hasher {
+    private var ctx = qw_sha256_ctx()
+    public init() { qw_sha256_init(&ctx) }
+    public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+        if bytes.count > 0 { qw_sha256_update(&ctx, bytes.baseAddress, bytes.count) }
+    }
+    public mutating func finish() -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        out.withUnsafeMutableBufferPointer { qw_sha256_final(&ctx, $0.baseAddress) }
+        return out
+    }
+}

@@ -1,0 +1,77 @@
+import Glibc
+
+/// The fields of a `QW1-HMAC-SHA256` Authorization header, as byte ranges into the
+/// header value. Parsing is strict: each of Key, Timestamp, Nonce and Signature
+/// exactly once, in any order, separated by `,` and optional spaces; field names
+/// case-sensitive; each value within its syntax.
+public struct QW1Header: Equatable {
+    public var key: Range<Int>
+    public var timestamp: Int64
+    /// The Timestamp digits as sent (they are signed verbatim).
+    public var timestampText: Range<Int>
+    public var nonce: Range<Int>
+    public var signature: Range<Int>
+
+    public enum ParseResult: Equatable {
+        /// Not a QW1 header at all (another scheme): `auth_missing` where auth is required.
+        case notQW1
+        case malformed(String)
+        case ok(QW1Header)
+    }
+
+    static let scheme: StaticString = "QW1-HMAC-SHA256"
+
+    public static func parse(_ v: UnsafeRawBufferPointer) -> ParseResult {
+        let sl = scheme.utf8CodeUnitCount
+        guard v.count >= sl, memcmp(v.baseAddress!, scheme.utf8Start, sl) == 0,
+              v.count == sl || v[sl] == 0x20 else { return .notQW1 }
+        var i = sl
+        var key: Range<Int>?, nonce: Range<Int>?, sig: Range<Int>?, ts: Range<Int>?
+        let n = v.count
+        var fields = 0
+        while true {
+            while i < n && v[i] == 0x20 { i += 1 }
+            if i == n { break }
+            let nameStart = i
+            while i < n && v[i] != UInt8(ascii: "=") && v[i] != UInt8(ascii: ",") && v[i] != 0x20 { i += 1 }
+            guard i < n, v[i] == UInt8(ascii: "=") else { return .malformed("expected Name=value fields") }
+            let name = nameStart..<i
+            i += 1
+            let valueStart = i
+            while i < n && v[i] != UInt8(ascii: ",") && v[i] != 0x20 { i += 1 }
+            let value = valueStart..<i
+            while i < n && v[i] == 0x20 { i += 1 }
+            if i < n {
+                guard v[i] == UInt8(ascii: ",") else { return .malformed("fields must be separated by commas") }
+                i += 1
+            }
+            fields += 1
+            func set(_ slot: inout Range<Int>?, _ label: String) -> String? {
+                if slot != nil { return "\(label) appears more than once" }
+                slot = value
+                return nil
+            }
+            let problem: String?
+            switch String(decoding: v[name], as: UTF8.self) {
+            case "Key": problem = set(&key, "Key")
+            case "Timestamp": problem = set(&ts, "Timestamp")
+            case "Nonce": problem = set(&nonce, "Nonce")
+            case "Signature": problem = set(&sig, "Signature")
+            default: problem = "unknown field \(String(decoding: v[name], as: UTF8.self))"
+            }
+            if let problem { return .malformed(problem) }
+        }
+        guard let key, let ts, let nonce, let sig else { return .malformed("Key, Timestamp, Nonce and Signature are all required") }
+        guard (1...64).contains(key.count), v[key].allSatisfy(isKeyByte) else { return .malformed("Key must be 1-64 characters of A-Z a-z 0-9 . _ -") }
+        guard (8...64).contains(nonce.count), v[nonce].allSatisfy(isNonceByte) else { return .malformed("Nonce must be 8-64 characters of A-Z a-z 0-9 _ -") }
+        guard sig.count == 64, v[sig].allSatisfy(isLowerHex) else { return .malformed("Signature must be 64 lower-case hex characters") }
+        guard (1...12).contains(ts.count), v[ts].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return .malformed("Timestamp must be Unix seconds") }
+        var t: Int64 = 0
+        for d in v[ts] { t = t * 10 + Int64(d - 0x30) }
+        return .ok(QW1Header(key: key, timestamp: t, timestampText: ts, nonce: nonce, signature: sig))
+    }
+
+    static func isKeyByte(_ c: UInt8) -> Bool { HTTPSyntax.isAlnum(c) || c == UInt8(ascii: ".") || c == UInt8(ascii: "_") || c == UInt8(ascii: "-") }
+    static func isNonceByte(_ c: UInt8) -> Bool { HTTPSyntax.isAlnum(c) || c == UInt8(ascii: "_") || c == UInt8(ascii: "-") }
+    static func isLowerHex(_ c: UInt8) -> Bool { (c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66) }
+}
