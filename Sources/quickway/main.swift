@@ -11,6 +11,10 @@ Usage:
   quickway demo-backends [--backend ADDR=DELAY]...
                                    run local demo backends; default:
                                    127.0.0.2:9001=2ms 127.0.0.3:9001=10ms 127.0.0.4:9001=30ms
+  quickway sign --key ID --secret-env VAR --salt S --method M --url URL [--body-file F]
+                [--timestamp UNIX] [--nonce N] [--curl]
+                                   print the QW1 Authorization value for a request
+                                   (--curl: a ready curl command instead)
   quickway --help | --version
 
 Signals (serve): SIGTERM or SIGINT stop accepting, finish requests in flight, exit 0.
@@ -69,6 +73,8 @@ case "serve":
     } catch {
         fail("cannot start: \(error)", code: 1)
     }
+case "sign":
+    print(SignCommand.run(Array(args.dropFirst())))
 case "demo-backends":
     var backends: [DemoBackends.Backend] = []
     var rest = Array(args.dropFirst())

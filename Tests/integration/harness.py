@@ -165,7 +165,7 @@ class Backend:
 class Gateway:
     """The real quickway binary with a config written for the test."""
 
-    def __init__(self, config_text, workers=1):
+    def __init__(self, config_text, workers=1, env=None):
         self.port = free_port()
         self.admin_port = free_port()
         self.dir = tempfile.mkdtemp(prefix="qw-test-")
@@ -177,7 +177,7 @@ class Gateway:
         self.log_path = os.path.join(self.dir, "quickway.log")
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([quickway_binary(), "serve", "--config", self.config_path],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         try:
             wait_until(self._healthy, timeout=15, what="gateway /health")
         except AssertionError:
