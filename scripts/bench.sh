@@ -9,17 +9,24 @@
 # the summary gives medians and the Quickway/nginx ratios. Server CPU per request is
 # read from /proc/PID/stat before and after each run.
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C]
+# Second case, "signed": the same Quickway proxy on a route with QW1 verification
+# (auth: required) against a route with auth: off. wrk replays pre-signed requests, each
+# with a fresh nonce, made before each round by examples/qw1_client.py; both routes get
+# the same requests (same Authorization header), so only the verification differs.
+# Target: signed req/s >= 0.9x unsigned.
+#
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
 cd "$(dirname "$0")/.."
-ROUNDS=5; DURATION=8; CONNS=64
+ROUNDS=5; DURATION=8; CONNS=64; CASE=all
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
     --connections) CONNS=$2; shift 2 ;;
+    --case) CASE=$2; shift 2 ;;
     -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -64,11 +71,51 @@ services:
     host: backend.local
     port: $BACKEND_PORT
     ips: [127.0.0.2]
+auth:
+  salt: bench-salt
+  nonce_capacity: 10000000
+  keys: [ { id: bench-app, secret: bench-secret } ]
 routes:
+  - name: signed
+    match: { path_prefix: /signed/ }
+    service: backend
+    auth: required
   - name: all
     match: { path_prefix: / }
     service: backend
+    auth: off
 CONF
+cat > "$WORK/replay.lua" <<'LUA'
+-- Replays pre-signed requests from a file (one "path<TAB>authorization" a line), each once.
+local reqs, i = {}, 0
+function init(args)
+  for line in io.lines(args[1]) do
+    local path, auth = line:match("([^\t]+)\t(.*)")
+    reqs[#reqs + 1] = wrk.format("GET", args[2] .. path, { ["Authorization"] = auth })
+  end
+end
+function request()
+  i = i + 1
+  if i > #reqs then i = 1 end
+  return reqs[i]
+end
+LUA
+# Pre-signs N requests with fresh nonces (independent signer: examples/qw1_client.py).
+presign() {
+  python3 - "$1" "$2" <<'PY'
+import os, sys, time, secrets
+sys.path.insert(0, os.path.join(os.getcwd(), "examples"))
+import qw1_client
+n, out = int(sys.argv[1]), sys.argv[2]
+now, prefix = int(time.time()), secrets.token_hex(4)
+with open(out, "w") as f:
+    for i in range(n):
+        path = f"/items?id={i % 1000}"
+        auth = qw1_client.authorization("bench-app", "bench-secret", "bench-salt", "GET", "/signed" + path,
+                                        timestamp=now, nonce=f"{prefix}-{i:08d}")
+        f.write(f"{path}\t{auth}\n")
+PY
+}
 
 taskset -c 1 nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" & PIDS+=($!)
 taskset -c 0 nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" & PIDS+=($!); NGINX_MASTER=$!
@@ -84,11 +131,16 @@ NGINX_WORKER=$(pgrep -P "$NGINX_MASTER" | head -1)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 
-# One run: prints "req_per_s p50_ms p99_ms cpu_us_per_req".
+# One run: prints "req_per_s p50_ms p99_ms cpu_us_per_req non2xx".
+# Optional third argument: a wrk Lua script; further arguments are the script's.
 run_one() {
-  local url=$1 pid=$2 out t0 t1
+  local url=$1 pid=$2 script=${3:-} out t0 t1
+  local wrk_args=(-t1 -c"$CONNS" -d"${DURATION}s" --latency)
+  [ -n "$script" ] && wrk_args+=(-s "$script")
+  wrk_args+=("$url")
+  [ $# -gt 3 ] && wrk_args+=(-- "${@:4}")
   t0=$(cpu_ticks "$pid")
-  out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "$url" 2>&1)
+  out=$(taskset -c 1 wrk "${wrk_args[@]}" 2>&1)
   echo "$out" > "$WORK/last-wrk.txt"
   t1=$(cpu_ticks "$pid")
   python3 - "$out" "$t0" "$t1" "$HZ" <<'PY'
@@ -112,10 +164,21 @@ echo "bench: $ROUNDS interleaved rounds of ${DURATION}s, $CONNS connections, 1 K
 taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$QW_PORT/" >/dev/null
 taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$NGINX_PORT/" >/dev/null
 : > "$WORK/results"
+# Enough pre-signed requests that none is sent twice in a run (a replay would be a 401).
+SIGNED_N=$(( DURATION * 60000 ))
 for r in $(seq "$ROUNDS"); do
-  q=$(run_one "http://127.0.0.1:$QW_PORT/" "$QW_PID"); echo "quickway $q" >> "$WORK/results"
-  n=$(run_one "http://127.0.0.1:$NGINX_PORT/" "$NGINX_WORKER"); echo "nginx $n" >> "$WORK/results"
-  echo "round $r: quickway $q | nginx $n   (req/s p50ms p99ms cpu_us/req non2xx)"
+  if [ "$CASE" = all ] || [ "$CASE" = proxy ]; then
+    q=$(run_one "http://127.0.0.1:$QW_PORT/" "$QW_PID"); echo "quickway $q" >> "$WORK/results"
+    n=$(run_one "http://127.0.0.1:$NGINX_PORT/" "$NGINX_WORKER"); echo "nginx $n" >> "$WORK/results"
+    echo "round $r: quickway $q | nginx $n   (req/s p50ms p99ms cpu_us/req non2xx)"
+  fi
+  if [ "$CASE" = all ] || [ "$CASE" = signed ]; then
+    presign "$SIGNED_N" "$WORK/signed.txt"
+    o=$(run_one "http://127.0.0.1:$QW_PORT/" "$QW_PID" "$WORK/replay.lua" "$WORK/signed.txt" "/open"); echo "qw-auth-off $o" >> "$WORK/results"
+    presign "$SIGNED_N" "$WORK/signed.txt"
+    sg=$(run_one "http://127.0.0.1:$QW_PORT/" "$QW_PID" "$WORK/replay.lua" "$WORK/signed.txt" "/signed"); echo "qw-signed $sg" >> "$WORK/results"
+    echo "round $r: auth off $o | signed $sg"
+  fi
 done
 
 python3 - "$WORK/results" <<'PY'
@@ -126,11 +189,16 @@ for line in open(sys.argv[1]):
     rows.setdefault(name, []).append([float(v) for v in vals])
 med = {k: [statistics.median(col) for col in zip(*v)] for k, v in rows.items()}
 print()
-print(f"{'proxy case':<12}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/req':>12}{'non-2xx':>9}")
-for k in ("quickway", "nginx"):
-    m = med[k]
-    print(f"{k:<12}{m[0]:>10.0f}{m[1]:>10.3f}{m[2]:>10.3f}{m[3]:>12.2f}{m[4]:>9.0f}")
-q, n = med["quickway"], med["nginx"]
+print(f"{'case':<14}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/req':>12}{'non-2xx':>9}")
+for k in ("quickway", "nginx", "qw-auth-off", "qw-signed"):
+    if k in med:
+        m = med[k]
+        print(f"{k:<14}{m[0]:>10.0f}{m[1]:>10.3f}{m[2]:>10.3f}{m[3]:>12.2f}{m[4]:>9.0f}")
 print()
-print(f"ratio quickway/nginx: req/s {q[0]/n[0]:.2f}x (target >= 0.70), p99 {q[2]/n[2]:.2f}x (target <= 1.50), CPU/req {q[3]/n[3]:.2f}x")
+if "quickway" in med:
+    q, n = med["quickway"], med["nginx"]
+    print(f"ratio quickway/nginx: req/s {q[0]/n[0]:.2f}x (target >= 0.70), p99 {q[2]/n[2]:.2f}x (target <= 1.50), CPU/req {q[3]/n[3]:.2f}x")
+if "qw-signed" in med:
+    s, o = med["qw-signed"], med["qw-auth-off"]
+    print(f"ratio signed/auth-off: req/s {s[0]/o[0]:.2f}x (target >= 0.90), CPU/req {s[3]/o[3]:.2f}x, extra CPU per signed request {s[3]-o[3]:.2f} us")
 PY

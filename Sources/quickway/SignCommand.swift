@@ -36,7 +36,7 @@ enum SignCommand {
                                            target: target.split(separator: "#", maxSplits: 1).first.map(String.init) ?? target,
                                            timestamp: timestamp, nonce: nonce, body: body)
         guard curl else { return auth }
-        var cmd = "curl -sS -X \(method) -H '\(auth.replacingOccurrences(of: "'", with: "'\\''"))'"
+        var cmd = "curl -sS -X \(method) -H 'Authorization: \(auth)'"
         if let file = opts["body-file"] { cmd += " --data-binary @'\(file)'" }
         return cmd + " '\(url)'"
     }

@@ -31,6 +31,16 @@ final class UpstreamHeadersTests: XCTestCase {
         XCTAssertEqual(lines, ["X-Forwarded-For: ::1", "X-Forwarded-Proto: http", "X-Forwarded-Host: h", "X-Request-Id: r"])
     }
 
+    func testVerifiedKeyReplacesAuthorizationAndClientCannotClaimAKey() {
+        let h = head("GET / HTTP/1.1\r\nHost: h\r\nAuthorization: QW1-HMAC-SHA256 Key=a\r\nX-Quickway-Key: admin\r\nX-App: 1\r\n\r\n")
+        let verified = UpstreamRequestHeaders.lines(head: h, clientAddress: "1.2.3.4", requestId: "r", hasBody: false, authKeyId: "ios-app")
+        XCTAssertEqual(verified, ["X-App: 1", "X-Forwarded-For: 1.2.3.4", "X-Forwarded-Proto: http", "X-Forwarded-Host: h",
+                                  "X-Request-Id: r", "X-Quickway-Key: ios-app"])
+        let anonymous = UpstreamRequestHeaders.lines(head: h, clientAddress: "1.2.3.4", requestId: "r", hasBody: false)
+        XCTAssertTrue(anonymous.contains("Authorization: QW1-HMAC-SHA256 Key=a"), "unverified credentials pass through untouched")
+        XCTAssertFalse(anonymous.contains { $0.lowercased().hasPrefix("x-quickway-key") })
+    }
+
     func testResponseHeadFiltering() {
         var r = UpstreamResponseHead()
         let feedLine = { (s: String) -> Bool in var s = s; return s.withUTF8 { r.feed(UnsafeRawBufferPointer($0)) } }

@@ -223,6 +223,11 @@ def test_quickway_sign_agrees_with_independent_client():
                                         timestamp=1700000000, nonce="n0nce-0001")
     assert out.stdout.strip() == expected
     assert expected.endswith("Signature=9facda8942d0fe7f74d4a8dbeb58a33ed2b9bd37d142c646f9738e83178d7c2b")
+    out = subprocess.run([quickway_binary(), "sign", "--key", "ios-app", "--secret-env", "S", "--salt", "pepper",
+                          "--url", "http://127.0.0.1:1/x", "--curl"], capture_output=True, text=True, timeout=10,
+                         env={**os.environ, "S": "s3cr3t"})
+    assert out.stdout.startswith("curl -sS -X GET -H 'Authorization: QW1-HMAC-SHA256 Key=ios-app, Timestamp=")
+    assert out.stdout.strip().endswith("'http://127.0.0.1:1/x'")
 
 
 SIGV4_CONFIG = """
