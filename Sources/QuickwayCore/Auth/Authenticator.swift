@@ -24,7 +24,8 @@ public final class Authenticator: @unchecked Sendable {
     public let nonces: NonceStore
     let sigV4: SigV4Verifier
 
-    public init(config: AuthConfig, nonceCapacity: Int = 1_000_000) {
+    /// `nonces` is passed in so that a reload keeps the pairs already remembered.
+    public init(config: AuthConfig, nonces: NonceStore? = nil) {
         self.config = config
         var k: [String: Key] = [:]
         for key in config.keys {
@@ -32,7 +33,7 @@ public final class Authenticator: @unchecked Sendable {
                             qw1: HMACKey(QW1Signer.signingKey(secret: key.secret, salt: config.salt)), secret: key.secret)
         }
         keys = k
-        nonces = NonceStore(ttlMillis: config.nonceTTLMillis, capacity: nonceCapacity)
+        self.nonces = nonces ?? NonceStore(ttlMillis: config.nonceTTLMillis, capacity: config.nonceCapacity)
         sigV4 = SigV4Verifier(region: config.region, service: config.service)
     }
 

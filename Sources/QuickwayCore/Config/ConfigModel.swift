@@ -70,7 +70,7 @@ public enum IPAddressSyntax {
 
 public struct AdminConfig: Sendable { public var listen: ListenAddress }
 
-public struct LimitsConfig: Sendable {
+public struct LimitsConfig: Sendable, Equatable {
     public var maxHeaderBytes = 16 * 1024
     public var maxBodyBytes = 10 * 1024 * 1024
     public var maxConnections = 10_000
@@ -94,7 +94,7 @@ public struct LogConfig: Sendable {
 
 public enum AuthScheme: String, Sendable { case qw1, awsSigV4 = "aws-sigv4" }
 
-public struct AuthKey: Sendable {
+public struct AuthKey: Sendable, Equatable {
     public var id: String
     public var secret: String
     public var disabled: Bool
@@ -131,31 +131,31 @@ public enum UpstreamScheme: String, Sendable { case http, https }
 public enum ProbeKind: String, Sendable { case http, tcp }
 public enum SelectionStrategy: String, Sendable { case fastest, roundRobin = "round_robin" }
 
-public struct IPListConfig: Sendable {
+public struct IPListConfig: Sendable, Equatable {
     public var url: String
     public var refreshMillis: Int64 = 86_400_000
     public var cacheFile: String?
 }
 
-public struct ProbeConfig: Sendable {
+public struct ProbeConfig: Sendable, Equatable {
     public var kind: ProbeKind = .http
     public var path = "/health"
     public var intervalMillis: Int64 = 2_000
     public var timeoutMillis: Int64 = 1_000
 }
 
-public struct FailoverConfig: Sendable {
+public struct FailoverConfig: Sendable, Equatable {
     public var window = 40
     public var maxErrorRate = 0.10
     public var ejectForMillis: Int64 = 30_000
 }
 
-public struct TLSConfig: Sendable {
+public struct TLSConfig: Sendable, Equatable {
     public var verify = true
     public var caFile: String?
 }
 
-public struct ServiceConfig: Sendable {
+public struct ServiceConfig: Sendable, Equatable {
     public var name: String
     public var host: String
     public var scheme: UpstreamScheme = .http
@@ -174,7 +174,7 @@ public struct ServiceConfig: Sendable {
 
 public enum RouteAuth: String, Sendable { case required, optional, off }
 
-public struct RouteConfig: Sendable {
+public struct RouteConfig: Sendable, Equatable {
     public var name: String
     public var pathPrefix: String
     /// Upper-case method names; empty means any method.

@@ -1,6 +1,6 @@
-/// The admin listener's API (`spec/admin-and-errors.md`): `GET /health` and
-/// `GET /stats` so far. Runs on the admin loop; reads worker counters without
-/// stopping them.
+/// The admin listener's API (`spec/admin-and-errors.md`): `GET /health`,
+/// `GET /stats` and `POST /reload` so far. Runs on the admin loop; reads worker
+/// counters without stopping them.
 final class AdminHandler: RequestHandler {
     private unowned let gateway: Gateway
 
@@ -12,6 +12,8 @@ final class AdminHandler: RequestHandler {
         case "/health", "/stats":
             return exchange.head.methodIs("GET") || exchange.head.methodIs("HEAD") ? nil
                 : (.methodNotAllowed, "\(path) answers GET")
+        case "/reload":
+            return exchange.head.methodIs("POST") ? nil : (.methodNotAllowed, "/reload answers POST")
         default:
             return (.notFound, "the admin listener has no \(path)")
         }
@@ -24,6 +26,19 @@ final class AdminHandler: RequestHandler {
                 exchange.respond(status: 503, contentType: "application/json", body: Array("{\"status\":\"draining\"}".utf8))
             } else {
                 exchange.respond(status: 200, contentType: "application/json", body: Array("{\"status\":\"ok\"}".utf8))
+            }
+        case "/reload":
+            switch gateway.reload() {
+            case .applied(let changes):
+                let list = changes.map(JSONText.quoted).joined(separator: ",")
+                exchange.respond(status: 200, contentType: "application/json", body: Array("{\"status\":\"reloaded\",\"changes\":[\(list)]}".utf8))
+            case .invalid(let error):
+                let issues = error.issues.map { i in
+                    "{\"path\":\(JSONText.quoted(i.path)),\"line\":\(i.line.map(String.init) ?? "null"),\"message\":\(JSONText.quoted(i.message))}"
+                }.joined(separator: ",")
+                let body = "{\"error\":{\"status\":400,\"code\":\"invalid_config\",\"message\":\(JSONText.quoted("the config file is invalid; the running config is kept")),"
+                    + "\"request_id\":\(JSONText.quoted(exchange.requestIdString)),\"issues\":[\(issues)]}}"
+                exchange.respond(status: 400, contentType: "application/json", body: Array(body.utf8))
             }
         default:
             exchange.respond(status: 200, contentType: "application/json", body: Array(gateway.statsSnapshot().json().utf8))

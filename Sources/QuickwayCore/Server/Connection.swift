@@ -164,6 +164,7 @@ final class Connection {
         deadline = 0
         worker.stats.requestStarted()
         if !head.keepAlive || worker.isDraining { closeAfterResponse = true }
+        ex.handler = worker.handler
         if let (code, message) = worker.handler.preflight(ex) {
             // Answer without reading the body; the connection cannot be reused then.
             // A request refused as bad also ends the connection.
@@ -189,7 +190,7 @@ final class Connection {
         decoder = nil
         phase = .responding
         deadline = 0
-        worker.handler.handle(ex)
+        (ex.handler ?? worker.handler).handle(ex)
     }
 
     /// Answers a request that could not be parsed and closes the connection.
@@ -206,11 +207,11 @@ final class Connection {
     private func failAndClose(_ code: GatewayErrorCode, _ message: String) {
         if let ex = exchange {
             exchange = nil
-            worker.stats.requestFinished(status: code.status, nanos: Clock.monotonicNanos() &- ex.startNanos, routeIndex: ex.routeIndex)
+            worker.stats.requestFinished(status: code.status, nanos: Clock.monotonicNanos() &- ex.startNanos, routeSlot: ex.routeStatSlot)
             ex.cancel()
         } else {
             worker.stats.requestStarted()
-            worker.stats.requestFinished(status: code.status, nanos: 0, routeIndex: -1)
+            worker.stats.requestFinished(status: code.status, nanos: 0, routeSlot: -1)
         }
         writeErrorAndClose(code, message)
     }
@@ -300,7 +301,7 @@ final class Connection {
     // MARK: end of an exchange
 
     func exchangeFinished(_ ex: Exchange) {
-        worker.stats.requestFinished(status: ex.status, nanos: Clock.monotonicNanos() &- ex.startNanos, routeIndex: ex.routeIndex)
+        worker.stats.requestFinished(status: ex.status, nanos: Clock.monotonicNanos() &- ex.startNanos, routeSlot: ex.routeStatSlot)
         exchange = nil
         onDrained = nil
         if closeAfterResponse {
@@ -317,7 +318,7 @@ final class Connection {
     }
 
     func exchangeAborted(_ ex: Exchange) {
-        worker.stats.requestFinished(status: ex.status, nanos: Clock.monotonicNanos() &- ex.startNanos, routeIndex: ex.routeIndex)
+        worker.stats.requestFinished(status: ex.status, nanos: Clock.monotonicNanos() &- ex.startNanos, routeSlot: ex.routeStatSlot)
         exchange = nil
         flush()
         closeNow()
@@ -367,7 +368,7 @@ final class Connection {
         close(fd)
         if let ex = exchange {
             exchange = nil
-            worker.stats.requestFinished(status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos, routeIndex: ex.routeIndex)
+            worker.stats.requestFinished(status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos, routeSlot: ex.routeStatSlot)
             ex.cancel()
         }
         onDrained = nil

@@ -13,8 +13,13 @@ final class Exchange {
     private(set) var connection: Connection?
     /// Called if the client goes away before the response is complete.
     var onCancel: (() -> Void)?
-    /// Index of the matched route in the worker's route table, for stats (-1: none).
+    /// Index of the matched route in `handler`'s route table (-1: none).
     var routeIndex = -1
+    /// The matched route's counter slot (`RouteStatSlots`), -1 for none.
+    var routeStatSlot = -1
+    /// The handler (config snapshot) the request started with; a reload in the middle
+    /// of its body does not move it to another snapshot.
+    var handler: RequestHandler?
     /// `X-Cache` value for routed requests (HIT, MISS, COALESCED, STALE, BYPASS).
     var cacheStatus: StaticString?
     /// Credentials that passed the head checks, waiting for the body hash.

@@ -9,44 +9,114 @@ public enum QuickwayVersion {
 /// A running gateway: the proxy workers (one event loop each on the shared port), the
 /// admin loop, and the process lifecycle. `run()` blocks the calling thread in
 /// `sigwait`, so signals are handled as ordinary code, never in a signal handler:
-/// SIGTERM/SIGINT drain and stop, SIGHUP is reported (reload is its own issue).
+/// SIGTERM/SIGINT drain and stop, SIGHUP reloads the config file.
+///
+/// Thread rules: `config` and the reload state are guarded by `lock` (reloads come from
+/// the signal thread or the admin loop); workers only ever see whole handler snapshots
+/// through `Worker.install`.
 public final class Gateway {
-    public let config: GatewayConfig
+    private let lock = NSLock()
+    private var currentConfig: GatewayConfig
     private var workers: [Worker] = []
+    /// One libcurl multi handle per worker, kept across reloads (pooled connections).
+    private var clients: [UpstreamClient] = []
     private var admin: Worker!
     private let startedNanos = Clock.monotonicNanos()
     private var drainingFlag: Int32 = 0
+    private let routeSlots = RouteStatSlots()
+    /// Kept across reloads so nonces accepted before a reload stay replays after it.
+    private var nonceStore: NonceStore?
+
+    public var config: GatewayConfig { lock.lock(); defer { lock.unlock() }; return currentConfig }
 
     public init(config: GatewayConfig) throws {
-        self.config = config
+        currentConfig = config
         // Block the signals we handle before any thread starts, so only sigwait sees them.
         var set = Self.handledSignals()
         pthread_sigmask(SIG_BLOCK, &set, nil)
         signal(SIGPIPE, SIG_IGN)
         let perWorker = max(1, config.limits.maxConnections / config.workers)
-        let authenticator = config.auth.map { Authenticator(config: $0, nonceCapacity: $0.nonceCapacity) }
+        let authenticator = makeAuthenticator(config)
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", listen: config.listen, limits: config.limits,
-                               maxConnections: perWorker, routeCount: config.routes.count)
-            let handler = ProxyHandler(worker: w, config: config, authenticator: authenticator)
-            w.setHandler(handler)
-            w.onLoopExit = { handler.client.shutdown() }
+                               maxConnections: perWorker)
+            let client = UpstreamClient(base: w.base)
+            w.setHandler(ProxyHandler(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots))
+            w.onLoopExit = { client.shutdown() }
             workers.append(w)
+            clients.append(client)
         }
         admin = try Worker(id: config.workers, name: "quickway-admin", listen: config.admin.listen, limits: config.limits,
                            maxConnections: 256, routeCount: 0)
         admin.setHandler(AdminHandler(gateway: self))
     }
 
+    private func makeAuthenticator(_ config: GatewayConfig) -> Authenticator? {
+        guard let auth = config.auth else { return nil }
+        if nonceStore == nil { nonceStore = NonceStore(ttlMillis: auth.nonceTTLMillis, capacity: auth.nonceCapacity) }
+        return Authenticator(config: auth, nonces: nonceStore!)
+    }
+
     var isDraining: Bool { qw_flag_load(&drainingFlag) == 1 }
 
     func statsSnapshot() -> StatsSnapshot {
-        var s = StatsSnapshot(version: QuickwayVersion.string,
-                              uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
-                              routeNames: config.routes.map(\.name), workers: workers.map(\.stats))
-        s.workers = workers.count
-        return s
+        let routes = config.routes.map { ($0.name, routeSlots.slot(for: $0.name)) }
+        return StatsSnapshot(version: QuickwayVersion.string,
+                             uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
+                             routes: routes, workers: workers.map(\.stats))
     }
+
+    // MARK: reload
+
+    public enum ReloadResult {
+        /// Applied; the lines say what changed (and what needs a restart).
+        case applied([String])
+        case invalid(ConfigError)
+    }
+
+    /// Re-reads the config file. An invalid file changes nothing. A valid one is applied
+    /// to every worker between requests: requests in flight finish on the settings they
+    /// started with, the cache of pooled upstream connections and the nonce store stay.
+    /// Listener addresses, the worker count and `limits` need a restart and are reported.
+    public func reload() -> ReloadResult {
+        lock.lock()
+        defer { lock.unlock() }
+        let old = currentConfig
+        let new: GatewayConfig
+        do {
+            new = try ConfigLoader.load(file: old.sourcePath)
+        } catch let e as ConfigError {
+            Log.error("reload: \(old.sourcePath) is invalid; keeping the running config:\n\(e.description)")
+            return .invalid(e)
+        } catch {
+            let e = ConfigError(file: old.sourcePath, issues: [ConfigIssue(path: "", line: nil, message: "\(error)")])
+            return .invalid(e)
+        }
+        var changes = ConfigDiff.describe(old: old, new: new)
+        var applied = new
+        // Settings bound to sockets and threads stay until a restart.
+        if new.listen != old.listen || new.workers != old.workers || new.admin.listen != old.admin.listen {
+            changes.append("listen, admin.listen and workers changes need a restart (kept: \(old.listen), \(old.workers) worker(s))")
+            applied.listen = old.listen; applied.workers = old.workers; applied.admin = old.admin
+        }
+        if new.limits != old.limits {
+            changes.append("limits changes need a restart (kept the running limits)")
+            applied.limits = old.limits
+        }
+        if let a = new.auth, let b = old.auth, a.nonceTTLMillis != b.nonceTTLMillis || a.nonceCapacity != b.nonceCapacity {
+            changes.append("auth.nonce_ttl and nonce_capacity changes need a restart (remembered nonces are kept)")
+        }
+        let authenticator = makeAuthenticator(applied)
+        for (w, client) in zip(workers, clients) {
+            w.install(ProxyHandler(worker: w, config: applied, client: client, authenticator: authenticator, statSlots: routeSlots))
+        }
+        Log.level = applied.log.level
+        currentConfig = applied
+        Log.info("reload: applied \(old.sourcePath)" + (changes.isEmpty ? " (no changes)" : ": " + changes.joined(separator: "; ")))
+        return .applied(changes)
+    }
+
+    // MARK: lifecycle
 
     private static func handledSignals() -> sigset_t {
         var set = sigset_t()
@@ -68,7 +138,8 @@ public final class Gateway {
             var sig: Int32 = 0
             guard sigwait(&set, &sig) == 0 else { continue }
             if sig == SIGHUP {
-                Log.warn("SIGHUP: reloading the config is not supported yet in this build; keeping the running config")
+                Log.info("SIGHUP: reloading \(config.sourcePath)")
+                _ = reload()
                 continue
             }
             Log.info("signal \(sig == SIGTERM ? "SIGTERM" : "SIGINT"): draining (up to \(Units.formatMillis(config.limits.drainTimeoutMillis)))")
@@ -79,18 +150,21 @@ public final class Gateway {
         for w in workers { w.join() }
         admin.requestDrain()
         admin.join()
-        let s = statsSnapshot()
-        Log.info("stopped after \(s.total) request(s)")
+        Log.info("stopped after \(statsSnapshot().total) request(s)")
     }
 
     private func logStartup() {
+        let config = self.config
         Log.info("quickway \(QuickwayVersion.string) listening on \(config.listen) with \(config.workers) worker(s); admin on \(config.admin.listen)")
         for s in config.services {
             Log.info("service \(s.name): \(s.scheme.rawValue)://\(s.host):\(s.port) via \(s.ips.joined(separator: ", ")) (\(s.strategy.rawValue))")
         }
         for r in config.routes {
             let methods = r.methods.isEmpty ? "any method" : r.methods.joined(separator: ",")
-            Log.info("route \(r.name): \(r.pathPrefix) (\(methods)) -> \(r.service)\(r.stripPrefix ? ", prefix stripped" : "")")
+            Log.info("route \(r.name): \(r.pathPrefix) (\(methods)) -> \(r.service), auth \(r.auth.rawValue)\(r.stripPrefix ? ", prefix stripped" : "")")
+        }
+        if let a = config.auth {
+            Log.info("auth: \(a.scheme.rawValue), \(a.keys.filter { !$0.disabled }.count) active key(s), max_skew \(Units.formatMillis(a.maxSkewMillis)), nonce_ttl \(Units.formatMillis(a.nonceTTLMillis))")
         }
     }
 }

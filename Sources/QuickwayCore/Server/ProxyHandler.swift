@@ -16,13 +16,17 @@ final class ProxyHandler: RequestHandler {
     /// Shared by all workers (its nonce store is thread-safe); nil without `auth`.
     let authenticator: Authenticator?
 
-    init(worker: Worker, config: GatewayConfig, authenticator: Authenticator?) {
+    /// Counter slot of each route (by name, stable across reloads).
+    private let routeStatSlots: [Int]
+
+    init(worker: Worker, config: GatewayConfig, client: UpstreamClient, authenticator: Authenticator?, statSlots: RouteStatSlots) {
         self.authenticator = authenticator
+        self.client = client
+        routeStatSlots = config.routes.map { statSlots.slot(for: $0.name) }
         self.worker = worker
         routes = RouteTable(config.routes)
         services = config.services.map { ServiceRuntime($0, start: worker.id) }
         routeService = config.routes.map { r in config.services.firstIndex { $0.name == r.service }! }
-        client = UpstreamClient(base: worker.base)
         maxObjectBytes = config.cache.maxObjectBytes
     }
 
@@ -35,6 +39,7 @@ final class ProxyHandler: RequestHandler {
             switch routes.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path) {
             case .route(let i):
                 exchange.routeIndex = i
+                exchange.routeStatSlot = routeStatSlots[i]
                 return authenticateHead(exchange, mode: routes.entries[i].config.auth)
             case .methodNotAllowed:
                 return (.methodNotAllowed, "\(head.methodString) is not allowed on \(head.string(head.path))")

@@ -32,7 +32,7 @@ final class Worker {
     private var requestCounter: UInt64 = 0
     private let requestIdPrefix: [UInt8]
 
-    init(id: Int, name: String, listen: ListenAddress, limits: LimitsConfig, maxConnections: Int, routeCount: Int) throws {
+    init(id: Int, name: String, listen: ListenAddress, limits: LimitsConfig, maxConnections: Int, routeCount: Int = WorkerStats.maxRoutes) throws {
         self.id = id
         self.name = name
         self.listenAddress = listen
@@ -48,6 +48,18 @@ final class Worker {
 
     /// Installs the handler (it usually needs the worker, hence not in `init`).
     func setHandler(_ h: RequestHandler) { handler = h }
+
+    private let pendingLock = NSLock()
+    private var pendingHandler: RequestHandler?
+
+    /// Hands the loop a new handler (a reloaded config) from any thread; the loop
+    /// switches to it between requests. Requests already started keep their own.
+    func install(_ h: RequestHandler) {
+        pendingLock.lock()
+        pendingHandler = h
+        pendingLock.unlock()
+        event_active(controlEvent, EV_READ, 0)
+    }
 
     /// Starts the loop on a new thread.
     func start() {
@@ -130,6 +142,9 @@ final class Worker {
     }
 
     fileprivate func control() {
+        pendingLock.lock()
+        if let h = pendingHandler { handler = h; pendingHandler = nil }
+        pendingLock.unlock()
         if qw_flag_load(&drainFlag) == 1 && !isDraining { beginDrain() }
     }
 

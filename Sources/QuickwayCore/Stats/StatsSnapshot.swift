@@ -15,12 +15,13 @@ public struct StatsSnapshot {
     public var workers = 0
     public var connections = 0
 
-    init(version: String, uptimeSeconds: Double, routeNames: [String], workers: [WorkerStats]) {
+    /// `routes`: the current routes' names with their counter slots.
+    init(version: String, uptimeSeconds: Double, routes routeSlots: [(String, Int)], workers: [WorkerStats]) {
         self.version = version
         self.uptimeSeconds = uptimeSeconds
         self.workers = workers.count
         var started: Int64 = 0
-        routes = routeNames.map { ($0, 0, [Int64](repeating: 0, count: 5)) }
+        routes = routeSlots.map { ($0.0, 0, [Int64](repeating: 0, count: 5)) }
         for w in workers {
             let fin = w.finished
             total += fin
@@ -30,9 +31,9 @@ public struct StatsSnapshot {
             authAccepted += w.authAcceptedCount
             for r in AuthRejection.allCases { authRejected[r.rawValue] += w.authRejectedCount(r) }
             for i in 0..<LatencyBuckets.count { histogram[i] += w.histogramCount(i) }
-            for r in 0..<min(routes.count, w.routeCount) {
-                routes[r].requests += w.routeCount(r, slot: 0)
-                for c in 1...5 { routes[r].byClass[c - 1] += w.routeCount(r, slot: c) }
+            for (r, (_, slot)) in routeSlots.enumerated() where slot >= 0 && slot < w.routeCount {
+                routes[r].requests += w.routeCount(slot, slot: 0)
+                for c in 1...5 { routes[r].byClass[c - 1] += w.routeCount(slot, slot: c) }
             }
         }
         inFlight = max(0, started - total)

@@ -15,13 +15,16 @@ public final class WorkerStats {
         static let fixed = 15
     }
     public static let routeSlots = 6 // requests, 1xx..5xx
+    /// Route counters are kept per route *name* (see `RouteStatSlots`), so they survive
+    /// reloads; this many distinct names over the process's life.
+    public static let maxRoutes = 512
 
     private let cells: UnsafeMutablePointer<Int64>
     private let cellCount: Int
     public let routeCount: Int
     private let histogramStart: Int
 
-    public init(routeCount: Int) {
+    public init(routeCount: Int = WorkerStats.maxRoutes) {
         self.routeCount = routeCount
         histogramStart = Slot.fixed + routeCount * Self.routeSlots
         cellCount = histogramStart + LatencyBuckets.count
@@ -34,7 +37,8 @@ public final class WorkerStats {
     @inline(__always) public func requestStarted() { qw_counter_add(cells + Slot.started, 1) }
 
     /// Counts a finished request: its status class, route and latency.
-    @inline(__always) public func requestFinished(status: Int, nanos: UInt64, routeIndex: Int) {
+    /// `routeSlot`: the route's `RouteStatSlots` index, or -1.
+    @inline(__always) public func requestFinished(status: Int, nanos: UInt64, routeSlot routeIndex: Int) {
         qw_counter_add(cells + Slot.finished, 1)
         let cls = min(max(status / 100, 1), 5)
         qw_counter_add(cells + Slot.statusClass + cls - 1, 1)
