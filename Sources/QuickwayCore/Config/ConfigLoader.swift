@@ -296,10 +296,21 @@ public enum ConfigLoader {
         }
         if let c = m.map("cache") {
             if let v = c.duration("ttl") { r.cacheTTLMillis = v }
-            if let v = c.stringList("vary") { r.vary = v }
+            if let v = c.stringList("vary") {
+                for (i, name) in v.enumerated() where name.isEmpty || !name.utf8.allSatisfy(HTTPSyntax.isTokenChar) {
+                    sink.add("\(c.childPath("vary"))[\(i)]", c.lineOf("vary"), "not a header name: \"\(name)\"")
+                }
+                r.vary = v.map { $0.lowercased() }
+            }
+            if let v = c.bool("allow_set_cookie") { r.allowSetCookie = v }
             c.finish()
         }
         if let v = m.bool("coalesce") { r.coalesce = v }
+        if let v = m.int("coalesce_max_waiters", in: 1...1_000_000) { r.coalesceMaxWaiters = v }
+        if let v = positive(m, "coalesce_wait") { r.coalesceWaitMillis = v }
+        if (r.cacheTTLMillis > 0 || r.coalesce) && !r.methods.isEmpty && !r.methods.contains("GET") && !r.methods.contains("HEAD") {
+            m.report("cache", "caching and merging apply to GET and HEAD only, and this route allows neither")
+        }
         m.finish()
         FeatureSupport.checkRoute(r, m)
         return name == nil || serviceName == nil ? nil : r

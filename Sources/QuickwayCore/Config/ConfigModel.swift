@@ -184,5 +184,11 @@ public struct RouteConfig: Sendable, Equatable {
     public var auth: RouteAuth = .off
     public var cacheTTLMillis: Int64 = 0
     public var vary: [String] = []
+    /// Added field (`cache.allow_set_cookie`): store answers that set cookies.
+    public var allowSetCookie = false
     public var coalesce = false
+    /// Added fields: at most this many requests wait on one flight ...
+    public var coalesceMaxWaiters = 1000
+    /// ... each for at most this long (then 503 overloaded).
+    public var coalesceWaitMillis: Int64 = 10_000
 }

@@ -12,9 +12,7 @@ enum FeatureSupport {
         if c.redis != nil { refuse(top, "redis", "the shared Redis tier") }
     }
 
-    static func checkCache(_ c: CacheConfig, _ m: YAMLMapReader) {
-        if c.staleIfErrorMillis > 0 { refuse(m, "stale_if_error", "serving stale entries") }
-    }
+    static func checkCache(_ c: CacheConfig, _ m: YAMLMapReader) {}
 
     static func checkLog(_ c: LogConfig, _ m: YAMLMapReader) {
         if c.accessLog != "off" { refuse(m, "access_log", "the access log (set off)") }
@@ -30,8 +28,5 @@ enum FeatureSupport {
         if s.retries > 0 { refuse(m, "retries", "retrying on another IP (set 0)") }
     }
 
-    static func checkRoute(_ r: RouteConfig, _ m: YAMLMapReader) {
-        if r.cacheTTLMillis > 0 || !r.vary.isEmpty { refuse(m, "cache", "response caching") }
-        if r.coalesce { refuse(m, "coalesce", "request merging") }
-    }
+    static func checkRoute(_ r: RouteConfig, _ m: YAMLMapReader) {}
 }

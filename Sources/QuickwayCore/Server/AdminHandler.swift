@@ -1,3 +1,5 @@
+import Foundation
+
 /// The admin listener's API (`spec/admin-and-errors.md`): `GET /health`,
 /// `GET /stats` and `POST /reload` so far. Runs on the admin loop; reads worker
 /// counters without stopping them.
@@ -12,8 +14,8 @@ final class AdminHandler: RequestHandler {
         case "/health", "/stats":
             return exchange.head.methodIs("GET") || exchange.head.methodIs("HEAD") ? nil
                 : (.methodNotAllowed, "\(path) answers GET")
-        case "/reload":
-            return exchange.head.methodIs("POST") ? nil : (.methodNotAllowed, "/reload answers POST")
+        case "/reload", "/cache/purge":
+            return exchange.head.methodIs("POST") ? nil : (.methodNotAllowed, "\(path) answers POST")
         default:
             return (.notFound, "the admin listener has no \(path)")
         }
@@ -27,6 +29,8 @@ final class AdminHandler: RequestHandler {
             } else {
                 exchange.respond(status: 200, contentType: "application/json", body: Array("{\"status\":\"ok\"}".utf8))
             }
+        case "/cache/purge":
+            purge(exchange)
         case "/reload":
             switch gateway.reload() {
             case .applied(let changes):
@@ -43,5 +47,24 @@ final class AdminHandler: RequestHandler {
         default:
             exchange.respond(status: 200, contentType: "application/json", body: Array(gateway.statsSnapshot().json().utf8))
         }
+    }
+
+    /// `{"prefix": "/catalog/"}`, `{"key": "GET host/path?query"}` or `{}` for all.
+    private func purge(_ exchange: Exchange) {
+        let body = exchange.body.isEmpty ? Array("{}".utf8) : exchange.body
+        guard let doc = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
+            exchange.respondError(.badRequest, "expected a JSON object: {\"prefix\": \"/path/\"}, {\"key\": \"...\"} or {}")
+            return
+        }
+        let what: ResponseCache.Purge
+        if let p = doc["prefix"] as? String, doc.count == 1 { what = .prefix(Array(p.utf8)) }
+        else if let k = doc["key"] as? String, doc.count == 1 { what = .key(Array(k.utf8)) }
+        else if doc.isEmpty { what = .all }
+        else {
+            exchange.respondError(.badRequest, "expected exactly one of prefix or key, or {} for all")
+            return
+        }
+        let n = gateway.purgeCache(what)
+        exchange.respond(status: 200, contentType: "application/json", body: Array("{\"purged\":\(n)}".utf8))
     }
 }

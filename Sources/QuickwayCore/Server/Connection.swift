@@ -247,6 +247,11 @@ final class Connection {
             output.append(cache)
             output.append("\r\n")
         }
+        if let age = exchange.age {
+            output.append("Age: ")
+            output.appendDecimal(age)
+            output.append("\r\n")
+        }
         switch framing {
         case .none: break
         case .contentLength(let n):

@@ -22,6 +22,8 @@ final class Exchange {
     var handler: RequestHandler?
     /// `X-Cache` value for routed requests (HIT, MISS, COALESCED, STALE, BYPASS).
     var cacheStatus: StaticString?
+    /// `Age` in seconds for answers from the cache.
+    var age: Int?
     /// Credentials that passed the head checks, waiting for the body hash.
     var pendingAuth: Authenticator.PendingAuth?
     /// Hashes the body as it is decoded (set when a signature covers it).

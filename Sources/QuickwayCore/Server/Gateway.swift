@@ -24,6 +24,8 @@ public final class Gateway {
     private let startedNanos = Clock.monotonicNanos()
     private var drainingFlag: Int32 = 0
     private let routeSlots = RouteStatSlots()
+    /// The cache and the flight table: one for all workers, kept across reloads.
+    private let shared: SharedStages
     /// Kept across reloads so nonces accepted before a reload stay replays after it.
     private var nonceStore: NonceStore?
 
@@ -31,6 +33,7 @@ public final class Gateway {
 
     public init(config: GatewayConfig) throws {
         currentConfig = config
+        shared = SharedStages(cache: ResponseCache(maxBytes: config.cache.maxBytes, maxObjectBytes: config.cache.maxObjectBytes))
         // Block the signals we handle before any thread starts, so only sigwait sees them.
         var set = Self.handledSignals()
         pthread_sigmask(SIG_BLOCK, &set, nil)
@@ -41,7 +44,7 @@ public final class Gateway {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", listen: config.listen, limits: config.limits,
                                maxConnections: perWorker)
             let client = UpstreamClient(base: w.base)
-            w.setHandler(ProxyHandler(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots))
+            w.setHandler(ProxyHandler(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots, shared: shared))
             w.onLoopExit = { client.shutdown() }
             workers.append(w)
             clients.append(client)
@@ -61,9 +64,13 @@ public final class Gateway {
 
     func statsSnapshot() -> StatsSnapshot {
         let routes = config.routes.map { ($0.name, routeSlots.slot(for: $0.name)) }
-        return StatsSnapshot(version: QuickwayVersion.string,
-                             uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
-                             routes: routes, workers: workers.map(\.stats))
+        var s = StatsSnapshot(version: QuickwayVersion.string,
+                              uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
+                              routes: routes, workers: workers.map(\.stats))
+        s.cache = shared.cache.figures
+        s.cacheMaxBytes = shared.cache.maxBytes
+        (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures
+        return s
     }
 
     // MARK: reload
@@ -99,6 +106,10 @@ public final class Gateway {
             changes.append("listen, admin.listen and workers changes need a restart (kept: \(old.listen), \(old.workers) worker(s))")
             applied.listen = old.listen; applied.workers = old.workers; applied.admin = old.admin
         }
+        if new.cache.maxBytes != old.cache.maxBytes || new.cache.maxObjectBytes != old.cache.maxObjectBytes {
+            changes.append("cache.max_bytes and max_object_bytes changes need a restart (the cache is kept)")
+            applied.cache.maxBytes = old.cache.maxBytes; applied.cache.maxObjectBytes = old.cache.maxObjectBytes
+        }
         if new.limits != old.limits {
             changes.append("limits changes need a restart (kept the running limits)")
             applied.limits = old.limits
@@ -108,13 +119,16 @@ public final class Gateway {
         }
         let authenticator = makeAuthenticator(applied)
         for (w, client) in zip(workers, clients) {
-            w.install(ProxyHandler(worker: w, config: applied, client: client, authenticator: authenticator, statSlots: routeSlots))
+            w.install(ProxyHandler(worker: w, config: applied, client: client, authenticator: authenticator, statSlots: routeSlots, shared: shared))
         }
         Log.level = applied.log.level
         currentConfig = applied
         Log.info("reload: applied \(old.sourcePath)" + (changes.isEmpty ? " (no changes)" : ": " + changes.joined(separator: "; ")))
         return .applied(changes)
     }
+
+    /// Removes cache entries (`POST /cache/purge`); returns how many went.
+    func purgeCache(_ what: ResponseCache.Purge) -> Int { shared.cache.purge(what) }
 
     // MARK: lifecycle
 

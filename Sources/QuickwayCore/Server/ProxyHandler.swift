@@ -1,10 +1,17 @@
 import Glibc
 
+/// Objects every worker's proxy handler shares: the response cache, the flight table
+/// for merging, the authenticator. Thread-safe; they outlive reloads.
+final class SharedStages: @unchecked Sendable {
+    let cache: ResponseCache
+    let flights = FlightTable()
+    init(cache: ResponseCache) { self.cache = cache }
+}
+
 /// The request stages of the proxy (DESIGN.md "One request, stage by stage"), in order:
 /// parse (done by `Connection`), route, authenticate (head checks before the body is
-/// read; signature and nonce once it is in), forward to an IP of the route's service,
-/// relay the answer. Cache and merging slot in between authenticate and forward as they
-/// land. One handler per worker; runs on its loop.
+/// read; signature and nonce once it is in), cache lookup, coalesce, pick an IP and
+/// forward, relay and store. One handler per worker and config snapshot; runs on its loop.
 final class ProxyHandler: RequestHandler {
     unowned let worker: Worker
     let routes: RouteTable
@@ -13,21 +20,28 @@ final class ProxyHandler: RequestHandler {
     private let services: [ServiceRuntime]
     let client: UpstreamClient
     let maxObjectBytes: Int
+    let cacheConfig: CacheConfig
+    let shared: SharedStages
     /// Shared by all workers (its nonce store is thread-safe); nil without `auth`.
     let authenticator: Authenticator?
-
     /// Counter slot of each route (by name, stable across reloads).
     private let routeStatSlots: [Int]
+    /// Lower-case `vary` names of each route, as bytes.
+    private let routeVary: [[[UInt8]]]
 
-    init(worker: Worker, config: GatewayConfig, client: UpstreamClient, authenticator: Authenticator?, statSlots: RouteStatSlots) {
+    init(worker: Worker, config: GatewayConfig, client: UpstreamClient, authenticator: Authenticator?,
+         statSlots: RouteStatSlots, shared: SharedStages) {
+        self.worker = worker
         self.authenticator = authenticator
         self.client = client
+        self.shared = shared
         routeStatSlots = config.routes.map { statSlots.slot(for: $0.name) }
-        self.worker = worker
         routes = RouteTable(config.routes)
+        routeVary = config.routes.map { $0.vary.map { Array($0.utf8) } }
         services = config.services.map { ServiceRuntime($0, start: worker.id) }
         routeService = config.routes.map { r in config.services.firstIndex { $0.name == r.service }! }
         maxObjectBytes = config.cache.maxObjectBytes
+        cacheConfig = config.cache
     }
 
     // Stage 2: route.
@@ -90,14 +104,88 @@ final class ProxyHandler: RequestHandler {
         }
     }
 
-    // Stage 6-7: pick an IP and forward.
     func handle(_ exchange: Exchange) {
         guard authenticateBody(exchange) else { return }
+        let route = routes.entries[exchange.routeIndex].config
+        let head = exchange.head
+        let cacheable = (head.methodIs("GET") || head.methodIs("HEAD")) && head.body == .none
+            && (route.cacheTTLMillis > 0 || route.coalesce)
+        guard cacheable else {
+            exchange.cacheStatus = "BYPASS"
+            forward(exchange, plan: nil, flight: nil)
+            return
+        }
+        // Stage 4: cache lookup.
+        let key = CacheKey.build(head: head, vary: routeVary[exchange.routeIndex])
+        let now = Clock.monotonicMillis()
+        if route.cacheTTLMillis > 0, let hit = shared.cache.lookup(key, nowMillis: now, staleMillis: cacheConfig.staleIfErrorMillis), hit.fresh {
+            respondCached(exchange, hit.response, "HIT")
+            return
+        }
+        let plan = CachePlan(key: key, ttlMillis: route.cacheTTLMillis, allowSetCookie: route.allowSetCookie)
+        guard route.coalesce else {
+            exchange.cacheStatus = "MISS"
+            forward(exchange, plan: plan, flight: nil)
+            return
+        }
+        // Stage 5: coalesce.
+        let deliver = waiterDelivery(exchange)
+        switch shared.flights.join(key, worker: worker, maxWaiters: route.coalesceMaxWaiters, deliver: deliver.run) {
+        case .leader(let flight):
+            exchange.cacheStatus = "MISS"
+            forward(exchange, plan: plan, flight: flight)
+        case let .waiter(flight, id):
+            exchange.cacheStatus = "COALESCED"
+            let flights = shared.flights
+            deliver.timer = LoopTimer(base: worker.base, afterMillis: route.coalesceWaitMillis) { [weak exchange] in
+                flights.leave(flight, id: id)
+                exchange?.respondError(.overloaded, "waited longer than \(Units.formatMillis(route.coalesceWaitMillis)) for an identical request in flight")
+            }
+            exchange.onCancel = { [weak deliver] in
+                deliver?.timer?.cancel()
+                flights.leave(flight, id: id)
+            }
+        case .full:
+            exchange.respondError(.overloaded, "too many identical requests are already waiting (coalesce_max_waiters: \(route.coalesceMaxWaiters))")
+        }
+    }
+
+    /// How a merged waiter is answered, on its own worker.
+    private func waiterDelivery(_ exchange: Exchange) -> WaiterDelivery {
+        let d = WaiterDelivery()
+        d.run = { [weak self, weak exchange, weak d] outcome in
+            d?.timer?.cancel()
+            guard let self, let exchange, !exchange.isFinished, !exchange.isCancelled else { return }
+            switch outcome {
+            case .response(let r): self.respondCached(exchange, r, "COALESCED")
+            case .stale(let r): self.respondCached(exchange, r, "STALE")
+            case let .error(code, message): exchange.respondError(code, message)
+            case .goUpstream:
+                exchange.cacheStatus = "BYPASS"
+                self.forward(exchange, plan: nil, flight: nil)
+            }
+        }
+        return d
+    }
+
+    func respondCached(_ exchange: Exchange, _ r: CachedResponse, _ status: StaticString) {
+        exchange.cacheStatus = status
+        exchange.age = max(0, Int(Clock.wallSeconds() - r.receivedAt))
+        r.reason.withUnsafeBytes { reason in
+            r.headerLines.withUnsafeBytes { lines in
+                r.body.withUnsafeBytes { b in exchange.respond(status: r.status, reason: reason, headerLines: lines, body: b) }
+            }
+        }
+    }
+
+    // Stage 6-7: pick an IP and forward.
+    func forward(_ exchange: Exchange, plan: CachePlan?, flight: FlightTable.Flight?) {
         let route = routes.entries[exchange.routeIndex]
-        exchange.cacheStatus = "BYPASS"
         let service = services[routeService[exchange.routeIndex]]
         guard let ip = service.pick() else {
-            exchange.respondError(.noHealthyUpstream, "\(service.config.name) has no IP to send to")
+            let message = "\(service.config.name) has no IP to send to"
+            exchange.respondError(.noHealthyUpstream, message)
+            if let flight { shared.flights.finish(flight, .error(.noHealthyUpstream, message)) }
             return
         }
         let head = exchange.head
@@ -105,15 +193,28 @@ final class ProxyHandler: RequestHandler {
         let headers = UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
                                                    requestId: exchange.requestId, hasBody: hasBody, authKeyId: exchange.authKeyId)
         let transfer = UpstreamTransfer(client: client, service: service, ipIndex: ip)
-        let call = ProxyCall(exchange: exchange, transfer: transfer, maxObjectBytes: maxObjectBytes)
-        exchange.onCancel = { [weak transfer] in transfer?.cancel() }
+        let call = ProxyCall(exchange: exchange, transfer: transfer, handler: self, plan: plan, flight: flight)
+        if let flight {
+            // The call belongs to the flight: it outlives the leader's client while anyone waits.
+            flight.cancelUpstream = { [weak transfer] in transfer?.cancel() }
+            let flights = shared.flights
+            exchange.onCancel = { [weak transfer] in
+                if !flights.leaderLeft(flight) { transfer?.cancel() }
+            }
+        } else {
+            exchange.onCancel = { [weak transfer] in transfer?.cancel() }
+        }
+        // A HEAD on a cached route is fetched as GET, so the body can be stored.
+        let upstreamHead = exchange.isHeadRequest && plan == nil
         head.withBytes { raw in
             let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
             let upstreamTarget = route.config.stripPrefix ? Self.stripped(target, prefixLength: route.config.pathPrefix.utf8.count) : Array(target)
+            let method: [UInt8] = exchange.isHeadRequest && !upstreamHead ? Array("GET".utf8) : Array(raw[head.method])
             upstreamTarget.withUnsafeBytes { pathAndQuery in
-                transfer.start(.init(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), isHead: exchange.isHeadRequest,
-                                     hasBody: hasBody, body: exchange.body, headerLines: headers, pathAndQuery: pathAndQuery),
-                               delegate: call)
+                method.withUnsafeBytes { m in
+                    transfer.start(.init(method: m, isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
+                                         headerLines: headers, pathAndQuery: pathAndQuery), delegate: call)
+                }
             }
         }
     }
@@ -126,26 +227,55 @@ final class ProxyHandler: RequestHandler {
     }
 }
 
+/// Where and how long to store a forwarded call's answer.
+struct CachePlan {
+    let key: [UInt8]
+    let ttlMillis: Int64
+    let allowSetCookie: Bool
+}
+
+/// A merged waiter's delivery closure and its wait timer.
+final class WaiterDelivery {
+    var run: (FlightOutcome) -> Void = { _ in }
+    var timer: LoopTimer?
+}
+
 /// One forwarded call: relays the upstream's answer to the client, buffering bodies up
-/// to `cache.max_object_bytes` and streaming larger ones (pausing the upstream when
-/// the client reads slowly).
+/// to `cache.max_object_bytes` (then storing and sharing them) and streaming larger ones
+/// (pausing the upstream when the client reads slowly).
 final class ProxyCall: UpstreamTransferDelegate {
     private let exchange: Exchange
     private let transfer: UpstreamTransfer
-    private let maxObjectBytes: Int
+    private let handler: ProxyHandler
+    private let plan: CachePlan?
+    private var flight: FlightTable.Flight?
     private var body: [UInt8] = []
     private var relayLines: [UInt8] = []
     private var streaming = false
 
-    init(exchange: Exchange, transfer: UpstreamTransfer, maxObjectBytes: Int) {
+    init(exchange: Exchange, transfer: UpstreamTransfer, handler: ProxyHandler, plan: CachePlan?, flight: FlightTable.Flight?) {
         self.exchange = exchange
         self.transfer = transfer
-        self.maxObjectBytes = maxObjectBytes
+        self.handler = handler
+        self.plan = plan
+        self.flight = flight
+    }
+
+    private var maxObjectBytes: Int { handler.maxObjectBytes }
+
+    /// Stage 8 on failure: answers (and any waiters) with an expired entry still within
+    /// `stale_if_error`, if there is one.
+    private func serveStale() -> Bool {
+        guard let plan, let stale = handler.shared.cache.stale(plan.key, nowMillis: Clock.monotonicMillis(),
+                                                               staleMillis: handler.cacheConfig.staleIfErrorMillis) else { return false }
+        handler.respondCached(exchange, stale, "STALE")
+        if let f = flight { handler.shared.flights.finish(f, .stale(stale)); flight = nil }
+        return true
     }
 
     func upstreamHeadReceived(_ t: UpstreamTransfer) {
         relayLines = t.head.linesToRelay()
-        if !exchange.isHeadRequest, let n = t.head.contentLength {
+        if !exchange.isHeadRequest || plan != nil, let n = t.head.contentLength {
             if n > maxObjectBytes { startStreaming(contentLength: n) } else { body.reserveCapacity(n) }
         }
     }
@@ -172,6 +302,8 @@ final class ProxyCall: UpstreamTransferDelegate {
 
     private func startStreaming(contentLength: Int?) {
         streaming = true
+        // Too large to share or store: waiters make their own calls.
+        if let f = flight { handler.shared.flights.finish(f, .goUpstream); flight = nil }
         let head = transfer.head
         head.reason.withUnsafeBytes { reason in
             relayLines.withUnsafeBytes { lines in
@@ -188,21 +320,42 @@ final class ProxyCall: UpstreamTransferDelegate {
                 return
             }
             let head = t.head
-            let framing: Connection.Framing? = exchange.isHeadRequest ? (head.contentLength.map { .contentLength($0) } ?? Connection.Framing.none) : nil
-            head.reason.withUnsafeBytes { reason in
-                relayLines.withUnsafeBytes { lines in
-                    body.withUnsafeBytes { b in
-                        exchange.respond(status: head.status, reason: reason, headerLines: lines, body: b, framing: framing)
+            if exchange.isHeadRequest && plan == nil {
+                // A plain HEAD relayed as HEAD: keep the upstream's length.
+                let framing = head.contentLength.map { Connection.Framing.contentLength($0) } ?? Connection.Framing.none
+                head.reason.withUnsafeBytes { reason in
+                    relayLines.withUnsafeBytes { lines in
+                        exchange.respond(status: head.status, reason: reason, headerLines: lines, body: UnsafeRawBufferPointer(start: nil, count: 0), framing: framing)
+                    }
+                }
+                return
+            }
+            // A 5xx answer may be replaced by an expired entry too (RFC 5861 stale-if-error).
+            if [500, 502, 503, 504].contains(head.status), serveStale() { return }
+            let response = CachedResponse(status: head.status, reason: head.reason, headerLines: relayLines, body: body,
+                                          receivedAt: Clock.wallSeconds())
+            if let plan, let ttl = CachePolicy.ttlMillis(status: head.status, headerLines: relayLines, routeTTLMillis: plan.ttlMillis,
+                                                          honorCacheControl: handler.cacheConfig.honorCacheControl,
+                                                          allowSetCookie: plan.allowSetCookie) {
+                handler.shared.cache.store(plan.key, response, ttlMillis: ttl, nowMillis: Clock.monotonicMillis())
+            }
+            if !exchange.isCancelled {
+                response.reason.withUnsafeBytes { reason in
+                    response.headerLines.withUnsafeBytes { lines in
+                        response.body.withUnsafeBytes { b in exchange.respond(status: head.status, reason: reason, headerLines: lines, body: b) }
                     }
                 }
             }
+            if let f = flight { handler.shared.flights.finish(f, .response(response)) }
         case let .failed(code, message):
             if streaming {
                 Log.warn("request \(exchange.requestIdString): \(message) after the response began; closing the client connection")
                 exchange.abort()
-            } else {
-                exchange.respondError(code, message)
+                return
             }
+            if serveStale() { return }
+            exchange.respondError(code, message)
+            if let f = flight { handler.shared.flights.finish(f, .error(code, message)) }
         }
     }
 }

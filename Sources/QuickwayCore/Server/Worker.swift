@@ -52,6 +52,16 @@ final class Worker {
     private let pendingLock = NSLock()
     private var pendingHandler: RequestHandler?
 
+    private var mailbox: [() -> Void] = []
+
+    /// Runs `work` on this worker's loop, from any thread; wakes the loop at once.
+    func post(_ work: @escaping () -> Void) {
+        pendingLock.lock()
+        mailbox.append(work)
+        pendingLock.unlock()
+        event_active(controlEvent, EV_READ, 0)
+    }
+
     /// Hands the loop a new handler (a reloaded config) from any thread; the loop
     /// switches to it between requests. Requests already started keep their own.
     func install(_ h: RequestHandler) {
@@ -144,7 +154,10 @@ final class Worker {
     fileprivate func control() {
         pendingLock.lock()
         if let h = pendingHandler { handler = h; pendingHandler = nil }
+        let work = mailbox
+        mailbox.removeAll()
         pendingLock.unlock()
+        for w in work { w() }
         if qw_flag_load(&drainFlag) == 1 && !isDraining { beginDrain() }
     }
 

@@ -12,6 +12,10 @@ public struct StatsSnapshot {
     public var routes: [(name: String, requests: Int64, byClass: [Int64])] = []
     public var authAccepted: Int64 = 0
     public var authRejected = [Int64](repeating: 0, count: AuthRejection.allCases.count)
+    public var cache = ResponseCache.Figures()
+    public var cacheMaxBytes = 0
+    public var coalescedLeaders: Int64 = 0
+    public var coalescedWaiters: Int64 = 0
     public var workers = 0
     public var connections = 0
 
@@ -52,6 +56,9 @@ public struct StatsSnapshot {
         s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"by_status\":\(Self.classes(byClass, all: true))},"
         s += "\"latency_ms\":{\"p50\":\(JSONText.number(latencyMillis(0.5))),\"p90\":\(JSONText.number(latencyMillis(0.9))),"
         s += "\"p99\":\(JSONText.number(latencyMillis(0.99))),\"max\":\(JSONText.number(Double(maxMicros) / 1000))},"
+        s += "\"cache\":{\"hits\":\(cache.hits),\"misses\":\(cache.misses),\"stores\":\(cache.stores),\"evictions\":\(cache.evictions),"
+        s += "\"expired\":\(cache.expired),\"bytes\":\(cache.bytes),\"entries\":\(cache.entries),\"max_bytes\":\(cacheMaxBytes)},"
+        s += "\"coalescing\":{\"leaders\":\(coalescedLeaders),\"waiters\":\(coalescedWaiters)},"
         s += "\"auth\":{\"accepted\":\(authAccepted),\"rejected\":{"
         s += AuthRejection.allCases.map { "\"\($0.code)\":\(authRejected[$0.rawValue])" }.joined(separator: ",") + "}},"
         s += "\"routes\":{"

@@ -1,0 +1,197 @@
+import Foundation
+
+/// A stored answer. Immutable and shared between workers (a hit on any worker, the
+/// answer handed to merged waiters on other workers).
+public final class CachedResponse: @unchecked Sendable {
+    public let status: Int
+    public let reason: [UInt8]
+    /// `Name: value\r\n` lines as relayed from the upstream.
+    public let headerLines: [UInt8]
+    public let body: [UInt8]
+    /// Wall-clock seconds when it was received (for `Age`).
+    public let receivedAt: Double
+
+    public init(status: Int, reason: [UInt8], headerLines: [UInt8], body: [UInt8], receivedAt: Double) {
+        self.status = status; self.reason = reason; self.headerLines = headerLines; self.body = body; self.receivedAt = receivedAt
+    }
+
+    /// Bytes it holds, as counted against `cache.max_bytes` (plus the key and
+    /// `ResponseCache.entryOverhead`).
+    var size: Int { reason.count + headerLines.count + body.count }
+}
+
+/// The response cache: one store for all workers, least recently used first out under a
+/// byte budget (`cache.max_bytes`), each entry with its own expiry.
+///
+/// Sharded 16 ways by key hash, each shard with its own lock, LRU list and an equal
+/// share of the budget, so workers rarely wait on each other. Bytes counted per entry:
+/// key + status line + header lines + body + `entryOverhead` (the node, dictionary slot
+/// and array headers, measured at about 200 bytes). Expired entries stay until evicted
+/// or purged, so they can be served stale (`stale_if_error`); a lookup says whether the
+/// entry is fresh.
+public final class ResponseCache: @unchecked Sendable {
+    public static let entryOverhead = 256
+
+    final class Node {
+        let key: [UInt8]
+        let response: CachedResponse
+        let expiresAt: Int64
+        let size: Int
+        var prev: Node?
+        var next: Node?
+        init(key: [UInt8], response: CachedResponse, expiresAt: Int64) {
+            self.key = key; self.response = response; self.expiresAt = expiresAt
+            size = key.count + response.size + ResponseCache.entryOverhead
+        }
+    }
+
+    final class Shard {
+        let lock = NSLock()
+        var map: [[UInt8]: Node] = [:]
+        var head: Node?   // most recently used
+        var tail: Node?   // least recently used
+        var bytes = 0
+        var hits: Int64 = 0, misses: Int64 = 0, stores: Int64 = 0, evictions: Int64 = 0, expired: Int64 = 0
+
+        func unlink(_ n: Node) {
+            if let p = n.prev { p.next = n.next } else { head = n.next }
+            if let x = n.next { x.prev = n.prev } else { tail = n.prev }
+            n.prev = nil; n.next = nil
+        }
+        func pushFront(_ n: Node) {
+            n.next = head
+            head?.prev = n
+            head = n
+            if tail == nil { tail = n }
+        }
+        func remove(_ n: Node) {
+            unlink(n)
+            map.removeValue(forKey: n.key)
+            bytes -= n.size
+        }
+    }
+
+    public let maxBytes: Int
+    public let maxObjectBytes: Int
+    private let shards: [Shard]
+    private let shardBudget: Int
+
+    /// `shardCount` defaults to 16, or 1 for budgets under 16 MiB (where one lock is no
+    /// bottleneck and LRU order is then exact across the whole cache).
+    public init(maxBytes: Int, maxObjectBytes: Int, shardCount: Int? = nil) {
+        self.maxBytes = maxBytes
+        self.maxObjectBytes = maxObjectBytes
+        let shardCount = shardCount ?? (maxBytes < 16 << 20 ? 1 : 16)
+        shards = (0..<shardCount).map { _ in Shard() }
+        shardBudget = max(1, maxBytes / shardCount)
+    }
+
+    private func shard(_ key: [UInt8]) -> Shard {
+        var h = Hasher()
+        h.combine(key)
+        return shards[Int(UInt(bitPattern: h.finalize()) % UInt(shards.count))]
+    }
+
+    public struct Hit {
+        public let response: CachedResponse
+        public let fresh: Bool
+    }
+
+    /// The entry for `key`, fresh or (for stale-if-error) expired but still held no
+    /// longer than `staleMillis` past its expiry. Counts a hit or a miss.
+    public func lookup(_ key: [UInt8], nowMillis: Int64, staleMillis: Int64 = 0, countAsMiss: Bool = true) -> Hit? {
+        let s = shard(key)
+        s.lock.lock()
+        defer { s.lock.unlock() }
+        guard let n = s.map[key] else {
+            if countAsMiss { s.misses += 1 }
+            return nil
+        }
+        if n.expiresAt > nowMillis {
+            s.hits += 1
+            if s.head !== n { s.unlink(n); s.pushFront(n) }
+            return Hit(response: n.response, fresh: true)
+        }
+        if countAsMiss { s.misses += 1 }
+        if staleMillis > 0 && nowMillis - n.expiresAt <= staleMillis { return Hit(response: n.response, fresh: false) }
+        if staleMillis == 0 { s.expired += 1; s.remove(n) }
+        return nil
+    }
+
+    /// An expired entry usable for stale-if-error (no counting).
+    public func stale(_ key: [UInt8], nowMillis: Int64, staleMillis: Int64) -> CachedResponse? {
+        guard staleMillis > 0 else { return nil }
+        let s = shard(key)
+        s.lock.lock()
+        defer { s.lock.unlock() }
+        guard let n = s.map[key], nowMillis - n.expiresAt <= staleMillis else { return nil }
+        return n.response
+    }
+
+    /// Stores (or replaces) an entry, evicting least recently used ones to stay in budget.
+    /// Objects over `max_object_bytes` or over a shard's share of the budget are refused.
+    @discardableResult
+    public func store(_ key: [UInt8], _ response: CachedResponse, ttlMillis: Int64, nowMillis: Int64) -> Bool {
+        let node = Node(key: key, response: response, expiresAt: nowMillis + ttlMillis)
+        guard response.body.count <= maxObjectBytes, node.size <= shardBudget else { return false }
+        let s = shard(key)
+        s.lock.lock()
+        defer { s.lock.unlock() }
+        if let old = s.map[key] { s.remove(old) }
+        while s.bytes + node.size > shardBudget, let victim = s.tail {
+            s.remove(victim)
+            if victim.expiresAt <= nowMillis { s.expired += 1 } else { s.evictions += 1 }
+        }
+        s.map[key] = node
+        s.pushFront(node)
+        s.bytes += node.size
+        s.stores += 1
+        return true
+    }
+
+    public enum Purge {
+        case all
+        case key([UInt8])
+        /// Entries whose path starts with this prefix.
+        case prefix([UInt8])
+    }
+
+    /// Removes entries; returns how many went.
+    public func purge(_ what: Purge) -> Int {
+        var removed = 0
+        for s in shards {
+            s.lock.lock()
+            switch what {
+            case .all:
+                removed += s.map.count
+                s.map.removeAll()
+                s.head = nil; s.tail = nil; s.bytes = 0
+            case .key(let k):
+                if let n = s.map[k] { s.remove(n); removed += 1 }
+            case .prefix(let p):
+                for n in Array(s.map.values) where CacheKey.path(ofKey: n.key).starts(with: p) {
+                    s.remove(n)
+                    removed += 1
+                }
+            }
+            s.lock.unlock()
+        }
+        return removed
+    }
+
+    public struct Figures: Equatable {
+        public var hits: Int64 = 0, misses: Int64 = 0, stores: Int64 = 0, evictions: Int64 = 0, expired: Int64 = 0
+        public var bytes = 0, entries = 0
+    }
+
+    public var figures: Figures {
+        var f = Figures()
+        for s in shards {
+            s.lock.lock()
+            f.hits += s.hits; f.misses += s.misses; f.stores += s.stores; f.evictions += s.evictions; f.expired += s.expired
+            f.bytes += s.bytes; f.entries += s.map.count
+            s.lock.unlock()
+        }
+        return f
+    }
+}
