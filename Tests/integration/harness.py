@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -86,10 +87,25 @@ class BackendHandler(BaseHTTPRequestHandler):
         body = self._body()
         with server.lock:
             server.hits += 1
+            server.path_hits[self.path.split("?")[0]] = server.path_hits.get(self.path.split("?")[0], 0) + 1
             server.requests.append({"method": self.command, "path": self.path,
                                     "headers": dict(self.headers.items()), "body": body})
         parts = self.path.split("?")[0].strip("/").split("/")
         kind = parts[0] if parts else ""
+        query = dict(urllib.parse.parse_qsl(self.path.partition("?")[2]))
+        if kind == "hdr":
+            # Answers with the response headers given in the query (Cache-Control=..., Set-Cookie=...).
+            payload = json.dumps({"path": self.path, "n": server.path_hits[self.path.split("?")[0]]}).encode()
+            return self._send(int(query.pop("status", 200)), payload, extra=query)
+        if kind == "lang":
+            return self._send(200, json.dumps({"lang": self.headers.get("Accept-Language", "")}).encode())
+        if kind == "flaky":
+            if server.flaky_status != 200:
+                return self._send(server.flaky_status, b'{"failed": true}')
+            return self._send(200, json.dumps({"n": server.path_hits[self.path.split("?")[0]]}).encode())
+        if kind == "sized":
+            n = int(parts[1])
+            return self._send(200, (parts[2].encode() * (n // max(1, len(parts[2])) + 1))[:n], "application/octet-stream")
         if kind == "delay":
             time.sleep(int(parts[1]) / 1000)
         if kind == "status":
@@ -142,6 +158,8 @@ class Backend:
         self.server.hits = 0
         self.server.requests = []
         self.server.hangups = threading.Event()
+        self.server.path_hits = {}
+        self.server.flaky_status = 200
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
@@ -152,6 +170,9 @@ class Backend:
     @property
     def requests(self):
         return self.server.requests
+
+    def path_hits(self, path):
+        return self.server.path_hits.get(path, 0)
 
     @property
     def hangups(self):

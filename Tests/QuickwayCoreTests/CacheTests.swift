@@ -1,0 +1,103 @@
+import XCTest
+@testable import QuickwayCore
+
+final class CachePolicyTests: XCTestCase {
+    func ttl(_ status: Int = 200, _ headers: String = "", route: Int64 = 60_000, honor: Bool = true, cookies: Bool = false) -> Int64? {
+        CachePolicy.ttlMillis(status: status, headerLines: Array(headers.utf8), routeTTLMillis: route,
+                              honorCacheControl: honor, allowSetCookie: cookies)
+    }
+
+    func testStatusesAndRouteTTL() {
+        XCTAssertEqual(ttl(), 60_000)
+        for s in [200, 203, 204, 301, 404, 410] { XCTAssertNotNil(ttl(s), "\(s)") }
+        for s in [201, 302, 304, 400, 401, 500, 502, 503] { XCTAssertNil(ttl(s), "\(s)") }
+        XCTAssertNil(ttl(route: 0), "ttl 0 means not cached")
+    }
+
+    func testCacheControl() {
+        XCTAssertNil(ttl(200, "Cache-Control: no-store\r\n"))
+        XCTAssertNil(ttl(200, "Cache-Control: public, private\r\n"))
+        XCTAssertNil(ttl(200, "cache-control: No-Cache\r\n"))
+        XCTAssertEqual(ttl(200, "Cache-Control: max-age=10\r\n"), 10_000, "capped by max-age")
+        XCTAssertEqual(ttl(200, "Cache-Control: max-age=600\r\n"), 60_000, "the route's ttl is the ceiling")
+        XCTAssertEqual(ttl(200, "Cache-Control: max-age=10, s-maxage=5\r\n"), 5_000, "s-maxage wins for a shared cache")
+        XCTAssertNil(ttl(200, "Cache-Control: max-age=0\r\n"))
+        XCTAssertEqual(ttl(200, "Cache-Control: no-store\r\n", honor: false), 60_000, "honor_cache_control: false")
+    }
+
+    func testCookiesAndVaryStar() {
+        XCTAssertNil(ttl(200, "Set-Cookie: a=1\r\n"))
+        XCTAssertEqual(ttl(200, "Set-Cookie: a=1\r\n", cookies: true), 60_000)
+        XCTAssertNil(ttl(200, "Vary: *\r\n"))
+    }
+}
+
+final class CacheKeyTests: XCTestCase {
+    func key(_ text: String, vary: [String] = []) -> String {
+        let (_, h) = parseOnce(text)
+        return String(decoding: CacheKey.build(head: h!, vary: vary.map { Array($0.utf8) }), as: UTF8.self)
+    }
+
+    func testKeyParts() {
+        XCTAssertEqual(key("GET /a/b?b=2&a=1 HTTP/1.1\r\nHost: API.example.com\r\n\r\n"), "GET api.example.com/a/b?a=1&b=2")
+        XCTAssertEqual(key("GET /a?b=2&a=1 HTTP/1.1\r\nHost: h\r\n\r\n"), key("GET /a?a=1&b=2 HTTP/1.1\r\nHost: h\r\n\r\n"))
+        XCTAssertEqual(key("HEAD /a HTTP/1.1\r\nHost: h\r\n\r\n"), key("GET /a HTTP/1.1\r\nHost: h\r\n\r\n"), "HEAD shares GET's entry")
+        XCTAssertNotEqual(key("GET /a HTTP/1.1\r\nHost: h\r\n\r\n"), key("GET /a HTTP/1.1\r\nHost: other\r\n\r\n"))
+        let fr = key("GET /a HTTP/1.1\r\nHost: h\r\nAccept-Language: fr\r\n\r\n", vary: ["accept-language"])
+        let de = key("GET /a HTTP/1.1\r\nHost: h\r\naccept-language: de\r\n\r\n", vary: ["accept-language"])
+        XCTAssertNotEqual(fr, de)
+        XCTAssertEqual(fr, "GET h/a?\naccept-language:fr,")
+        XCTAssertEqual(String(decoding: CacheKey.path(ofKey: Array("GET h/a/b?x=1".utf8)), as: UTF8.self), "/a/b")
+    }
+}
+
+final class ResponseCacheTests: XCTestCase {
+    func response(_ bodyBytes: Int) -> CachedResponse {
+        CachedResponse(status: 200, reason: Array("OK".utf8), headerLines: Array("Content-Type: x\r\n".utf8),
+                       body: [UInt8](repeating: 1, count: bodyBytes), receivedAt: 0)
+    }
+    func k(_ s: String) -> [UInt8] { Array("GET h\(s)?".utf8) }
+
+    func testTTLAndStale() {
+        let c = ResponseCache(maxBytes: 1 << 20, maxObjectBytes: 1 << 20)
+        c.store(k("/a"), response(10), ttlMillis: 1000, nowMillis: 0)
+        XCTAssertEqual(c.lookup(k("/a"), nowMillis: 999)?.fresh, true)
+        XCTAssertEqual(c.lookup(k("/a"), nowMillis: 1500, staleMillis: 1000)?.fresh, false, "kept for stale-if-error")
+        XCTAssertNotNil(c.stale(k("/a"), nowMillis: 1900, staleMillis: 1000))
+        XCTAssertNil(c.stale(k("/a"), nowMillis: 2100, staleMillis: 1000))
+        XCTAssertNil(c.lookup(k("/a"), nowMillis: 2100), "expired and not kept")
+        let f = c.figures
+        XCTAssertEqual(f.hits, 1)
+        XCTAssertEqual(f.expired, 1)
+        XCTAssertEqual(f.entries, 0)
+        XCTAssertEqual(f.bytes, 0)
+    }
+
+    func testLRUEvictionUnderByteBudget() {
+        let entry = Array("GET h/0?".utf8).count + 2 + 17 + 1000 + ResponseCache.entryOverhead
+        let c = ResponseCache(maxBytes: entry * 3, maxObjectBytes: 1 << 20)
+        for i in 0..<3 { XCTAssertTrue(c.store(k("/\(i)"), response(1000), ttlMillis: 60_000, nowMillis: 0)) }
+        XCTAssertEqual(c.figures.bytes, entry * 3)
+        XCTAssertNotNil(c.lookup(k("/0"), nowMillis: 1))   // /0 is now the most recently used
+        c.store(k("/3"), response(1000), ttlMillis: 60_000, nowMillis: 1)
+        XCTAssertNil(c.lookup(k("/1"), nowMillis: 2), "least recently used went first")
+        XCTAssertNotNil(c.lookup(k("/0"), nowMillis: 2))
+        XCTAssertNotNil(c.lookup(k("/2"), nowMillis: 2))
+        XCTAssertNotNil(c.lookup(k("/3"), nowMillis: 2))
+        XCTAssertEqual(c.figures.evictions, 1)
+        XCTAssertLessThanOrEqual(c.figures.bytes, c.maxBytes)
+    }
+
+    func testObjectLimitsAndPurge() {
+        let c = ResponseCache(maxBytes: 1 << 20, maxObjectBytes: 100)
+        XCTAssertFalse(c.store(k("/big"), response(101), ttlMillis: 1000, nowMillis: 0))
+        c.store(k("/cat/1"), response(10), ttlMillis: 1000, nowMillis: 0)
+        c.store(k("/cat/2"), response(10), ttlMillis: 1000, nowMillis: 0)
+        c.store(k("/dog/1"), response(10), ttlMillis: 1000, nowMillis: 0)
+        XCTAssertEqual(c.purge(.prefix(Array("/cat/".utf8))), 2)
+        XCTAssertEqual(c.purge(.key(k("/dog/1"))), 1)
+        c.store(k("/x"), response(10), ttlMillis: 1000, nowMillis: 0)
+        XCTAssertEqual(c.purge(.all), 1)
+        XCTAssertEqual(c.figures.entries, 0)
+    }
+}
