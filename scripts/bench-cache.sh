@@ -6,7 +6,9 @@
 #        core 0 in turn (interleaved rounds); wrk and the backend on core 1. Prints
 #        req/s, p99 and server CPU per hit, and Quickway's ratio to the best peer.
 # merge: 200 identical GETs at once for a cold key, 50 ms backend (bench_merge.py, which
-#        counts backend hits): Quickway coalesce, nginx proxy_cache_lock, Varnish.
+#        counts backend hits): Quickway coalesce, nginx proxy_cache_lock, Varnish, and
+#        "direct" (the same burst straight to the backend: the backend's own time as this
+#        client sees it, the baseline for the "within 10 ms" target).
 #
 # Usage: scripts/bench-cache.sh [--rounds N] [--duration S] [--case cache|merge|all]
 set -euo pipefail
@@ -184,5 +186,5 @@ if [ "$CASE" = all ] || [ "$CASE" = merge ]; then
   echo
   echo "merging: 200 identical GETs at once, cold key each round, 50 ms backend (counts its hits)"
   taskset -c 1 python3 scripts/bench_merge.py --backend "$MERGE_BACKEND" --delay-ms 50 --n 200 --rounds "$ROUNDS" \
-    "quickway=http://127.0.0.1:$P_QW/" "nginx=http://127.0.0.1:$P_NGINX/" "varnish=http://127.0.0.1:$P_VARNISH/"
+    "direct=http://$MERGE_BACKEND/" "quickway=http://127.0.0.1:$P_QW/" "nginx=http://127.0.0.1:$P_NGINX/" "varnish=http://127.0.0.1:$P_VARNISH/"
 fi

@@ -15,7 +15,11 @@
 # the same requests (same Authorization header), so only the verification differs.
 # Target: signed req/s >= 0.9x unsigned.
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|all]
+# Cases "cache" (hit throughput against nginx proxy_cache, HAProxy's cache, Varnish) and
+# "merge" (200 identical cold GETs against nginx proxy_cache_lock and Varnish) are run by
+# scripts/bench-cache.sh, which this script calls for --case cache|merge|all.
+#
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|cache|merge|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -36,6 +40,9 @@ for pkg in nginx wrk; do
   command -v "$pkg" >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null; break; }
 done
 scripts/setup.sh >/dev/null
+if [ "$CASE" = cache ] || [ "$CASE" = merge ]; then
+  exec scripts/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case "$CASE"
+fi
 QW=$PWD/.build/release/quickway
 WORK=$(mktemp -d /tmp/qw-bench.XXXXXX)
 PIDS=()
@@ -202,3 +209,10 @@ if "qw-signed" in med:
     s, o = med["qw-signed"], med["qw-auth-off"]
     print(f"ratio signed/auth-off: req/s {s[0]/o[0]:.2f}x (target >= 0.90), CPU/req {s[3]/o[3]:.2f}x, extra CPU per signed request {s[3]-o[3]:.2f} us")
 PY
+
+if [ "$CASE" = all ]; then
+  cleanup
+  trap - EXIT
+  echo
+  scripts/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case all
+fi
