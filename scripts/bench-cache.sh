@@ -14,19 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=5; DURATION=8; CONNS=64; CASE=all
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --duration) DURATION=$2; shift 2 ;;
-    --connections) CONNS=$2; shift 2 ;;
-    --case) CASE=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-  esac
-done
-for tool in nginx wrk haproxy varnishd; do
-  command -v "$tool" >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk haproxy varnish >/dev/null; break; }
-done
+. scripts/bench-common.sh
+parse_bench_options "$@"
+need_tools nginx:nginx-light wrk:wrk haproxy:haproxy varnishd:varnish
 scripts/setup.sh >/dev/null
 QW=$PWD/.build/release/quickway
 WORK=$(mktemp -d /tmp/qw-bench-cache.XXXXXX)
@@ -120,32 +110,10 @@ taskset -c 0 haproxy -f "$WORK/haproxy.cfg" -db & PIDS+=($!); HAPROXY_PID=$!
 taskset -c 0 varnishd -F -j none -a 127.0.0.1:$P_VARNISH -f "$WORK/varnish/default.vcl" -n "$WORK/varnish" -s malloc,256m \
   -p thread_pools=1 -p thread_pool_min=20 >"$WORK/varnish.log" 2>&1 & PIDS+=($!); VARNISH_MASTER=$!
 
-wait_up() { for _ in $(seq 150); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "bench: $1 did not come up" >&2; exit 1; }
 for url in "http://$BACKEND/" "http://127.0.0.1:$P_QW/obj" "http://127.0.0.1:$P_NGINX/obj" "http://127.0.0.1:$P_HAPROXY/obj" "http://127.0.0.1:$P_VARNISH/obj"; do wait_up "$url"; done
 NGINX_WORKER=$(pgrep -P "$NGINX_MASTER" | head -1)
 # Varnish serves from its child process.
 VARNISH_CHILD=$(pgrep -P "$VARNISH_MASTER" | head -1)
-
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-HZ=$(getconf CLK_TCK)
-run_one() {
-  local url=$1 pid=$2 out t0 t1
-  t0=$(cpu_ticks "$pid")
-  out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "$url" 2>&1)
-  t1=$(cpu_ticks "$pid")
-  python3 - "$out" "$t0" "$t1" "$HZ" <<'PY'
-import re, sys
-out, t0, t1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-def ms(s):
-    v, unit = re.match(r"([\d.]+)(us|ms|s)", s).groups()
-    return float(v) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-total = int(re.search(r"(\d+) requests in", out).group(1))
-p99 = ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1))
-errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-print(f"{rps:.0f} {p99:.3f} {(t1 - t0) / hz * 1e6 / max(total, 1):.2f} {errors.group(1) if errors else 0}")
-PY
-}
 
 if [ "$CASE" = all ] || [ "$CASE" = cache ]; then
   echo "cache hits: $ROUNDS interleaved rounds of ${DURATION}s, $CONNS connections, one 1 KB object; servers on core 0, wrk+backend on core 1"
@@ -162,8 +130,9 @@ if [ "$CASE" = all ] || [ "$CASE" = cache ]; then
       v=$(run_one "http://127.0.0.1:$port/obj" "$pid"); echo "$name $v" >> "$WORK/results"
       line="$line $name $v |"
     done
-    echo "$line   (req/s p99ms cpu_us/req non2xx)"
+    echo "$line   (req/s p50ms p99ms cpu_us/req non2xx)"
   done
+  print_medians "$WORK/results" "cache hit"
   python3 - "$WORK/results" <<'PY'
 import statistics, sys
 rows = {}
@@ -171,14 +140,11 @@ for line in open(sys.argv[1]):
     name, *vals = line.split()
     rows.setdefault(name, []).append([float(v) for v in vals])
 med = {k: [statistics.median(c) for c in zip(*v)] for k, v in rows.items()}
-print(f"\n{'cache hit':<12}{'req/s':>10}{'p99 ms':>10}{'CPU us/hit':>12}{'non-2xx':>9}")
-for k, m in med.items():
-    print(f"{k:<12}{m[0]:>10.0f}{m[1]:>10.3f}{m[2]:>12.2f}{m[3]:>9.0f}")
 peers = {k: v for k, v in med.items() if k != "quickway"}
-best_rps = max(peers, key=lambda k: peers[k][0]); best_cpu = min(peers, key=lambda k: peers[k][2])
+best_rps = max(peers, key=lambda k: peers[k][0]); best_cpu = min(peers, key=lambda k: peers[k][3])
 q = med["quickway"]
 print(f"\nratio quickway/best peer: req/s {q[0] / peers[best_rps][0]:.2f}x vs {best_rps} (target >= 1.0), "
-      f"CPU per hit {q[2] / peers[best_cpu][2]:.2f}x vs {best_cpu} (lower is better)")
+      f"CPU per hit {q[3] / peers[best_cpu][3]:.2f}x vs {best_cpu} (lower is better)")
 PY
 fi
 

@@ -25,20 +25,9 @@ set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
 cd "$(dirname "$0")/.."
 ROUNDS=5; DURATION=8; CONNS=64; CASE=all
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --duration) DURATION=$2; shift 2 ;;
-    --connections) CONNS=$2; shift 2 ;;
-    --case) CASE=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-  esac
-done
-
-for pkg in nginx wrk; do
-  command -v "$pkg" >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null; break; }
-done
+. scripts/bench-common.sh
+parse_bench_options "$@"
+need_tools nginx:nginx-light wrk:wrk
 scripts/setup.sh >/dev/null
 if [ "$CASE" = cache ] || [ "$CASE" = merge ]; then
   exec scripts/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case "$CASE"
@@ -128,43 +117,11 @@ taskset -c 1 nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" & PIDS+=($!)
 taskset -c 0 nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" & PIDS+=($!); NGINX_MASTER=$!
 taskset -c 0 "$QW" serve --config "$WORK/quickway.yaml" 2>"$WORK/quickway.log" & PIDS+=($!); QW_PID=$!
 
-wait_up() { for _ in $(seq 100); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "bench: $1 did not come up" >&2; exit 1; }
 wait_up "http://127.0.0.2:$BACKEND_PORT/"
 wait_up "http://127.0.0.1:$NGINX_PORT/"
 wait_up "http://127.0.0.1:$QW_PORT/"
 # nginx's worker is the master's child; CPU is counted on the worker.
 NGINX_WORKER=$(pgrep -P "$NGINX_MASTER" | head -1)
-
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-HZ=$(getconf CLK_TCK)
-
-# One run: prints "req_per_s p50_ms p99_ms cpu_us_per_req non2xx".
-# Optional third argument: a wrk Lua script; further arguments are the script's.
-run_one() {
-  local url=$1 pid=$2 script=${3:-} out t0 t1
-  local wrk_args=(-t1 -c"$CONNS" -d"${DURATION}s" --latency)
-  [ -n "$script" ] && wrk_args+=(-s "$script")
-  wrk_args+=("$url")
-  [ $# -gt 3 ] && wrk_args+=(-- "${@:4}")
-  t0=$(cpu_ticks "$pid")
-  out=$(taskset -c 1 wrk "${wrk_args[@]}" 2>&1)
-  echo "$out" > "$WORK/last-wrk.txt"
-  t1=$(cpu_ticks "$pid")
-  python3 - "$out" "$t0" "$t1" "$HZ" <<'PY'
-import re, sys
-out, t0, t1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-def ms(s):
-    v, unit = re.match(r"([\d.]+)(us|ms|s)", s).groups()
-    return float(v) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-total = int(re.search(r"(\d+) requests in", out).group(1))
-p50 = ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1))
-p99 = ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1))
-errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-cpu_us = (t1 - t0) / hz * 1e6 / max(total, 1)
-print(f"{rps:.0f} {p50:.3f} {p99:.3f} {cpu_us:.2f} {errors.group(1) if errors else 0}")
-PY
-}
 
 echo "bench: $ROUNDS interleaved rounds of ${DURATION}s, $CONNS connections, 1 KB JSON; proxies on core 0, wrk+backend on core 1"
 # Warm-up (connection pools, caches).
@@ -188,6 +145,7 @@ for r in $(seq "$ROUNDS"); do
   fi
 done
 
+print_medians "$WORK/results" "case"
 python3 - "$WORK/results" <<'PY'
 import statistics, sys
 rows = {}
@@ -195,12 +153,6 @@ for line in open(sys.argv[1]):
     name, *vals = line.split()
     rows.setdefault(name, []).append([float(v) for v in vals])
 med = {k: [statistics.median(col) for col in zip(*v)] for k, v in rows.items()}
-print()
-print(f"{'case':<14}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/req':>12}{'non-2xx':>9}")
-for k in ("quickway", "nginx", "qw-auth-off", "qw-signed"):
-    if k in med:
-        m = med[k]
-        print(f"{k:<14}{m[0]:>10.0f}{m[1]:>10.3f}{m[2]:>10.3f}{m[3]:>12.2f}{m[4]:>9.0f}")
 print()
 if "quickway" in med:
     q, n = med["quickway"], med["nginx"]

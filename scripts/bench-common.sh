@@ -1,0 +1,71 @@
+# Shared by scripts/bench.sh and scripts/bench-cache.sh (sourced, not run).
+# Expects ROUNDS, DURATION, CONNS, CASE set to defaults before parse_bench_options.
+
+parse_bench_options() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --rounds) ROUNDS=$2; shift 2 ;;
+      --duration) DURATION=$2; shift 2 ;;
+      --connections) CONNS=$2; shift 2 ;;
+      --case) CASE=$2; shift 2 ;;
+      -h|--help) sed -n '2,25p' "$0" | grep '^#' ; exit 0 ;;
+      *) echo "unknown option $1" >&2; exit 2 ;;
+    esac
+  done
+}
+
+# Installs the named Debian packages when a command is missing ("cmd:package ...").
+need_tools() {
+  local missing=()
+  for pair in "$@"; do command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+wait_up() { for _ in $(seq 150); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "bench: $1 did not come up" >&2; exit 1; }
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# One wrk run on core 1 against URL, charging the CPU of PID: prints
+# "req_per_s p50_ms p99_ms cpu_us_per_req non2xx". Optional third argument: a wrk Lua
+# script; further arguments are the script's.
+run_one() {
+  local url=$1 pid=$2 script=${3:-} out t0 t1
+  local wrk_args=(-t1 -c"$CONNS" -d"${DURATION}s" --latency)
+  [ -n "$script" ] && wrk_args+=(-s "$script")
+  wrk_args+=("$url")
+  [ $# -gt 3 ] && wrk_args+=(-- "${@:4}")
+  t0=$(cpu_ticks "$pid")
+  out=$(taskset -c 1 wrk "${wrk_args[@]}" 2>&1)
+  t1=$(cpu_ticks "$pid")
+  echo "$out" > "$WORK/last-wrk.txt"
+  python3 - "$out" "$t0" "$t1" "$(getconf CLK_TCK)" <<'PY'
+import re, sys
+out, t0, t1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def ms(s):
+    v, unit = re.match(r"([\d.]+)(us|ms|s)", s).groups()
+    return float(v) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+total = int(re.search(r"(\d+) requests in", out).group(1))
+p50 = ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1))
+p99 = ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1))
+errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+print(f"{rps:.0f} {p50:.3f} {p99:.3f} {(t1 - t0) / hz * 1e6 / max(total, 1):.2f} {errors.group(1) if errors else 0}")
+PY
+}
+
+# Medians of result lines "name v1 v2 ..." from a file, printed as a table.
+print_medians() {
+  python3 - "$1" "$2" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, *vals = line.split()
+    rows.setdefault(name, []).append([float(v) for v in vals])
+print(f"\n{sys.argv[2]:<14}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/req':>12}{'non-2xx':>9}")
+for k, v in rows.items():
+    m = [statistics.median(c) for c in zip(*v)]
+    print(f"{k:<14}{m[0]:>10.0f}{m[1]:>10.3f}{m[2]:>10.3f}{m[3]:>12.2f}{m[4]:>9.0f}")
+PY
+}
