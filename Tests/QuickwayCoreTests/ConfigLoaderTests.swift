@@ -103,9 +103,11 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertFalse(found.contains { $0.path.hasPrefix("routes[0]") }, "cache and coalesce are supported: \(found)")
         XCTAssertTrue(found.contains { $0.path == "redis" && $0.line == 14 && $0.message.contains("not supported yet") })
         let probe = minimal.replacingOccurrences(of: "    port: 8080", with: "    port: 8080\n    probe: { kind: tcp }\n    selection: { strategy: fastest }")
-        let p = issues(probe)
-        XCTAssertTrue(p.contains { $0.path == "services.catalog.probe" && $0.line == 6 }, "\(p)")
-        XCTAssertTrue(p.contains { $0.path == "services.catalog.selection" })
+        XCTAssertEqual(issues(probe), [], "probes and fastest are supported")
+        let badProbe = minimal.replacingOccurrences(of: "    port: 8080", with: "    port: 8080\n    probe: { kind: icmp, interval: 2 }")
+        let p = issues(badProbe)
+        XCTAssertTrue(p.contains { $0.path == "services.catalog.probe.kind" && $0.line == 6 }, "\(p)")
+        XCTAssertTrue(p.contains { $0.path == "services.catalog.probe.interval" })
     }
 
     func testAuthSectionIsValidated() {

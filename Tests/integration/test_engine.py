@@ -39,6 +39,8 @@ services:
     host: api.internal
     port: {BACKEND_PORT}
     ips: [{IPS}]
+    selection: {{ strategy: round_robin }}
+    retries: 0
     timeouts:
       connect: 500ms
       response: 800ms

@@ -163,12 +163,12 @@ public struct ServiceConfig: Sendable, Equatable {
     public var ips: [String] = []
     public var ipList: IPListConfig?
     public var probe: ProbeConfig?
-    public var strategy: SelectionStrategy = .roundRobin
+    public var strategy: SelectionStrategy = .fastest
     public var switchMargin = 0.20
     public var failover: FailoverConfig?
     public var connectTimeoutMillis: Int64 = 1_000
     public var responseTimeoutMillis: Int64 = 10_000
-    public var retries = 0
+    public var retries = 1
     public var tls: TLSConfig?
 }
 

@@ -18,15 +18,7 @@ enum FeatureSupport {
         if c.accessLog != "off" { refuse(m, "access_log", "the access log (set off)") }
     }
 
-    static func checkService(_ s: ServiceConfig, _ m: YAMLMapReader) {
-        if s.scheme == .https { refuse(m, "scheme", "https to upstreams") }
-        if s.tls != nil { refuse(m, "tls", "TLS to upstreams") }
-        if s.ipList != nil { refuse(m, "ip_list", "refreshing the IP list from a URL") }
-        if s.probe != nil { refuse(m, "probe", "probing IPs") }
-        if s.strategy == .fastest { refuse(m, "selection", "selection strategy fastest (use round_robin)") }
-        if s.failover != nil { refuse(m, "failover", "outlier ejection") }
-        if s.retries > 0 { refuse(m, "retries", "retrying on another IP (set 0)") }
-    }
+    static func checkService(_ s: ServiceConfig, _ m: YAMLMapReader) {}
 
     static func checkRoute(_ r: RouteConfig, _ m: YAMLMapReader) {}
 }

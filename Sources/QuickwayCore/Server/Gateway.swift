@@ -28,6 +28,11 @@ public final class Gateway {
     private let shared: SharedStages
     /// Kept across reloads so nonces accepted before a reload stay replays after it.
     private var nonceStore: NonceStore?
+    /// Services by name, shared by all workers; a reload keeps those whose config did not
+    /// change (with their scores and states) and replaces the others.
+    private var services: [String: ServiceRuntime] = [:]
+    /// Probes and IP-list refreshes, on the admin loop.
+    private var controlPlane: ControlPlane!
 
     public var config: GatewayConfig { lock.lock(); defer { lock.unlock() }; return currentConfig }
 
@@ -40,11 +45,12 @@ public final class Gateway {
         signal(SIGPIPE, SIG_IGN)
         let perWorker = max(1, config.limits.maxConnections / config.workers)
         let authenticator = makeAuthenticator(config)
+        services = Self.buildServices(config, previous: [:])
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", listen: config.listen, limits: config.limits,
                                maxConnections: perWorker)
             let client = UpstreamClient(base: w.base)
-            w.setHandler(ProxyHandler(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots, shared: shared))
+            w.setHandler(ProxyHandler(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots, shared: shared, services: services))
             w.onLoopExit = { client.shutdown() }
             workers.append(w)
             clients.append(client)
@@ -52,6 +58,19 @@ public final class Gateway {
         admin = try Worker(id: config.workers, name: "quickway-admin", listen: config.admin.listen, limits: config.limits,
                            maxConnections: 256, routeCount: 0)
         admin.setHandler(AdminHandler(gateway: self))
+        let cp = ControlPlane(worker: admin)
+        controlPlane = cp
+        admin.onLoopExit = { cp.stop(); cp.client.shutdown() }
+    }
+
+    private static func buildServices(_ config: GatewayConfig, previous: [String: ServiceRuntime]) -> [String: ServiceRuntime] {
+        var out: [String: ServiceRuntime] = [:]
+        for s in config.services {
+            if let old = previous[s.name], old.config == s { out[s.name] = old } else {
+                out[s.name] = ServiceRuntime(s, health: ServiceHealth(config: s))
+            }
+        }
+        return out
     }
 
     private func makeAuthenticator(_ config: GatewayConfig) -> Authenticator? {
@@ -64,12 +83,16 @@ public final class Gateway {
 
     func statsSnapshot() -> StatsSnapshot {
         let routes = config.routes.map { ($0.name, routeSlots.slot(for: $0.name)) }
+        // (services are read under the lock below)
         var s = StatsSnapshot(version: QuickwayVersion.string,
                               uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
                               routes: routes, workers: workers.map(\.stats))
         s.cache = shared.cache.figures
         s.cacheMaxBytes = shared.cache.maxBytes
         (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures
+        lock.lock()
+        s.services = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
+        lock.unlock()
         return s
     }
 
@@ -118,8 +141,12 @@ public final class Gateway {
             changes.append("auth.nonce_ttl and nonce_capacity changes need a restart (remembered nonces are kept)")
         }
         let authenticator = makeAuthenticator(applied)
+        services = Self.buildServices(applied, previous: services)
+        let current = Array(services.values)
+        let cp = controlPlane!
+        admin.post { cp.run(current) }
         for (w, client) in zip(workers, clients) {
-            w.install(ProxyHandler(worker: w, config: applied, client: client, authenticator: authenticator, statSlots: routeSlots, shared: shared))
+            w.install(ProxyHandler(worker: w, config: applied, client: client, authenticator: authenticator, statSlots: routeSlots, shared: shared, services: services))
         }
         Log.level = applied.log.level
         currentConfig = applied
@@ -146,6 +173,9 @@ public final class Gateway {
     public func run() {
         for w in workers { w.start() }
         admin.start()
+        let current = Array(services.values)
+        let cp = controlPlane!
+        admin.post { cp.run(current) }
         logStartup()
         var set = Self.handledSignals()
         while true {

@@ -23,6 +23,9 @@ final class LoopTimer {
         a?()
     }
 
+    /// Whether it fired or was cancelled.
+    var isDone: Bool { event == nil }
+
     func cancel() {
         action = nil
         if let e = event { event_free(e); event = nil }

@@ -30,7 +30,7 @@ final class ProxyHandler: RequestHandler {
     private let routeVary: [[[UInt8]]]
 
     init(worker: Worker, config: GatewayConfig, client: UpstreamClient, authenticator: Authenticator?,
-         statSlots: RouteStatSlots, shared: SharedStages) {
+         statSlots: RouteStatSlots, shared: SharedStages, services: [String: ServiceRuntime]) {
         self.worker = worker
         self.authenticator = authenticator
         self.client = client
@@ -38,7 +38,7 @@ final class ProxyHandler: RequestHandler {
         routeStatSlots = config.routes.map { statSlots.slot(for: $0.name) }
         routes = RouteTable(config.routes)
         routeVary = config.routes.map { $0.vary.map { Array($0.utf8) } }
-        services = config.services.map { ServiceRuntime($0, start: worker.id) }
+        self.services = config.services.map { services[$0.name]! }
         routeService = config.routes.map { r in config.services.firstIndex { $0.name == r.service }! }
         maxObjectBytes = config.cache.maxObjectBytes
         cacheConfig = config.cache
@@ -182,41 +182,31 @@ final class ProxyHandler: RequestHandler {
     func forward(_ exchange: Exchange, plan: CachePlan?, flight: FlightTable.Flight?) {
         let route = routes.entries[exchange.routeIndex]
         let service = services[routeService[exchange.routeIndex]]
-        guard let ip = service.pick() else {
-            let message = "\(service.config.name) has no IP to send to"
-            exchange.respondError(.noHealthyUpstream, message)
-            if let flight { shared.flights.finish(flight, .error(.noHealthyUpstream, message)) }
-            return
-        }
         let head = exchange.head
         let hasBody = head.body != .none || head.value(of: "content-length") != nil
-        let headers = UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
-                                                   requestId: exchange.requestId, hasBody: hasBody, authKeyId: exchange.authKeyId)
-        let transfer = UpstreamTransfer(client: client, service: service, ipIndex: ip)
-        let call = ProxyCall(exchange: exchange, transfer: transfer, handler: self, plan: plan, flight: flight)
-        if let flight {
-            // The call belongs to the flight: it outlives the leader's client while anyone waits.
-            flight.cancelUpstream = { [weak transfer] in transfer?.cancel() }
-            let flights = shared.flights
-            exchange.onCancel = { [weak transfer] in
-                if !flights.leaderLeft(flight) { transfer?.cancel() }
-            }
-        } else {
-            exchange.onCancel = { [weak transfer] in transfer?.cancel() }
-        }
         // A HEAD on a cached route is fetched as GET, so the body can be stored.
         let upstreamHead = exchange.isHeadRequest && plan == nil
-        head.withBytes { raw in
+        let request = head.withBytes { raw -> UpstreamTransfer.Request in
             let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
-            let upstreamTarget = route.config.stripPrefix ? Self.stripped(target, prefixLength: route.config.pathPrefix.utf8.count) : Array(target)
-            let method: [UInt8] = exchange.isHeadRequest && !upstreamHead ? Array("GET".utf8) : Array(raw[head.method])
-            upstreamTarget.withUnsafeBytes { pathAndQuery in
-                method.withUnsafeBytes { m in
-                    transfer.start(.init(method: m, isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
-                                         headerLines: headers, pathAndQuery: pathAndQuery), delegate: call)
-                }
-            }
+            return UpstreamTransfer.Request(
+                method: exchange.isHeadRequest && !upstreamHead ? Array("GET".utf8) : Array(raw[head.method]),
+                isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
+                headerLines: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
+                                                          requestId: exchange.requestId, hasBody: hasBody, authKeyId: exchange.authKeyId),
+                pathAndQuery: route.config.stripPrefix ? Self.stripped(target, prefixLength: route.config.pathPrefix.utf8.count) : Array(target))
         }
+        let call = ProxyCall(exchange: exchange, handler: self, service: service, request: request, plan: plan, flight: flight)
+        if let flight {
+            // The call belongs to the flight: it outlives the leader's client while anyone waits.
+            flight.cancelUpstream = { [weak call] in call?.cancel() }
+            let flights = shared.flights
+            exchange.onCancel = { [weak call] in
+                if !flights.leaderLeft(flight) { call?.cancel() }
+            }
+        } else {
+            exchange.onCancel = { [weak call] in call?.cancel() }
+        }
+        call.start()
     }
 
     /// The target with the route's prefix removed, always starting with `/`.
@@ -242,24 +232,57 @@ final class WaiterDelivery {
 
 /// One forwarded call: relays the upstream's answer to the client, buffering bodies up
 /// to `cache.max_object_bytes` (then storing and sharing them) and streaming larger ones
-/// (pausing the upstream when the client reads slowly).
+/// (pausing the upstream when the client reads slowly). A connection failure or timeout
+/// on an idempotent request is retried on the next-best IP, up to the service's
+/// `retries`, as long as nothing has been sent to the client yet.
 final class ProxyCall: UpstreamTransferDelegate {
     private let exchange: Exchange
-    private let transfer: UpstreamTransfer
     private let handler: ProxyHandler
+    private let service: ServiceRuntime
+    private let request: UpstreamTransfer.Request
     private let plan: CachePlan?
     private var flight: FlightTable.Flight?
+    private var transfer: UpstreamTransfer?
+    private var tried: [UpstreamMember] = []
+    private var retriesLeft: Int
     private var body: [UInt8] = []
     private var relayLines: [UInt8] = []
     private var streaming = false
 
-    init(exchange: Exchange, transfer: UpstreamTransfer, handler: ProxyHandler, plan: CachePlan?, flight: FlightTable.Flight?) {
+    init(exchange: Exchange, handler: ProxyHandler, service: ServiceRuntime, request: UpstreamTransfer.Request,
+         plan: CachePlan?, flight: FlightTable.Flight?) {
         self.exchange = exchange
-        self.transfer = transfer
         self.handler = handler
+        self.service = service
+        self.request = request
         self.plan = plan
         self.flight = flight
+        retriesLeft = Self.isIdempotent(exchange.head) ? service.config.retries : 0
     }
+
+    /// GET, HEAD, OPTIONS, PUT, DELETE, TRACE, or any request with an Idempotency-Key.
+    static func isIdempotent(_ head: HTTPRequestHead) -> Bool {
+        head.methodIs("GET") || head.methodIs("HEAD") || head.methodIs("OPTIONS") || head.methodIs("PUT")
+            || head.methodIs("DELETE") || head.methodIs("TRACE") || head.value(of: "idempotency-key") != nil
+    }
+
+    /// Sends the request to the best IP.
+    func start() {
+        guard let member = service.health.pick() else {
+            fail(.noHealthyUpstream, "\(service.config.name) has no IP to send to")
+            return
+        }
+        send(to: member)
+    }
+
+    private func send(to member: UpstreamMember) {
+        tried.append(member)
+        let t = UpstreamTransfer(client: handler.client, service: service, member: member)
+        transfer = t
+        t.start(request, delegate: self)
+    }
+
+    func cancel() { transfer?.cancel() }
 
     private var maxObjectBytes: Int { handler.maxObjectBytes }
 
@@ -304,7 +327,7 @@ final class ProxyCall: UpstreamTransferDelegate {
         streaming = true
         // Too large to share or store: waiters make their own calls.
         if let f = flight { handler.shared.flights.finish(f, .goUpstream); flight = nil }
-        let head = transfer.head
+        guard let head = transfer?.head else { return }
         head.reason.withUnsafeBytes { reason in
             relayLines.withUnsafeBytes { lines in
                 exchange.beginStream(status: head.status, reason: reason, headerLines: lines, contentLength: contentLength)
@@ -353,9 +376,23 @@ final class ProxyCall: UpstreamTransferDelegate {
                 exchange.abort()
                 return
             }
+            // Retry only while someone still wants the answer (the client, or merged waiters).
+            if retriesLeft > 0, code == .upstreamUnreachable || code == .upstreamTimeout, exchange.connection != nil || flight != nil,
+               let next = service.health.pick(excluding: tried) {
+                retriesLeft -= 1
+                service.health.countRetry()
+                Log.debug("request \(exchange.requestIdString): \(message); retrying on \(next.ip)")
+                send(to: next)
+                return
+            }
             if serveStale() { return }
-            exchange.respondError(code, message)
-            if let f = flight { handler.shared.flights.finish(f, .error(code, message)) }
+            fail(code, message)
         }
+    }
+
+    private func fail(_ code: GatewayErrorCode, _ message: String) {
+        if serveStale() { return }
+        exchange.respondError(code, message)
+        if let f = flight { handler.shared.flights.finish(f, .error(code, message)); flight = nil }
     }
 }

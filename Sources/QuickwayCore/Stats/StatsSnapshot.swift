@@ -1,3 +1,5 @@
+import Foundation
+
 /// `/stats` figures merged from every worker's counters at the moment of reading
 /// (workers keep running; each counter is read atomically, the set is not a
 /// transaction, so `in_flight` is clamped at zero).
@@ -16,6 +18,7 @@ public struct StatsSnapshot {
     public var cacheMaxBytes = 0
     public var coalescedLeaders: Int64 = 0
     public var coalescedWaiters: Int64 = 0
+    public var services: [(String, ServiceHealth.Figures)] = []
     public var workers = 0
     public var connections = 0
 
@@ -51,6 +54,13 @@ public struct StatsSnapshot {
         "{" + (2...5).filter { all || counts[$0 - 1] > 0 }.map { "\"\($0)xx\":\(counts[$0 - 1])" }.joined(separator: ",") + "}"
     }
 
+    static func iso(_ t: Double) -> String {
+        var secs = time_t(t)
+        var tmv = tm()
+        gmtime_r(&secs, &tmv)
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02dZ", tmv.tm_year + 1900, tmv.tm_mon + 1, tmv.tm_mday, tmv.tm_hour, tmv.tm_min, tmv.tm_sec)
+    }
+
     public func json() -> String {
         var s = "{\"version\":\(JSONText.quoted(version)),\"uptime_seconds\":\(JSONText.number(uptimeSeconds)),"
         s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"by_status\":\(Self.classes(byClass, all: true))},"
@@ -64,6 +74,20 @@ public struct StatsSnapshot {
         s += "\"routes\":{"
         s += routes.map { "\(JSONText.quoted($0.name)):{\"requests\":\($0.requests),\"by_status\":\(Self.classes($0.byClass, all: false))}" }
             .joined(separator: ",")
+        s += "},\"services\":{"
+        s += services.map { name, f in
+            var o = "\(JSONText.quoted(name)):{\"selected\":\(f.selected.map(JSONText.quoted) ?? "null"),"
+            o += "\"ip_list\":{\"source\":\(JSONText.quoted(f.source)),\"refreshed_at\":\(f.refreshedAt.map { JSONText.quoted(Self.iso($0)) } ?? "null"),"
+            o += "\"count\":\(f.members.count),\"refresh_failures\":\(f.refreshFailures)},\"retries\":\(f.retries),\"upstreams\":["
+            o += f.members.map { m in
+                var u = "{\"address\":\(JSONText.quoted(m.address)),\"state\":\"\(m.state)\",\"latency_ms\":\(JSONText.number(m.latencyMillis)),"
+                u += "\"probe_latency_ms\":\(m.probeLatencyMillis.map(JSONText.number) ?? "null"),\"requests\":\(m.requests),\"errors\":\(m.errors),"
+                u += "\"error_rate\":\(JSONText.number(m.errorRate))"
+                if let e = m.ejectedUntil { u += ",\"ejected_until\":\(JSONText.quoted(Self.iso(e)))" }
+                return u + "}"
+            }.joined(separator: ",")
+            return o + "]}"
+        }.joined(separator: ",")
         s += "},\"workers\":\(workers),\"connections\":\(connections)}"
         return s
     }

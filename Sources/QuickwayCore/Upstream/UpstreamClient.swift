@@ -116,10 +116,16 @@ final class UpstreamClient {
             var priv: UnsafeMutableRawPointer?
             qw_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv)
             guard let priv else { curl_multi_remove_handle(multi, easy); continue }
-            let transfer = Unmanaged<UpstreamTransfer>.fromOpaque(priv).takeUnretainedValue()
-            transfer.finished(code)
+            let task = Unmanaged<CurlTask>.fromOpaque(priv).takeUnretainedValue()
+            task.finished(code)
         }
     }
+}
+
+/// Anything run on an `UpstreamClient`'s multi handle: its `CURLOPT_PRIVATE` points at
+/// the task, which curl's completion is handed to.
+class CurlTask {
+    func finished(_ code: CURLcode) {}
 }
 
 private let upstreamSocketCallback: curl_socket_callback = { _, s, what, userp, socketp in

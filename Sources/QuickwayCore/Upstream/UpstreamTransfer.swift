@@ -23,9 +23,10 @@ enum UpstreamOutcome {
 /// Ownership: while the call runs, the transfer keeps itself alive (a retained pointer
 /// in `CURLOPT_PRIVATE` and the callbacks' user data), released when it finishes or is
 /// cancelled. It holds its delegate strongly until then. Thread rule: one worker.
-final class UpstreamTransfer {
+final class UpstreamTransfer: CurlTask {
+    /// What to send; owned, so a retry can send it again.
     struct Request {
-        var method: UnsafeRawBufferPointer
+        var method: [UInt8]
         var isHead: Bool
         /// Whether the client request had body framing (its body may still be empty).
         var hasBody: Bool
@@ -33,7 +34,7 @@ final class UpstreamTransfer {
         /// NUL-separated header lines from `UpstreamRequestHeaders.build`.
         var headerLines: [UInt8]
         /// Path and query to append to the service's URL prefix.
-        var pathAndQuery: UnsafeRawBufferPointer
+        var pathAndQuery: [UInt8]
     }
 
     private let client: UpstreamClient
@@ -44,16 +45,21 @@ final class UpstreamTransfer {
     private var body: [UInt8] = []
     private var bodyOffset = 0
     private(set) var head = UpstreamResponseHead()
-    let ipIndex: Int
+    let member: UpstreamMember
     private var retainedSelf: Unmanaged<UpstreamTransfer>?
+    private var startNanos: UInt64 = 0
+    /// Time to the response head, once it is in.
+    private var headMillis: Double?
+    /// Set once the outcome has been reported to the service's health.
+    private var reported = false
 
-    init(client: UpstreamClient, service: ServiceRuntime, ipIndex: Int) {
+    init(client: UpstreamClient, service: ServiceRuntime, member: UpstreamMember) {
         self.client = client
         self.service = service
-        self.ipIndex = ipIndex
+        self.member = member
     }
 
-    var upstreamAddress: String { service.ip(ipIndex) }
+    var upstreamAddress: String { member.ip }
 
     /// Configures the easy handle and adds it to the multi handle.
     func start(_ r: Request, delegate: UpstreamTransferDelegate) {
@@ -68,11 +74,20 @@ final class UpstreamTransfer {
         qw_easy_setopt_ptr(h, CURLOPT_WRITEDATA, ptr)
 
         // URL: service prefix + path and query, NUL-terminated (curl copies it).
+        startNanos = Clock.monotonicNanos()
         var url = service.urlPrefix
         url.append(contentsOf: r.pathAndQuery)
         url.append(0)
         url.withUnsafeBufferPointer { qw_easy_setopt_ptr(h, CURLOPT_URL, $0.baseAddress) }
-        qw_easy_setopt_ptr(h, CURLOPT_CONNECT_TO, service.connectTo(ipIndex))
+        qw_easy_setopt_ptr(h, CURLOPT_CONNECT_TO, member.connectTo)
+        if service.config.scheme == .https {
+            // The connection goes to the member's IP; SNI, Host and certificate checks use
+            // the service host from the URL.
+            let verify = service.config.tls?.verify ?? true
+            qw_easy_setopt_long(h, CURLOPT_SSL_VERIFYPEER, verify ? 1 : 0)
+            qw_easy_setopt_long(h, CURLOPT_SSL_VERIFYHOST, verify ? 2 : 0)
+            if let ca = service.config.tls?.caFile { qw_easy_setopt_ptr(h, CURLOPT_CAINFO, ca) }
+        }
 
         // Method and body.
         qw_easy_setopt_long(h, CURLOPT_HTTPGET, 1)
@@ -88,8 +103,8 @@ final class UpstreamTransfer {
                 qw_easy_setopt_datafn(h, CURLOPT_READFUNCTION, upstreamReadCallback)
                 qw_easy_setopt_ptr(h, CURLOPT_READDATA, ptr)
             }
-            if !(r.method.count == 3 && r.method[0] == UInt8(ascii: "G") && r.method[1] == UInt8(ascii: "E") && r.method[2] == UInt8(ascii: "T")) || r.hasBody {
-                var m = Array(r.method)
+            if r.method != [0x47, 0x45, 0x54] || r.hasBody {  // anything but a plain GET
+                var m = r.method
                 m.append(0)
                 m.withUnsafeBufferPointer { qw_easy_setopt_ptr(h, CURLOPT_CUSTOMREQUEST, $0.baseAddress) }
             }
@@ -114,6 +129,7 @@ final class UpstreamTransfer {
     /// the response was not complete. The delegate is not called again.
     func cancel() {
         guard let h = easy else { return }
+        report(error: false)  // the client left: not the upstream's fault
         delegate = nil
         client.remove(h)
         release(h)
@@ -126,7 +142,19 @@ final class UpstreamTransfer {
     }
 
     fileprivate func headerLine(_ bytes: UnsafeRawBufferPointer) {
-        if head.feed(bytes), let d = delegate { d.upstreamHeadReceived(self) }
+        if head.feed(bytes) {
+            headMillis = Double(Clock.monotonicNanos() &- startNanos) / 1e6
+            delegate?.upstreamHeadReceived(self)
+        }
+    }
+
+    /// Feeds the outcome to the service's health once: latency to the head (or to the
+    /// failure) and whether it was an error (connection failure, timeout, 5xx).
+    private func report(error: Bool) {
+        guard !reported else { return }
+        reported = true
+        let latency = headMillis ?? Double(Clock.monotonicNanos() &- startNanos) / 1e6
+        service.health.requestFinished(member, latencyMillis: latency, error: error)
     }
 
     fileprivate func bodyData(_ bytes: UnsafeRawBufferPointer) -> Bool {
@@ -146,9 +174,10 @@ final class UpstreamTransfer {
     }
 
     /// Called by the client when curl reports the transfer done.
-    func finished(_ code: CURLcode) {
+    override func finished(_ code: CURLcode) {
         guard let h = easy else { return }
         let outcome = outcome(of: code, handle: h)
+        if case .failed = outcome { report(error: true) } else { report(error: [500, 502, 503, 504].contains(head.status)) }
         let d = delegate
         delegate = nil
         client.remove(h)

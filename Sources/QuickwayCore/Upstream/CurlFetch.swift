@@ -1,0 +1,88 @@
+import CCurl
+import CQuickwayShims
+
+/// A small GET (or a bare TCP connect) on the control loop's multi handle, for probes
+/// and IP-list refreshes. Collects at most `maxBody` bytes and reports once.
+/// Ownership: keeps itself alive while running, like `UpstreamTransfer`.
+/// `CURLE_OK`, for code outside this file that compares result codes.
+let CURLE_OK_VALUE = CURLE_OK
+
+final class CurlFetch: CurlTask {
+    struct Result {
+        var code: CURLcode
+        var status: Int
+        /// Time to the first response byte (HTTP) or to the connection (TCP), ms.
+        var latencyMillis: Double
+        var body: [UInt8]
+        var error: String { code == CURLE_OK ? "" : String(cString: curl_easy_strerror(code)) }
+    }
+
+    private let client: UpstreamClient
+    private var easy: UnsafeMutableRawPointer?
+    private var body: [UInt8] = []
+    private let maxBody: Int
+    private let connectOnly: Bool
+    private let done: (Result) -> Void
+    private var retained: Unmanaged<CurlFetch>?
+
+    init(client: UpstreamClient, maxBody: Int = 1 << 20, connectOnly: Bool = false, done: @escaping (Result) -> Void) {
+        self.client = client
+        self.maxBody = maxBody
+        self.connectOnly = connectOnly
+        self.done = done
+    }
+
+    func start(url: String, connectTo: UnsafeMutablePointer<curl_slist>?, timeoutMillis: Int64, tls: TLSConfig?) {
+        let h = curl_easy_init()!
+        easy = h
+        let me = Unmanaged.passRetained(self)
+        retained = me
+        qw_easy_setopt_ptr(h, CURLOPT_PRIVATE, me.toOpaque())
+        qw_easy_setopt_ptr(h, CURLOPT_WRITEDATA, me.toOpaque())
+        qw_easy_setopt_datafn(h, CURLOPT_WRITEFUNCTION, curlFetchWriteCallback)
+        qw_easy_setopt_ptr(h, CURLOPT_URL, url)
+        qw_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1)
+        qw_easy_setopt_ptr(h, CURLOPT_PROXY, "")
+        qw_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Int(timeoutMillis))
+        qw_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Int(timeoutMillis))
+        if let connectTo { qw_easy_setopt_ptr(h, CURLOPT_CONNECT_TO, connectTo) }
+        if connectOnly {
+            qw_easy_setopt_long(h, CURLOPT_CONNECT_ONLY, 1)
+            qw_easy_setopt_long(h, CURLOPT_FRESH_CONNECT, 1)
+        }
+        if let tls {
+            qw_easy_setopt_long(h, CURLOPT_SSL_VERIFYPEER, tls.verify ? 1 : 0)
+            qw_easy_setopt_long(h, CURLOPT_SSL_VERIFYHOST, tls.verify ? 2 : 0)
+            if let ca = tls.caFile { qw_easy_setopt_ptr(h, CURLOPT_CAINFO, ca) }
+        }
+        client.add(h)
+    }
+
+    fileprivate func append(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard body.count + bytes.count <= maxBody else { return false }
+        body.append(contentsOf: bytes)
+        return true
+    }
+
+    override func finished(_ code: CURLcode) {
+        guard let h = easy else { return }
+        var status = 0
+        qw_easy_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
+        var seconds = 0.0
+        qw_easy_getinfo_double(h, connectOnly ? CURLINFO_CONNECT_TIME : CURLINFO_STARTTRANSFER_TIME, &seconds)
+        client.remove(h)
+        curl_easy_cleanup(h)
+        easy = nil
+        let result = Result(code: code, status: status, latencyMillis: seconds * 1000, body: body)
+        let me = retained
+        retained = nil
+        done(result)
+        me?.release()
+    }
+}
+
+private let curlFetchWriteCallback: curl_write_callback = { buf, size, n, user in
+    let count = size * n
+    let fetch = Unmanaged<CurlFetch>.fromOpaque(user!).takeUnretainedValue()
+    return fetch.append(UnsafeRawBufferPointer(start: buf, count: count)) ? count : 0
+}

@@ -1,0 +1,220 @@
+import CCurl
+import Foundation
+
+/// One IP of a service. The `CONNECT_TO` list is built once and only read afterwards
+/// (by libcurl on whichever worker uses it), so a member can be shared by all workers;
+/// it is freed when the last transfer using it lets go. Mutable state is guarded by
+/// the owning `ServiceHealth`'s lock.
+public final class UpstreamMember: @unchecked Sendable {
+    public let ip: String
+    let connectTo: UnsafeMutablePointer<curl_slist>
+
+    var latency = PeakEWMA()
+    var probeLatency = PeakEWMA()
+    var window: ErrorWindow
+    var inFlight = 0
+    var requests: Int64 = 0
+    var errors: Int64 = 0
+    var state: UpstreamState
+    var ejectedUntilMillis: Int64 = 0
+    var ejectedUntilWall: Double = 0
+    var probeFailures = 0
+    var probeSuccesses = 0
+    /// Left the IP list: takes no new requests; dropped once idle.
+    var removed = false
+
+    init(ip: String, service: ServiceConfig, startsUp: Bool) {
+        self.ip = ip
+        let target = ip.contains(":") ? "[\(ip)]" : ip
+        connectTo = curl_slist_append(nil, "\(service.host):\(service.port):\(target):\(service.port)")!
+        window = ErrorWindow(size: service.failover?.window ?? 40)
+        state = startsUp ? .up : .down
+    }
+
+    deinit { curl_slist_free_all(connectTo) }
+}
+
+/// The live state of one service's IP list, shared by all workers: which IPs exist,
+/// how fast and how healthy each is, and which one `fastest` has chosen.
+///
+/// Fed by real requests (`requestStarted` / `requestFinished`, from any worker), by
+/// probes and by IP-list refreshes (from the control loop). Every method takes the lock
+/// briefly; nothing blocks inside it.
+public final class ServiceHealth: @unchecked Sendable {
+    public let config: ServiceConfig
+    private let lock = NSLock()
+    private(set) var members: [UpstreamMember] = []
+    private var selected: UpstreamMember?
+    private var rrNext = 0
+    /// Where the current list came from: `config`, `url` or `cache_file`.
+    private(set) var listSource = "config"
+    private(set) var listRefreshedAt: Double?
+    private(set) var listRefreshFailures: Int64 = 0
+    private(set) var retries: Int64 = 0
+    private let now: () -> Int64
+
+    public init(config: ServiceConfig, nowMillis: @escaping () -> Int64 = Clock.monotonicMillis) {
+        self.config = config
+        self.now = nowMillis
+        members = config.ips.map { UpstreamMember(ip: $0, service: config, startsUp: true) }
+        if !config.ips.isEmpty { listRefreshedAt = Clock.wallSeconds() }
+    }
+
+    // MARK: choosing
+
+    /// The IP for the next request, or nil when the list is empty. Skips IPs in
+    /// `excluding` (already tried by this request). When no IP is up, all are tried
+    /// rather than none (panic mode: probes may be wrong, the IPs may still answer).
+    public func pick(excluding: [UpstreamMember] = []) -> UpstreamMember? {
+        lock.lock()
+        defer { lock.unlock() }
+        let t = now()
+        var live: [UpstreamMember] = []
+        for m in members where !m.removed && !excluding.contains(where: { $0 === m }) {
+            refreshEjection(m, t)
+            if m.state == .up { live.append(m) }
+        }
+        if live.isEmpty {
+            live = members.filter { m in !m.removed && !excluding.contains(where: { $0 === m }) }
+        }
+        guard !live.isEmpty else { return nil }
+        let chosen: UpstreamMember
+        switch config.strategy {
+        case .roundRobin:
+            chosen = live[rrNext % live.count]
+            rrNext &+= 1
+        case .fastest:
+            let candidates = live.enumerated().map { i, m in
+                Selection.Candidate(index: i, latencyMillis: m.latency.valueMillis, errorRate: m.window.rate, inFlight: m.inFlight)
+            }
+            let current = live.firstIndex { $0 === selected }
+            let i = Selection.fastest(candidates, current: current, switchMargin: config.switchMargin) ?? 0
+            chosen = live[i]
+            if excluding.isEmpty { selected = chosen }
+        }
+        chosen.inFlight += 1
+        return chosen
+    }
+
+    private func refreshEjection(_ m: UpstreamMember, _ t: Int64) {
+        if m.state == .ejected && t >= m.ejectedUntilMillis {
+            m.state = .up
+            m.window.reset()
+        }
+    }
+
+    // MARK: feedback
+
+    /// A request to `m` ended. `latencyMillis`: time to the response head (for errors
+    /// without one, the time it took to fail). `error`: a connection failure, a timeout
+    /// or a 5xx answer.
+    public func requestFinished(_ m: UpstreamMember, latencyMillis: Double, error: Bool) {
+        lock.lock()
+        defer { lock.unlock() }
+        let t = now()
+        m.inFlight = max(0, m.inFlight - 1)
+        m.requests += 1
+        if error { m.errors += 1 }
+        m.latency.add(latencyMillis, nowMillis: t)
+        if m.removed && m.inFlight == 0 { members.removeAll { $0 === m } }
+        guard let f = config.failover, m.state == .up else { return }
+        m.window.add(error: error)
+        let live = members.filter { !$0.removed }
+        let healthy = live.filter { $0.state == .up }.count
+        let ejected = live.filter { $0.state == .ejected }.count
+        if Ejection.shouldEject(m.window, window: f.window, maxErrorRate: f.maxErrorRate, healthy: healthy, ejected: ejected, total: live.count) {
+            m.state = .ejected
+            m.ejectedUntilMillis = t + f.ejectForMillis
+            m.ejectedUntilWall = Clock.wallSeconds() + Double(f.ejectForMillis) / 1000
+            Log.warn("service \(config.name): ejected \(m.ip) for \(Units.formatMillis(f.ejectForMillis)) (error rate \(Int(m.window.rate * 100))% over \(m.window.count) requests)")
+            m.window.reset()
+        }
+    }
+
+    /// A request was retried on another IP.
+    func countRetry() { lock.lock(); retries += 1; lock.unlock() }
+
+    /// A probe of `m` ended: latency on success, nil on failure.
+    public func probeFinished(_ m: UpstreamMember, latencyMillis: Double?) {
+        lock.lock()
+        defer { lock.unlock() }
+        let t = now()
+        if let l = latencyMillis {
+            m.probeFailures = 0
+            m.probeSuccesses += 1
+            m.probeLatency.add(l, nowMillis: t)
+            m.latency.add(l, nowMillis: t)
+            // New IPs come up after one good probe, recovering ones after two.
+            if m.state == .down && (m.probeSuccesses >= 2 || m.requests == 0) {
+                m.state = .up
+                Log.info("service \(config.name): \(m.ip) is up")
+            }
+        } else {
+            m.probeSuccesses = 0
+            m.probeFailures += 1
+            if m.state == .up && m.probeFailures >= 2 {
+                m.state = .down
+                Log.warn("service \(config.name): \(m.ip) is down (probes failing)")
+            }
+        }
+    }
+
+    // MARK: the IP list
+
+    /// Replaces the list. New IPs start `down` when probes are configured (they take
+    /// traffic after their first good probe) and `up` otherwise; IPs that left are
+    /// drained: no new requests, those in flight finish.
+    public func replaceIPs(_ ips: [String], source: String) -> (added: [String], removed: [String]) {
+        lock.lock()
+        defer { lock.unlock() }
+        let keep = Set(ips)
+        var added: [String] = []
+        var removedIPs: [String] = []
+        for m in members where !keep.contains(m.ip) && !m.removed { m.removed = true; removedIPs.append(m.ip) }
+        for ip in ips where !members.contains(where: { $0.ip == ip && !$0.removed }) {
+            members.append(UpstreamMember(ip: ip, service: config, startsUp: config.probe == nil))
+            added.append(ip)
+        }
+        members.removeAll { $0.removed && $0.inFlight == 0 }
+        if selected.map({ $0.removed }) ?? false { selected = nil }
+        listSource = source
+        listRefreshedAt = Clock.wallSeconds()
+        return (added, removedIPs)
+    }
+
+    func countRefreshFailure() { lock.lock(); listRefreshFailures += 1; lock.unlock() }
+
+    /// Members to probe now (not removed).
+    var probeTargets: [UpstreamMember] { lock.lock(); defer { lock.unlock() }; return members.filter { !$0.removed } }
+
+    var currentIPs: [String] { lock.lock(); defer { lock.unlock() }; return members.filter { !$0.removed }.map(\.ip) }
+
+    // MARK: stats
+
+    public struct MemberFigures {
+        public var address: String, state: String, latencyMillis: Double, probeLatencyMillis: Double?
+        public var requests: Int64, errors: Int64, errorRate: Double, ejectedUntil: Double?
+    }
+
+    public struct Figures {
+        public var selected: String?
+        public var source: String, refreshedAt: Double?, refreshFailures: Int64, retries: Int64
+        public var members: [MemberFigures]
+    }
+
+    public var figures: Figures {
+        lock.lock()
+        defer { lock.unlock() }
+        let t = now()
+        let list = members.filter { !$0.removed }
+        for m in list { refreshEjection(m, t) }
+        let sel = config.strategy == .fastest ? selected?.ip : nil
+        return Figures(selected: sel, source: listSource, refreshedAt: listRefreshedAt, refreshFailures: listRefreshFailures,
+                       retries: retries, members: list.map { m in
+            MemberFigures(address: m.ip, state: m.state.rawValue, latencyMillis: m.latency.valueMillis,
+                          probeLatencyMillis: m.probeLatency.samples > 0 ? m.probeLatency.valueMillis : nil,
+                          requests: m.requests, errors: m.errors, errorRate: m.window.rate,
+                          ejectedUntil: m.state == .ejected ? m.ejectedUntilWall : nil)
+        })
+    }
+}
