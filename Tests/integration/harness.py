@@ -11,6 +11,7 @@ import select
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -92,6 +93,14 @@ class BackendHandler(BaseHTTPRequestHandler):
                                     "headers": dict(self.headers.items()), "body": body})
         parts = self.path.split("?")[0].strip("/").split("/")
         kind = parts[0] if parts else ""
+        # Runtime knobs (routing tests): a delay for every answer, a forced failure status
+        # for everything but /health, and an IP list to serve at /ips.
+        if server.delay_ms:
+            time.sleep(server.delay_ms / 1000)
+        if kind == "ips":
+            return self._send(200, server.ip_list.encode(), "text/plain")
+        if server.fail_status and kind != "health":
+            return self._send(server.fail_status, b'{"failing": true}')
         query = dict(urllib.parse.parse_qsl(self.path.partition("?")[2]))
         if kind == "hdr":
             # Answers with the response headers given in the query (Cache-Control=..., Set-Cookie=...).
@@ -150,8 +159,10 @@ class BackendHandler(BaseHTTPRequestHandler):
 class Backend:
     """A real HTTP server on `host:port` in a background thread."""
 
-    def __init__(self, host, port):
+    def __init__(self, host, port, ssl_context=None):
         self.server = ThreadingHTTPServer((host, port), BackendHandler)
+        if ssl_context is not None:
+            self.server.socket = ssl_context.wrap_socket(self.server.socket, server_side=True)
         self.server.daemon_threads = True
         self.server.name = f"{host}:{port}"
         self.server.lock = threading.Lock()
@@ -160,6 +171,9 @@ class Backend:
         self.server.hangups = threading.Event()
         self.server.path_hits = {}
         self.server.flaky_status = 200
+        self.server.delay_ms = 0
+        self.server.fail_status = None
+        self.server.ip_list = ""
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
@@ -281,3 +295,30 @@ def read_response(sock_file):
     n = int(headers.get("content-length", "0"))
     body = sock_file.read(n) if n else b""
     return int(status_line.split()[1]), headers, body
+
+
+class BackendProcess:
+    """A backend in its own process, so a test can kill it outright (SIGKILL): its
+    listening socket and every open connection go at once, as when a machine dies."""
+
+    def __init__(self, host, port):
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", host, str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: _connectable(host, port), what=f"backend process on {host}:{port}")
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+def _connectable(host, port):
+    try:
+        socket.create_connection((host, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "serve":
+    b = Backend(sys.argv[2], int(sys.argv[3]))
+    b.thread.join()

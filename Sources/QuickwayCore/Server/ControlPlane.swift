@@ -16,15 +16,15 @@ final class ControlPlane {
         client = UpstreamClient(base: worker.base)
     }
 
-    /// (Re)starts probes and refreshes for `services`. Cached IP lists are read at once,
-    /// so a restart with the list URL down still has the last good list.
+    /// (Re)starts probes and refreshes for `services`. (Cached IP lists are read by the
+    /// gateway before it serves; a service new in a reload reads its own here.)
     func run(_ services: [ServiceRuntime]) {
         generation += 1
         for t in timers { t.cancel() }
         timers.removeAll()
         for s in services {
             if let l = s.config.ipList {
-                if let file = l.cacheFile, s.health.currentIPs.isEmpty || s.health.listSource == "config", let ips = IPListSource.load(from: file) {
+                if let file = l.cacheFile, s.health.currentIPs.isEmpty, let ips = IPListSource.load(from: file) {
                     let (a, r) = s.health.replaceIPs(ips, source: "cache_file")
                     Log.info("service \(s.config.name): \(ips.count) IP(s) from \(file)" + describe(a, r))
                 }

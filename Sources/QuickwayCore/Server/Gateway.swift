@@ -46,6 +46,13 @@ public final class Gateway {
         let perWorker = max(1, config.limits.maxConnections / config.workers)
         let authenticator = makeAuthenticator(config)
         services = Self.buildServices(config, previous: [:])
+        // Cached IP lists are read now, before any listener serves: a restart while the
+        // list URL is down starts with the last good list, not with none.
+        for s in services.values {
+            guard let file = s.config.ipList?.cacheFile, let ips = IPListSource.load(from: file) else { continue }
+            _ = s.health.replaceIPs(ips, source: "cache_file")
+            Log.info("service \(s.config.name): \(ips.count) IP(s) from \(file)")
+        }
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", listen: config.listen, limits: config.limits,
                                maxConnections: perWorker)

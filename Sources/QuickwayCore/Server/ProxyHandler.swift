@@ -370,14 +370,14 @@ final class ProxyCall: UpstreamTransferDelegate {
                 }
             }
             if let f = flight { handler.shared.flights.finish(f, .response(response)) }
-        case let .failed(code, message):
+        case let .failed(code, message, connectionError):
             if streaming {
                 Log.warn("request \(exchange.requestIdString): \(message) after the response began; closing the client connection")
                 exchange.abort()
                 return
             }
             // Retry only while someone still wants the answer (the client, or merged waiters).
-            if retriesLeft > 0, code == .upstreamUnreachable || code == .upstreamTimeout, exchange.connection != nil || flight != nil,
+            if retriesLeft > 0, connectionError, exchange.connection != nil || flight != nil,
                let next = service.health.pick(excluding: tried) {
                 retriesLeft -= 1
                 service.health.countRetry()

@@ -15,7 +15,10 @@ protocol UpstreamTransferDelegate: AnyObject {
 
 enum UpstreamOutcome {
     case complete
-    case failed(GatewayErrorCode, String)
+    /// `connectionError`: the connection failed or broke before an answer (refused,
+    /// reset, closed with nothing received) or timed out; safe to retry for idempotent
+    /// requests.
+    case failed(GatewayErrorCode, String, connectionError: Bool)
 }
 
 /// One upstream HTTP call on a pooled curl easy handle.
@@ -189,21 +192,24 @@ final class UpstreamTransfer: CurlTask {
         let name = service.config.name
         switch code {
         case CURLE_OK:
-            return head.isComplete ? .complete : .failed(.upstreamBadResponse, "\(name) sent no valid response head")
+            return head.isComplete ? .complete : .failed(.upstreamBadResponse, "\(name) sent no valid response head", connectionError: false)
         case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST:
-            return .failed(.upstreamUnreachable, "\(name) could not be connected at \(upstreamAddress)")
+            return .failed(.upstreamUnreachable, "\(name) could not be connected at \(upstreamAddress)", connectionError: true)
         case CURLE_OPERATION_TIMEDOUT:
             // Nothing sent means no connection was made (a reused one has no connect
             // time, so that cannot tell).
             var requestBytes = 0
             qw_easy_getinfo_long(h, CURLINFO_REQUEST_SIZE, &requestBytes)
             if requestBytes == 0 {
-                return .failed(.upstreamUnreachable, "\(name) did not accept a connection at \(upstreamAddress) within \(Units.formatMillis(service.config.connectTimeoutMillis))")
+                return .failed(.upstreamUnreachable, "\(name) did not accept a connection at \(upstreamAddress) within \(Units.formatMillis(service.config.connectTimeoutMillis))", connectionError: true)
             }
-            return .failed(.upstreamTimeout, "\(name) did not answer within \(Units.formatMillis(service.config.responseTimeoutMillis))")
+            return .failed(.upstreamTimeout, "\(name) did not answer within \(Units.formatMillis(service.config.responseTimeoutMillis))", connectionError: true)
+        case CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR:
+            let text = String(cString: curl_easy_strerror(code))
+            return .failed(.upstreamBadResponse, "\(name) at \(upstreamAddress): \(text)", connectionError: !head.isComplete)
         default:
             let text = String(cString: curl_easy_strerror(code))
-            return .failed(.upstreamBadResponse, "\(name) at \(upstreamAddress): \(text)")
+            return .failed(.upstreamBadResponse, "\(name) at \(upstreamAddress): \(text)", connectionError: false)
         }
     }
 

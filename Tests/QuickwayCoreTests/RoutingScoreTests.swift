@@ -1,0 +1,187 @@
+import Foundation
+import XCTest
+@testable import QuickwayCore
+
+/// A clock the test moves by hand.
+final class FakeClock: @unchecked Sendable {
+    var millis: Int64 = 1_000_000
+    func advance(_ ms: Int64) { millis += ms }
+}
+
+final class PeakEWMATests: XCTestCase {
+    func testJumpsUpAtOnceAndDecaysWithTime() {
+        var e = PeakEWMA()
+        e.add(10, nowMillis: 0)
+        XCTAssertEqual(e.valueMillis, 10)
+        e.add(100, nowMillis: 100)
+        XCTAssertEqual(e.valueMillis, 100, "a slow sample shows at once")
+        e.add(10, nowMillis: 10_100)   // one time constant later
+        XCTAssertEqual(e.valueMillis, 100 * exp(-1) + 10 * (1 - exp(-1)), accuracy: 0.01)
+        for i in 1...30 { e.add(10, nowMillis: 10_100 + Int64(i) * 2000) }
+        XCTAssertEqual(e.valueMillis, 10, accuracy: 0.5, "converges to the new level")
+    }
+}
+
+final class SelectionRulesTests: XCTestCase {
+    func c(_ i: Int, _ ms: Double, err: Double = 0, inflight: Int = 0) -> Selection.Candidate {
+        Selection.Candidate(index: i, latencyMillis: ms, errorRate: err, inFlight: inflight)
+    }
+
+    func testFastestWithMarginAndSpill() {
+        XCTAssertEqual(Selection.fastest([c(0, 20), c(1, 5), c(2, 50)], current: nil, switchMargin: 0.2), 1)
+        // Within the margin: keep the current choice (no flapping).
+        XCTAssertEqual(Selection.fastest([c(0, 10), c(1, 9)], current: 0, switchMargin: 0.2), 0)
+        XCTAssertEqual(Selection.fastest([c(0, 10), c(1, 7.9)], current: 0, switchMargin: 0.2), 1)
+        // Errors cost: 10% errors add 100 ms.
+        XCTAssertEqual(Selection.fastest([c(0, 5, err: 0.1), c(1, 50)], current: nil, switchMargin: 0.2), 1)
+        // Queueing spills to the next IP.
+        XCTAssertEqual(Selection.fastest([c(0, 5, inflight: 9), c(1, 20, inflight: 0)], current: 0, switchMargin: 0.2), 1)
+    }
+
+    func testEjectionGuards() {
+        var w = ErrorWindow(size: 40)
+        for _ in 0..<5 { w.add(error: true) }
+        XCTAssertEqual(Ejection.minimumVolume(window: 40), 10)
+        XCTAssertFalse(Ejection.shouldEject(w, window: 40, maxErrorRate: 0.1, healthy: 3, ejected: 0, total: 3), "not enough volume")
+        for _ in 0..<5 { w.add(error: false) }
+        XCTAssertTrue(Ejection.shouldEject(w, window: 40, maxErrorRate: 0.1, healthy: 3, ejected: 0, total: 3))
+        XCTAssertFalse(Ejection.shouldEject(w, window: 40, maxErrorRate: 0.1, healthy: 1, ejected: 2, total: 3), "never the last healthy IP")
+        XCTAssertFalse(Ejection.shouldEject(w, window: 4, maxErrorRate: 0.1, healthy: 3, ejected: 2, total: 4), "at most half at once")
+        XCTAssertTrue(Ejection.shouldEject(w, window: 40, maxErrorRate: 0.1, healthy: 2, ejected: 0, total: 2), "one of two may go")
+        var ring = ErrorWindow(size: 4)
+        for e in [true, true, false, false, false, false] { ring.add(error: e) }
+        XCTAssertEqual(ring.rate, 0, "old outcomes leave the window")
+    }
+}
+
+final class ServiceHealthTests: XCTestCase {
+    func service(strategy: SelectionStrategy = .fastest, failover: Bool = true, probe: Bool = false) -> ServiceConfig {
+        var s = ServiceConfig(name: "svc", host: "svc.local")
+        s.ips = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+        s.strategy = strategy
+        s.switchMargin = 0.2
+        if failover { s.failover = FailoverConfig(window: 20, maxErrorRate: 0.1, ejectForMillis: 30_000) }
+        if probe { s.probe = ProbeConfig() }
+        return s
+    }
+
+    func finish(_ h: ServiceHealth, _ m: UpstreamMember, _ ms: Double, error: Bool = false) {
+        h.requestFinished(m, latencyMillis: ms, error: error)
+    }
+
+    func testRoutesToTheFastestAndMovesWhenItSlows() {
+        let clock = FakeClock()
+        let h = ServiceHealth(config: service()) { clock.millis }
+        let latency = ["127.0.0.2": 20.0, "127.0.0.3": 2.0, "127.0.0.4": 50.0]
+        for m in h.members { m.inFlight += 1; finish(h, m, latency[m.ip]!) }
+        var counts: [String: Int] = [:]
+        for _ in 0..<100 {
+            clock.advance(100)
+            let m = h.pick()!
+            counts[m.ip, default: 0] += 1
+            finish(h, m, latency[m.ip]!)
+        }
+        XCTAssertGreaterThanOrEqual(counts["127.0.0.3"] ?? 0, 90, "\(counts)")
+        // The fastest becomes the slowest: one slow sample moves traffic at once.
+        var moved = 0
+        for _ in 0..<20 {
+            clock.advance(100)
+            let m = h.pick()!
+            if m.ip != "127.0.0.3" { moved += 1 }
+            finish(h, m, m.ip == "127.0.0.3" ? 80 : latency[m.ip]!)
+        }
+        XCTAssertGreaterThanOrEqual(moved, 18)
+        XCTAssertEqual(h.figures.selected, "127.0.0.2")
+    }
+
+    func testFlappingPairWithinMarginDoesNotOscillate() {
+        let clock = FakeClock()
+        let h = ServiceHealth(config: service()) { clock.millis }
+        for m in h.members { m.inFlight += 1; finish(h, m, m.ip == "127.0.0.4" ? 100 : 10) }
+        var switches = 0
+        var last: String?
+        for i in 0..<200 {
+            clock.advance(50)
+            let m = h.pick()!
+            if let l = last, l != m.ip { switches += 1 }
+            last = m.ip
+            // .2 and .3 alternate between 10 and 11 ms: within the 20% margin.
+            finish(h, m, Double(10 + (i % 2)))
+            for other in h.members where other !== m && other.ip != "127.0.0.4" {
+                other.inFlight += 1
+                finish(h, other, Double(10 + ((i + 1) % 2)))
+            }
+        }
+        XCTAssertLessThanOrEqual(switches, 2)
+    }
+
+    func testErroringIPIsEjectedAndComesBack() {
+        let clock = FakeClock()
+        let h = ServiceHealth(config: service(strategy: .roundRobin)) { clock.millis }
+        for _ in 0..<60 {
+            clock.advance(10)
+            let m = h.pick()!
+            finish(h, m, 5, error: m.ip == "127.0.0.4")
+        }
+        let f = h.figures
+        XCTAssertEqual(f.members.first { $0.address == "127.0.0.4" }?.state, "ejected")
+        XCTAssertNotNil(f.members.first { $0.address == "127.0.0.4" }?.ejectedUntil)
+        for _ in 0..<30 { clock.advance(10); let m = h.pick()!; XCTAssertNotEqual(m.ip, "127.0.0.4"); finish(h, m, 5) }
+        clock.advance(30_000)
+        var back = false
+        for _ in 0..<6 { let m = h.pick()!; if m.ip == "127.0.0.4" { back = true }; finish(h, m, 5) }
+        XCTAssertTrue(back, "back after eject_for")
+    }
+
+    func testNeverEjectsTheLastHealthyIP() {
+        let clock = FakeClock()
+        var cfg = service(strategy: .roundRobin)
+        cfg.ips = ["127.0.0.2", "127.0.0.3"]
+        let h = ServiceHealth(config: cfg) { clock.millis }
+        for _ in 0..<200 { clock.advance(10); let m = h.pick()!; finish(h, m, 5, error: true) }
+        XCTAssertEqual(h.figures.members.filter { $0.state == "up" }.count, 1, "one of two may go, never both")
+    }
+
+    func testProbesTakeNewIPsUpAndFailingOnesDown() {
+        let clock = FakeClock()
+        let h = ServiceHealth(config: service(probe: true)) { clock.millis }
+        let (added, _) = h.replaceIPs(["127.0.0.2", "127.0.0.9"], source: "url")
+        XCTAssertEqual(added, ["127.0.0.9"])
+        let new = h.members.first { $0.ip == "127.0.0.9" }!
+        XCTAssertEqual(new.state, .down, "probed before it takes traffic")
+        h.probeFinished(new, latencyMillis: 3)
+        XCTAssertEqual(new.state, .up)
+        h.probeFinished(new, latencyMillis: nil)
+        XCTAssertEqual(new.state, .up, "one failed probe is not enough")
+        h.probeFinished(new, latencyMillis: nil)
+        XCTAssertEqual(new.state, .down)
+        XCTAssertEqual(h.currentIPs, ["127.0.0.2", "127.0.0.9"], "127.0.0.3 and .4 left and were drained")
+    }
+
+    func testRetryExcludesTriedIPs() {
+        let h = ServiceHealth(config: service(strategy: .roundRobin))
+        let a = h.pick()!
+        let b = h.pick(excluding: [a])!
+        XCTAssertNotEqual(a.ip, b.ip)
+        let c = h.pick(excluding: [a, b])!
+        XCTAssertNil(h.pick(excluding: [a, b, c]))
+    }
+}
+
+final class IPListSourceTests: XCTestCase {
+    func testFormats() {
+        XCTAssertEqual(IPListSource.parse(Array(#"{"ips": ["10.0.0.1", "::1"]}"#.utf8)), ["10.0.0.1", "::1"])
+        XCTAssertEqual(IPListSource.parse(Array("10.0.0.1\n# comment\n\n 10.0.0.2 \n10.0.0.1\n".utf8)), ["10.0.0.1", "10.0.0.2"])
+        XCTAssertNil(IPListSource.parse(Array("10.0.0.1\nnot-an-ip\n".utf8)))
+        XCTAssertNil(IPListSource.parse(Array("{\"ips\": []}".utf8)))
+        XCTAssertNil(IPListSource.parse(Array("{broken".utf8)))
+        XCTAssertNil(IPListSource.parse([]))
+    }
+
+    func testCacheFileRoundTrip() throws {
+        let path = NSTemporaryDirectory() + "qw-ips-\(UUID().uuidString)/list.json"
+        try IPListSource.save(["10.0.0.1", "10.0.0.2"], to: path)
+        XCTAssertEqual(IPListSource.load(from: path), ["10.0.0.1", "10.0.0.2"])
+        XCTAssertNil(IPListSource.load(from: path + ".missing"))
+    }
+}
