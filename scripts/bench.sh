@@ -19,7 +19,11 @@
 # "merge" (200 identical cold GETs against nginx proxy_cache_lock and Varnish) are run by
 # scripts/bench-cache.sh, which this script calls for --case cache|merge|all.
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|cache|merge|all]
+# Case "routing": three backends with 2, 20 and 50 ms delay behind Quickway (fastest, with
+# probes) and nginx (round robin, its open-source default): median and p99 client latency
+# and each backend's share of calls (scripts/bench_routing.py drives it).
+#
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|cache|merge|routing|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -29,6 +33,38 @@ ROUNDS=5; DURATION=8; CONNS=64; CASE=all
 parse_bench_options "$@"
 need_tools nginx:nginx-light wrk:wrk
 scripts/setup.sh >/dev/null
+if [ "$CASE" = routing ]; then
+  WORK=$(mktemp -d /tmp/qw-bench-routing.XXXXXX); PIDS=()
+  trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+  RPORT=18681
+  cat > "$WORK/q.yaml" <<CONF
+listen: 127.0.0.1:18680
+workers: 1
+admin: { listen: 127.0.0.1:18690 }
+log: { level: warn }
+services:
+  api:
+    host: api.local
+    port: $RPORT
+    ips: [127.0.0.2, 127.0.0.3, 127.0.0.4]
+    probe: { kind: http, path: /health, interval: 1s, timeout: 500ms }
+    selection: { strategy: fastest, switch_margin: 20% }
+routes: [ { name: all, match: { path_prefix: / }, service: api } ]
+CONF
+  cat > "$WORK/nginx.conf" <<CONF
+daemon off; worker_processes 1; error_log $WORK/error.log; pid $WORK/nginx.pid;
+events { worker_connections 1024; }
+http { access_log off;
+  upstream api { server 127.0.0.2:$RPORT; server 127.0.0.3:$RPORT; server 127.0.0.4:$RPORT; keepalive 64; }
+  server { listen 127.0.0.1:18682; location / { proxy_pass http://api; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+CONF
+  taskset -c 0 "$PWD/.build/release/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/q.log" & PIDS+=($!)
+  taskset -c 0 nginx -p "$WORK" -c "$WORK/nginx.conf" & PIDS+=($!)
+  echo "routing: backends 2/20/50 ms on 127.0.0.2-4; Quickway fastest vs nginx round robin"
+  taskset -c 1 python3 scripts/bench_routing.py --port "$RPORT" --rounds "$ROUNDS" --requests 3000 --concurrency 16 \
+    quickway=127.0.0.1:18680 nginx=127.0.0.1:18682
+  exit 0
+fi
 if [ "$CASE" = cache ] || [ "$CASE" = merge ]; then
   exec scripts/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case "$CASE"
 fi
