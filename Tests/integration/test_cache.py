@@ -307,3 +307,19 @@ def test_merging_without_ttl_does_not_cache(gw, backend):
     assert backend.path_hits("/delay/250") == 1
     st, h, _ = get(gw, "/m/delay/250")
     assert h["x-cache"] == "MISS" and backend.path_hits("/delay/250") == 2
+
+
+def test_flight_is_cancelled_when_nobody_waits(gw, backend):
+    backend.hangups.clear()
+    leader = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    leader.sendall(b"GET /m/hang HTTP/1.1\r\nHost: x\r\n\r\n")
+    wait_until(lambda: backend.path_hits("/hang") == 1, what="the flight's upstream call")
+    before = gw.stats()["coalescing"]["waiters"]
+    waiter = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    waiter.sendall(b"GET /m/hang HTTP/1.1\r\nHost: x\r\n\r\n")
+    wait_until(lambda: gw.stats()["coalescing"]["waiters"] == before + 1, what="a waiter")
+    leader.close()
+    time.sleep(0.3)
+    assert not backend.hangups.is_set(), "the call goes on while a waiter remains"
+    waiter.close()
+    wait_until(lambda: backend.hangups.is_set(), timeout=3, what="the upstream call to be cancelled")

@@ -309,3 +309,62 @@ def test_tls_upstream_uses_service_host_for_sni_and_verification(tmp_path):
     finally:
         assert g.stop() == 0
         b.stop()
+
+
+RETRY_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 1
+admin: { listen: 127.0.0.1:{ADMIN} }
+services:
+  api:
+    host: api.internal
+    port: BACKEND_PORT
+    ips: [127.0.0.5, 127.0.0.2]        # nothing listens on 127.0.0.5
+PROBE    selection: { strategy: round_robin }
+    timeouts: { connect: 300ms, response: 2s }
+    retries: 1
+routes:
+  - name: all
+    match: { path_prefix: / }
+    service: api
+"""
+
+
+def test_retries_only_for_idempotent_calls_and_tcp_probes(backends):
+    port, bs = backends
+    # No probes and no failover first: 127.0.0.5 keeps getting every other first attempt.
+    g = Gateway(RETRY_CONFIG.replace("BACKEND_PORT", str(port)).replace("PROBE", ""))
+    try:
+        def call(method, headers=None):
+            return call_on(g, method, headers)
+        # Before the tcp probes mark 127.0.0.5 down, round robin sends every other call there.
+        gets = [call("GET") for _ in range(6)]
+        posts = [call("POST") for _ in range(6)]
+        keyed = [call("POST", {"Idempotency-Key": f"k{i}"}) for i in range(6)]
+        assert gets == [200] * 6, "GETs are retried on the other IP"
+        assert 502 in posts, "a POST without an idempotency key is never retried"
+        assert keyed == [200] * 6, "a POST with an Idempotency-Key is retried"
+        assert g.stats()["services"]["api"]["retries"] >= 6
+    finally:
+        assert g.stop() == 0
+    # With tcp probes, the dead IP goes down and takes no calls at all.
+    g = Gateway(RETRY_CONFIG.replace("BACKEND_PORT", str(port)).replace("PROBE", "    probe: { kind: tcp, interval: 200ms, timeout: 300ms }\n"))
+    try:
+        wait_until(lambda: upstreams_of(g)["127.0.0.5"]["state"] == "down", timeout=3, what="tcp probes to mark 127.0.0.5 down")
+        wait_until(lambda: upstreams_of(g)["127.0.0.2"]["probe_latency_ms"] is not None, what="a tcp probe of 127.0.0.2")
+        assert [call_on(g, "POST") for _ in range(6)] == [200] * 6, "a down IP takes no calls"
+    finally:
+        assert g.stop() == 0
+
+
+def upstreams_of(g):
+    return {u["address"]: u for u in g.stats()["services"]["api"]["upstreams"]}
+
+
+def call_on(g, method, headers=None):
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10)
+    conn.request(method, "/r", body=b"x" if method in ("POST", "PATCH") else None, headers=headers or {})
+    st = conn.getresponse().status
+    conn.close()
+    return st
