@@ -6,10 +6,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 QW_SKIP_BUILD=1 scripts/setup.sh || exit 1
 
-if ! python3 -m pytest --version >/dev/null 2>&1; then
-  echo "test: installing pytest"
-  python3 -m pip install -q pytest || { echo "test: pytest not available" >&2; exit 1; }
-fi
+# Python test dependencies (PyPI): pytest; botocore (SigV4 signer), cryptography (test CA),
+# prometheus_client (reference /metrics parser).
+for mod in pytest botocore cryptography prometheus_client; do
+  if ! python3 -c "import $mod" >/dev/null 2>&1; then
+    echo "test: installing $mod"
+    python3 -m pip install -q "$mod" || { echo "test: cannot install $mod" >&2; exit 1; }
+  fi
+done
 
 echo "== unit tests (swift test)"
 unit_log=$(mktemp)

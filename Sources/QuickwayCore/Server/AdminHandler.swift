@@ -11,7 +11,7 @@ final class AdminHandler: RequestHandler {
     func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
         let path = exchange.head.string(exchange.head.path)
         switch path {
-        case "/health", "/stats":
+        case "/health", "/stats", "/metrics":
             return exchange.head.methodIs("GET") || exchange.head.methodIs("HEAD") ? nil
                 : (.methodNotAllowed, "\(path) answers GET")
         case "/reload", "/cache/purge":
@@ -31,6 +31,8 @@ final class AdminHandler: RequestHandler {
             }
         case "/cache/purge":
             purge(exchange)
+        case "/metrics":
+            exchange.respond(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: Array(gateway.metricsText().utf8))
         case "/reload":
             switch gateway.reload() {
             case .applied(let changes):

@@ -161,6 +161,25 @@ public final class Gateway {
         return .applied(changes)
     }
 
+    /// `/metrics`: the snapshot plus per-route duration histograms merged from the workers.
+    func metricsText() -> String {
+        let s = statsSnapshot()
+        let slots = config.routes.map { routeSlots.slot(for: $0.name) }
+        let n = WorkerStats.durationBucketsSeconds.count + 1
+        let histograms: [(buckets: [Int64], sumSeconds: Double)] = slots.map { slot in
+            var counts = [Int64](repeating: 0, count: n)
+            var sum: Int64 = 0
+            guard slot >= 0 else { return (counts, 0) }
+            for w in workers {
+                for b in 0..<n { counts[b] += w.stats.routeCount(slot, slot: 6 + b) }
+                sum += w.stats.routeCount(slot, slot: WorkerStats.sumSlot)
+            }
+            for b in 1..<n { counts[b] += counts[b - 1] }   // cumulative
+            return (counts, Double(sum) / 1e6)
+        }
+        return PrometheusText.render(s, routeHistograms: histograms)
+    }
+
     /// Removes cache entries (`POST /cache/purge`); returns how many went.
     func purgeCache(_ what: ResponseCache.Purge) -> Int { shared.cache.purge(what) }
 

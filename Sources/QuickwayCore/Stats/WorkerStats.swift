@@ -14,7 +14,12 @@ public final class WorkerStats {
         static let authRejected = 9 // 9...14, in AuthRejection order
         static let fixed = 15
     }
-    public static let routeSlots = 6 // requests, 1xx..5xx
+    /// Per route: requests, 1xx..5xx, then the duration histogram's buckets
+    /// (`durationBucketsSeconds`, cumulative on read), then the sum of durations in µs.
+    public static let durationBucketsSeconds: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+    static let durationBucketMicros: [Int64] = durationBucketsSeconds.map { Int64($0 * 1_000_000) }
+    public static let routeSlots = 6 + durationBucketsSeconds.count + 2 // + the +Inf bucket + the sum
+    static let sumSlot = 6 + durationBucketsSeconds.count + 1
     /// Route counters are kept per route *name* (see `RouteStatSlots`), so they survive
     /// reloads; this many distinct names over the process's life.
     public static let maxRoutes = 512
@@ -42,12 +47,16 @@ public final class WorkerStats {
         qw_counter_add(cells + Slot.finished, 1)
         let cls = min(max(status / 100, 1), 5)
         qw_counter_add(cells + Slot.statusClass + cls - 1, 1)
+        let micros = Int64(nanos / 1000)
         if routeIndex >= 0 && routeIndex < routeCount {
             let base = Slot.fixed + routeIndex * Self.routeSlots
             qw_counter_add(cells + base, 1)
             qw_counter_add(cells + base + cls, 1)
+            var b = 0
+            while b < Self.durationBucketMicros.count && micros > Self.durationBucketMicros[b] { b += 1 }
+            qw_counter_add(cells + base + 6 + b, 1)
+            qw_counter_add(cells + base + Self.sumSlot, micros)
         }
-        let micros = Int64(nanos / 1000)
         qw_counter_add(cells + histogramStart + LatencyBuckets.index(micros: micros), 1)
         qw_counter_max(cells + Slot.maxMicros, micros)
     }

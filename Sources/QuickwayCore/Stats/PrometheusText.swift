@@ -1,0 +1,100 @@
+/// `/metrics` in the Prometheus text exposition format 0.0.4, with the names of
+/// `spec/admin-and-errors.md`. Built from a `StatsSnapshot` plus the per-route duration
+/// histograms of the workers.
+public enum PrometheusText {
+    /// Escapes a label value: backslash, double quote and line feed.
+    public static func escape(_ v: String) -> String {
+        var out = ""
+        for c in v {
+            switch c {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case "\n": out += "\\n"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+
+    static func labels(_ pairs: [(String, String)]) -> String {
+        pairs.isEmpty ? "" : "{" + pairs.map { "\($0.0)=\"\(escape($0.1))\"" }.joined(separator: ",") + "}"
+    }
+
+    static func num(_ v: Double) -> String {
+        if v == v.rounded() && abs(v) < 1e15 { return String(Int64(v)) }
+        return String(v)
+    }
+
+    struct Writer {
+        var text = ""
+        mutating func family(_ name: String, _ type: String, _ help: String) {
+            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+        }
+        mutating func sample(_ name: String, _ labels: [(String, String)] = [], _ value: Double) {
+            text += "\(name)\(PrometheusText.labels(labels)) \(PrometheusText.num(value))\n"
+        }
+    }
+
+    /// `routeHistograms[i]`: for the snapshot's route i, cumulative counts per
+    /// `WorkerStats.durationBucketsSeconds` bound, then +Inf, and the sum in seconds.
+    public static func render(_ s: StatsSnapshot, routeHistograms: [(buckets: [Int64], sumSeconds: Double)]) -> String {
+        var w = Writer()
+        w.family("quickway_requests_total", "counter", "Requests answered, by route and status class.")
+        for r in s.routes {
+            for c in 1...5 where r.byClass[c - 1] > 0 || (c >= 2 && c <= 5) {
+                w.sample("quickway_requests_total", [("route", r.name), ("status_class", "\(c)xx")], Double(r.byClass[c - 1]))
+            }
+        }
+        let routed = s.routes.reduce([Int64](repeating: 0, count: 5)) { acc, r in zip(acc, r.byClass).map(+) }
+        for c in 2...5 {
+            w.sample("quickway_requests_total", [("route", ""), ("status_class", "\(c)xx")], Double(max(0, s.byClass[c - 1] - routed[c - 1])))
+        }
+        w.family("quickway_request_duration_seconds", "histogram", "Time from the request head to the end of the answer, by route.")
+        for (i, r) in s.routes.enumerated() where i < routeHistograms.count {
+            let h = routeHistograms[i]
+            for (b, bound) in WorkerStats.durationBucketsSeconds.enumerated() {
+                w.sample("quickway_request_duration_seconds_bucket", [("route", r.name), ("le", num(bound))], Double(h.buckets[b]))
+            }
+            w.sample("quickway_request_duration_seconds_bucket", [("route", r.name), ("le", "+Inf")], Double(h.buckets.last ?? 0))
+            w.sample("quickway_request_duration_seconds_sum", [("route", r.name)], h.sumSeconds)
+            w.sample("quickway_request_duration_seconds_count", [("route", r.name)], Double(h.buckets.last ?? 0))
+        }
+        w.family("quickway_requests_in_flight", "gauge", "Requests being answered now.")
+        w.sample("quickway_requests_in_flight", [], Double(s.inFlight))
+        w.family("quickway_cache_hits_total", "counter", "Answers served from the cache.")
+        w.sample("quickway_cache_hits_total", [], Double(s.cache.hits))
+        w.family("quickway_cache_misses_total", "counter", "Cache lookups that found no fresh entry.")
+        w.sample("quickway_cache_misses_total", [], Double(s.cache.misses))
+        w.family("quickway_cache_evictions_total", "counter", "Entries evicted to stay within cache.max_bytes.")
+        w.sample("quickway_cache_evictions_total", [], Double(s.cache.evictions))
+        w.family("quickway_cache_bytes", "gauge", "Bytes held by the cache.")
+        w.sample("quickway_cache_bytes", [], Double(s.cache.bytes))
+        w.family("quickway_cache_entries", "gauge", "Entries in the cache.")
+        w.sample("quickway_cache_entries", [], Double(s.cache.entries))
+        w.family("quickway_coalesced_waiters_total", "counter", "Requests answered by another identical request's upstream call.")
+        w.sample("quickway_coalesced_waiters_total", [], Double(s.coalescedWaiters))
+        w.family("quickway_auth_rejections_total", "counter", "Signed calls refused, by reason.")
+        for r in AuthRejection.allCases {
+            w.sample("quickway_auth_rejections_total", [("reason", r.code)], Double(s.authRejected[r.rawValue]))
+        }
+        w.family("quickway_upstream_requests_total", "counter", "Calls sent to each upstream IP.")
+        for (svc, f) in s.services { for m in f.members { w.sample("quickway_upstream_requests_total", [("service", svc), ("address", m.address)], Double(m.requests)) } }
+        w.family("quickway_upstream_errors_total", "counter", "Calls to each upstream IP that failed, timed out or answered 5xx.")
+        for (svc, f) in s.services { for m in f.members { w.sample("quickway_upstream_errors_total", [("service", svc), ("address", m.address)], Double(m.errors)) } }
+        w.family("quickway_upstream_latency_seconds", "gauge", "The smoothed latency the selector uses for each upstream IP.")
+        for (svc, f) in s.services { for m in f.members { w.sample("quickway_upstream_latency_seconds", [("service", svc), ("address", m.address)], m.latencyMillis / 1000) } }
+        w.family("quickway_upstream_state", "gauge", "1 for the state each upstream IP is in.")
+        for (svc, f) in s.services {
+            for m in f.members {
+                for st in ["up", "down", "ejected"] {
+                    w.sample("quickway_upstream_state", [("service", svc), ("address", m.address), ("state", st)], m.state == st ? 1 : 0)
+                }
+            }
+        }
+        w.family("quickway_upstream_selected", "gauge", "1 for the IP the fastest strategy has chosen.")
+        for (svc, f) in s.services {
+            for m in f.members { w.sample("quickway_upstream_selected", [("service", svc), ("address", m.address)], f.selected == m.address ? 1 : 0) }
+        }
+        return w.text
+    }
+}

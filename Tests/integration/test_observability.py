@@ -1,0 +1,104 @@
+"""Observability (issue: observability): /stats and /metrics count a known mix of
+traffic the same way, and /metrics parses with Prometheus's reference text parser."""
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from harness import ROOT, Backend, Gateway, free_port, wait_until
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+import qw1_client  # noqa: E402
+
+CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 2
+admin: { listen: 127.0.0.1:{ADMIN} }
+auth:
+  salt: pepper
+  keys: [ { id: app, secret: s3cret } ]
+services:
+  api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2] }
+  dead: { host: dead.internal, port: DEAD_PORT, ips: [127.0.0.5], retries: 0 }
+routes:
+  - { name: "cached \\"route\\"", match: { path_prefix: /c/ }, service: api, auth: off, cache: { ttl: 60s } }
+  - { name: signed, match: { path_prefix: /s/ }, service: api }
+  - { name: dead, match: { path_prefix: /dead/ }, service: dead, auth: off }
+"""
+
+
+@pytest.fixture(scope="module")
+def gw():
+    b = Backend("127.0.0.2", free_port("127.0.0.2"))
+    g = Gateway(CONFIG.replace("BACKEND_PORT", str(b.server.server_address[1])).replace("DEAD_PORT", str(free_port("127.0.0.5"))))
+    yield g
+    g.stop()
+    b.stop()
+
+
+def status(g, path, headers=None):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(g.url(path), headers=headers or {}), timeout=10) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def metrics(g):
+    with urllib.request.urlopen(f"http://127.0.0.1:{g.admin_port}/metrics", timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return r.read().decode()
+
+
+def test_stats_and_metrics_match_a_known_mix(gw):
+    parser = pytest.importorskip("prometheus_client.parser")
+    mix = []
+    for i in range(5):
+        mix.append(status(gw, f"/c/item{i % 2}"))          # 2 misses then 3 hits
+    for i in range(4):
+        mix.append(status(gw, "/s/x", {"Authorization": qw1_client.authorization("app", "s3cret", "pepper", "GET", "/s/x")}))
+    for _ in range(3):
+        mix.append(status(gw, "/s/x"))                     # 401 auth_missing
+    for _ in range(2):
+        mix.append(status(gw, "/nowhere"))                 # 404
+    for _ in range(2):
+        mix.append(status(gw, "/dead/x"))                  # 502
+    assert mix == [200] * 9 + [401] * 3 + [404] * 2 + [502] * 2
+    wait_until(lambda: gw.stats()["requests"]["in_flight"] == 0, what="quiet")
+    s = gw.stats()
+    assert s["requests"]["total"] == 16
+    assert s["requests"]["by_status"] == {"2xx": 9, "3xx": 0, "4xx": 5, "5xx": 2}
+    assert s["routes"]['cached "route"'] == {"requests": 5, "by_status": {"2xx": 5}}
+    assert s["routes"]["signed"] == {"requests": 7, "by_status": {"2xx": 4, "4xx": 3}}
+    assert s["routes"]["dead"] == {"requests": 2, "by_status": {"5xx": 2}}
+    assert s["cache"]["hits"] == 3 and s["cache"]["misses"] == 2
+    assert s["auth"]["accepted"] == 4 and s["auth"]["rejected"]["auth_missing"] == 3
+    assert sum(s["requests"]["by_status"].values()) == s["requests"]["total"], "each request in one status class"
+    assert sum(r["requests"] for r in s["routes"].values()) + 2 == s["requests"]["total"], "each routed request in its route"
+
+    families = {f.name: f for f in parser.text_string_to_metric_families(metrics(gw))}
+    def value(name, **labels):
+        fam_name = name[:-len("_total")] if name.endswith("_total") else name
+        for fam in families.values():
+            for smp in fam.samples:
+                if smp.name == name and all(smp.labels.get(k) == v for k, v in labels.items()):
+                    return smp.value
+        raise AssertionError(f"no sample {name} {labels}")
+    assert value("quickway_requests_total", route='cached "route"', status_class="2xx") == 5
+    assert value("quickway_requests_total", route="signed", status_class="4xx") == 3
+    assert value("quickway_requests_total", route="dead", status_class="5xx") == 2
+    assert value("quickway_requests_total", route="", status_class="4xx") == 2   # the 404s match no route
+    assert value("quickway_cache_hits_total") == 3 and value("quickway_cache_misses_total") == 2
+    assert value("quickway_auth_rejections_total", reason="auth_missing") == 3
+    assert value("quickway_request_duration_seconds_count", route="signed") == 7
+    assert value("quickway_request_duration_seconds_bucket", route="signed", le="+Inf") == 7
+    assert value("quickway_requests_in_flight") == 0
+    assert value("quickway_upstream_requests_total", service="api", address="127.0.0.2") >= 6
+    assert value("quickway_upstream_state", service="dead", address="127.0.0.5", state="up") in (0, 1)
+    assert value("quickway_upstream_selected", service="api", address="127.0.0.2") == 1
+    assert families["quickway_request_duration_seconds"].type == "histogram"
+    assert families["quickway_requests"].type == "counter"
