@@ -102,3 +102,70 @@ def test_stats_and_metrics_match_a_known_mix(gw):
     assert value("quickway_upstream_selected", service="api", address="127.0.0.2") == 1
     assert families["quickway_request_duration_seconds"].type == "histogram"
     assert families["quickway_requests"].type == "counter"
+
+
+LOG_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 2
+admin: { listen: 127.0.0.1:{ADMIN} }
+log: { level: info, access_log: LOGFILE }
+services:
+  api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2] }
+routes:
+  - { name: api, match: { path_prefix: /api/ }, service: api, cache: { ttl: 60s } }
+"""
+
+
+def read_lines(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_access_log_one_json_line_per_request_and_rotation_loses_nothing(tmp_path):
+    import signal
+    import threading
+    b = Backend("127.0.0.2", free_port("127.0.0.2"))
+    log = str(tmp_path / "access.log")
+    g = Gateway(LOG_CONFIG.replace("BACKEND_PORT", str(b.server.server_address[1])).replace("LOGFILE", log))
+    try:
+        statuses = [status(g, f"/api/item{i % 5}") for i in range(30)] + [status(g, "/nope") for _ in range(3)]
+        wait_until(lambda: len(read_lines(log)) == 33, timeout=5, what="33 access-log lines")
+        lines = read_lines(log)
+        # Two workers write their own batches: lines are complete but not in request order.
+        assert sorted(l["status"] for l in lines) == sorted(statuses)
+        assert len({l["request_id"] for l in lines}) == 33
+        item0 = [l for l in lines if l["path"] == "/api/item0"]
+        assert len(item0) == 6 and sorted(l["cache"] for l in item0) == ["HIT"] * 5 + ["MISS"]
+        miss = next(l for l in item0 if l["cache"] == "MISS")
+        assert set(miss) == {"time", "request_id", "client", "method", "path", "route", "status", "bytes", "duration_ms",
+                             "upstream", "cache", "key"}
+        assert miss["method"] == "GET" and miss["route"] == "api" and miss["status"] == 200 and miss["bytes"] > 0
+        assert miss["upstream"] == "127.0.0.2" and miss["client"] == "127.0.0.1" and miss["duration_ms"] >= 0
+        assert all(l["upstream"] is None for l in item0 if l["cache"] == "HIT")
+        nope = [l for l in lines if l["path"] == "/nope"]
+        assert len(nope) == 3 and all(l["route"] is None and l["status"] == 404 for l in nope)
+        # Rotation under load: move the file away, SIGUSR1, keep going; no line is lost.
+        sent = []
+        stop = threading.Event()
+
+        def load():
+            while not stop.is_set() and len(sent) < 2000:
+                sent.append(status(g, f"/api/r{len(sent) % 7}"))
+        t = threading.Thread(target=load)
+        t.start()
+        wait_until(lambda: len(sent) > 100, what="load")
+        os.rename(log, log + ".1")
+        g.signal(signal.SIGUSR1)
+        wait_until(lambda: os.path.exists(log), timeout=5, what="a new log file after SIGUSR1")
+        wait_until(lambda: len(sent) > 300, what="more load after rotation")
+        stop.set()
+        t.join(20)
+        expected = 33 + len(sent)
+        wait_until(lambda: len(read_lines(log + ".1")) + len(read_lines(log)) == expected, timeout=5,
+                   what=f"{expected} lines across both files")
+        assert len(read_lines(log)) > 0, "lines after the rotation go to the new file"
+    finally:
+        g.stop()
+        b.stop()

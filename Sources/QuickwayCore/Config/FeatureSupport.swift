@@ -14,9 +14,7 @@ enum FeatureSupport {
 
     static func checkCache(_ c: CacheConfig, _ m: YAMLMapReader) {}
 
-    static func checkLog(_ c: LogConfig, _ m: YAMLMapReader) {
-        if c.accessLog != "off" { refuse(m, "access_log", "the access log (set off)") }
-    }
+    static func checkLog(_ c: LogConfig, _ m: YAMLMapReader) {}
 
     static func checkService(_ s: ServiceConfig, _ m: YAMLMapReader) {}
 

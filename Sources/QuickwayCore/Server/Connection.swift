@@ -207,11 +207,11 @@ final class Connection {
     private func failAndClose(_ code: GatewayErrorCode, _ message: String) {
         if let ex = exchange {
             exchange = nil
-            worker.stats.requestFinished(status: code.status, nanos: Clock.monotonicNanos() &- ex.startNanos, routeSlot: ex.routeStatSlot)
+            worker.requestDone(ex, status: code.status, nanos: Clock.monotonicNanos() &- ex.startNanos)
             ex.cancel()
         } else {
             worker.stats.requestStarted()
-            worker.stats.requestFinished(status: code.status, nanos: 0, routeSlot: -1)
+            worker.requestDone(nil, status: code.status, nanos: 0)
         }
         writeErrorAndClose(code, message)
     }
@@ -306,7 +306,7 @@ final class Connection {
     // MARK: end of an exchange
 
     func exchangeFinished(_ ex: Exchange) {
-        worker.stats.requestFinished(status: ex.status, nanos: Clock.monotonicNanos() &- ex.startNanos, routeSlot: ex.routeStatSlot)
+        worker.requestDone(ex, status: ex.status, nanos: Clock.monotonicNanos() &- ex.startNanos)
         exchange = nil
         onDrained = nil
         if closeAfterResponse {
@@ -323,7 +323,7 @@ final class Connection {
     }
 
     func exchangeAborted(_ ex: Exchange) {
-        worker.stats.requestFinished(status: ex.status, nanos: Clock.monotonicNanos() &- ex.startNanos, routeSlot: ex.routeStatSlot)
+        worker.requestDone(ex, status: ex.status, nanos: Clock.monotonicNanos() &- ex.startNanos)
         exchange = nil
         flush()
         closeNow()
@@ -373,7 +373,7 @@ final class Connection {
         close(fd)
         if let ex = exchange {
             exchange = nil
-            worker.stats.requestFinished(status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos, routeSlot: ex.routeStatSlot)
+            worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
             ex.cancel()
         }
         onDrained = nil

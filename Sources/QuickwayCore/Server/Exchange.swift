@@ -24,6 +24,8 @@ final class Exchange {
     var cacheStatus: StaticString?
     /// `Age` in seconds for answers from the cache.
     var age: Int?
+    /// The upstream IP the request was last sent to (for the access log).
+    var upstreamAddress: String?
     /// Credentials that passed the head checks, waiting for the body hash.
     var pendingAuth: Authenticator.PendingAuth?
     /// Hashes the body as it is decoded (set when a signature covers it).

@@ -33,6 +33,7 @@ public final class Gateway {
     private var services: [String: ServiceRuntime] = [:]
     /// Probes and IP-list refreshes, on the admin loop.
     private var controlPlane: ControlPlane!
+    private var accessLog: AccessLog?
 
     public var config: GatewayConfig { lock.lock(); defer { lock.unlock() }; return currentConfig }
 
@@ -44,6 +45,11 @@ public final class Gateway {
         pthread_sigmask(SIG_BLOCK, &set, nil)
         signal(SIGPIPE, SIG_IGN)
         let perWorker = max(1, config.limits.maxConnections / config.workers)
+        switch config.log.accessLog {
+        case "off": accessLog = nil
+        case "stdout": accessLog = try AccessLog(target: .stdout)
+        default: accessLog = try AccessLog(target: .file(config.log.accessLog))
+        }
         let authenticator = makeAuthenticator(config)
         services = Self.buildServices(config, previous: [:])
         // Cached IP lists are read now, before any listener serves: a restart while the
@@ -59,6 +65,7 @@ public final class Gateway {
             let client = UpstreamClient(base: w.base)
             w.setHandler(ProxyHandler(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots, shared: shared, services: services))
             w.onLoopExit = { client.shutdown() }
+            if let log = accessLog { w.accessLog = AccessLogBuffer(log: log) }
             workers.append(w)
             clients.append(client)
         }
@@ -140,6 +147,10 @@ public final class Gateway {
             changes.append("cache.max_bytes and max_object_bytes changes need a restart (the cache is kept)")
             applied.cache.maxBytes = old.cache.maxBytes; applied.cache.maxObjectBytes = old.cache.maxObjectBytes
         }
+        if new.log.accessLog != old.log.accessLog {
+            changes.append("log.access_log changes need a restart (SIGUSR1 reopens the current file)")
+            applied.log.accessLog = old.log.accessLog
+        }
         if new.limits != old.limits {
             changes.append("limits changes need a restart (kept the running limits)")
             applied.limits = old.limits
@@ -191,6 +202,7 @@ public final class Gateway {
         sigaddset(&set, SIGTERM)
         sigaddset(&set, SIGINT)
         sigaddset(&set, SIGHUP)
+        sigaddset(&set, SIGUSR1)
         return set
     }
 
@@ -207,6 +219,10 @@ public final class Gateway {
         while true {
             var sig: Int32 = 0
             guard sigwait(&set, &sig) == 0 else { continue }
+            if sig == SIGUSR1 {
+                accessLog?.reopen()
+                continue
+            }
             if sig == SIGHUP {
                 Log.info("SIGHUP: reloading \(config.sourcePath)")
                 _ = reload()
@@ -220,6 +236,7 @@ public final class Gateway {
         for w in workers { w.join() }
         admin.requestDrain()
         admin.join()
+        accessLog?.close()
         Log.info("stopped after \(statsSnapshot().total) request(s)")
     }
 

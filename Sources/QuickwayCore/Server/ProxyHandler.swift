@@ -277,6 +277,7 @@ final class ProxyCall: UpstreamTransferDelegate {
 
     private func send(to member: UpstreamMember) {
         tried.append(member)
+        exchange.upstreamAddress = member.ip
         let t = UpstreamTransfer(client: handler.client, service: service, member: member)
         transfer = t
         t.start(request, delegate: self)

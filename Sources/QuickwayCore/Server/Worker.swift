@@ -83,6 +83,7 @@ final class Worker {
         event_add(controlEvent, nil)
         let thread = Thread { [self] in
             event_base_dispatch(base)
+            accessLog?.flush()
             onLoopExit?()
             finished.signal()
         }
@@ -147,6 +148,7 @@ final class Worker {
     }
 
     fileprivate func sweep() {
+        accessLog?.flush(ifOlderThanMillis: 1000)
         let now = Clock.coarseMillis()
         for c in Array(connections.values) { c.checkDeadline(now) }
     }
@@ -202,6 +204,21 @@ final class Worker {
     }
 
     var connectionCount: Int { connections.count }
+
+    /// The access log's buffer for this worker, when the log is on.
+    var accessLog: AccessLogBuffer?
+
+    /// Counts a finished request once (status class, route, latency) and logs it.
+    func requestDone(_ ex: Exchange?, status: Int, nanos: UInt64) {
+        stats.requestFinished(status: status, nanos: nanos, routeSlot: ex?.routeStatSlot ?? -1)
+        if let log = accessLog {
+            var route: String?
+            if let ex, ex.routeIndex >= 0, let h = ex.handler as? ProxyHandler, ex.routeIndex < h.routes.entries.count {
+                route = h.routes.entries[ex.routeIndex].config.name
+            }
+            log.record(AccessLogEntry(exchange: ex, status: status, durationMicros: Int64(nanos / 1000), routeName: route))
+        }
+    }
 }
 
 private let workerAcceptCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
