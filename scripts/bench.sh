@@ -19,11 +19,14 @@
 # "merge" (200 identical cold GETs against nginx proxy_cache_lock and Varnish) are run by
 # scripts/bench-cache.sh, which this script calls for --case cache|merge|all.
 #
+# Case "log": the same proxy with the access log written to a file (and stats, always
+# on) against a second instance with the access log off. Target: >= 0.95x.
+#
 # Case "routing": three backends with 2, 20 and 50 ms delay behind Quickway (fastest, with
 # probes) and nginx (round robin, its open-source default): median and p99 client latency
 # and each backend's share of calls (scripts/bench_routing.py drives it).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|cache|merge|routing|all]
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -152,10 +155,14 @@ PY
 taskset -c 1 nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" & PIDS+=($!)
 taskset -c 0 nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" & PIDS+=($!); NGINX_MASTER=$!
 taskset -c 0 "$QW" serve --config "$WORK/quickway.yaml" 2>"$WORK/quickway.log" & PIDS+=($!); QW_PID=$!
+sed -e "s/127.0.0.1:$QW_PORT/127.0.0.1:18088/" -e "s/127.0.0.1:$QW_ADMIN/127.0.0.1:18089/" \
+    -e "s|log: { level: warn, access_log: off }|log: { level: warn, access_log: $WORK/access.log }|" "$WORK/quickway.yaml" > "$WORK/quickway-log.yaml"
+taskset -c 0 "$QW" serve --config "$WORK/quickway-log.yaml" 2>"$WORK/quickway-log.err" & PIDS+=($!); QW_LOG_PID=$!
 
 wait_up "http://127.0.0.2:$BACKEND_PORT/"
 wait_up "http://127.0.0.1:$NGINX_PORT/"
 wait_up "http://127.0.0.1:$QW_PORT/"
+wait_up "http://127.0.0.1:18088/"
 # nginx's worker is the master's child; CPU is counted on the worker.
 NGINX_WORKER=$(pgrep -P "$NGINX_MASTER" | head -1)
 
@@ -171,6 +178,11 @@ for r in $(seq "$ROUNDS"); do
     q=$(run_one "http://127.0.0.1:$QW_PORT/" "$QW_PID"); echo "quickway $q" >> "$WORK/results"
     n=$(run_one "http://127.0.0.1:$NGINX_PORT/" "$NGINX_WORKER"); echo "nginx $n" >> "$WORK/results"
     echo "round $r: quickway $q | nginx $n   (req/s p50ms p99ms cpu_us/req non2xx)"
+  fi
+  if [ "$CASE" = all ] || [ "$CASE" = log ]; then
+    o=$(run_one "http://127.0.0.1:$QW_PORT/open/x" "$QW_PID"); echo "qw-log-off $o" >> "$WORK/results"
+    l=$(run_one "http://127.0.0.1:18088/open/x" "$QW_LOG_PID"); echo "qw-log-file $l" >> "$WORK/results"
+    echo "round $r: access log off $o | to a file $l"
   fi
   if [ "$CASE" = all ] || [ "$CASE" = signed ]; then
     presign "$SIGNED_N" "$WORK/signed.txt"
@@ -193,6 +205,9 @@ print()
 if "quickway" in med:
     q, n = med["quickway"], med["nginx"]
     print(f"ratio quickway/nginx: req/s {q[0]/n[0]:.2f}x (target >= 0.70), p99 {q[2]/n[2]:.2f}x (target <= 1.50), CPU/req {q[3]/n[3]:.2f}x")
+if "qw-log-file" in med:
+    lf, lo = med["qw-log-file"], med["qw-log-off"]
+    print(f"ratio access log on/off: req/s {lf[0]/lo[0]:.2f}x (target >= 0.95), CPU/req {lf[3]/lo[3]:.2f}x")
 if "qw-signed" in med:
     s, o = med["qw-signed"], med["qw-auth-off"]
     print(f"ratio signed/auth-off: req/s {s[0]/o[0]:.2f}x (target >= 0.90), CPU/req {s[3]/o[3]:.2f}x, extra CPU per signed request {s[3]-o[3]:.2f} us")

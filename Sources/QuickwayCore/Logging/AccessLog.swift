@@ -112,11 +112,21 @@ final class AccessLogBuffer {
     private let buffer = ByteBuffer(capacity: 80 * 1024)
     private var lastFlush = Clock.coarseMillis()
 
+    /// `YYYY-MM-DDTHH:MM:SS` of `cachedSecond`, reused for every line in that second.
+    private var cachedSecond = -1
+    private var cachedTime: [UInt8] = []
+
     init(log: AccessLog) { self.log = log }
 
     /// Appends one line; hands the buffer over when it is full.
     func record(_ entry: AccessLogEntry) {
-        entry.write(into: buffer)
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        if ts.tv_sec != cachedSecond {
+            cachedSecond = ts.tv_sec
+            cachedTime = AccessLogEntry.formatSecond(ts.tv_sec)
+        }
+        entry.write(into: buffer, second: cachedTime, millis: ts.tv_nsec / 1_000_000)
         if buffer.readableBytes >= Self.flushBytes { flush() }
     }
 
@@ -135,29 +145,32 @@ struct AccessLogEntry {
     var exchange: Exchange?
     var status: Int
     var durationMicros: Int64
-    var routeName: String?
 
     /// `{"time":"...","request_id":"...","client":"...","method":"GET","path":"/x","route":"r",
     /// "status":200,"bytes":123,"duration_ms":1.234,"upstream":"10.0.0.1","cache":"MISS","key":"app"}`
-    func write(into out: ByteBuffer) {
+    func write(into out: ByteBuffer, second: [UInt8], millis: Int) {
         out.append("{\"time\":\"")
-        AccessLogEntry.appendTime(out)
-        out.append("\",\"request_id\":")
+        out.append(second)
+        out.append(byte: 0x2E)
+        if millis < 100 { out.append(byte: 0x30) }
+        if millis < 10 { out.append(byte: 0x30) }
+        out.appendDecimal(millis)
+        out.append("Z\",\"request_id\":")
         if let ex = exchange {
-            Self.appendJSONString(ex.requestId, out)
+            ex.requestId.withUnsafeBytes { Self.appendJSONString($0, out) }
             out.append(",\"client\":")
-            Self.appendJSONString(Array(ex.clientAddress.utf8), out)
+            ex.clientAddressBytes.withUnsafeBytes { Self.appendJSONString($0, out) }
             out.append(",\"method\":")
             ex.head.withBytes { raw in
-                Self.appendJSONString(Array(raw[ex.head.method]), out)
+                Self.appendJSONString(UnsafeRawBufferPointer(rebasing: raw[ex.head.method]), out)
                 out.append(",\"path\":")
-                Self.appendJSONString(Array(raw[ex.head.path]), out)
+                Self.appendJSONString(UnsafeRawBufferPointer(rebasing: raw[ex.head.path]), out)
             }
         } else {
             out.append("null,\"client\":null,\"method\":null,\"path\":null")
         }
         out.append(",\"route\":")
-        if let r = routeName { Self.appendJSONString(Array(r.utf8), out) } else { out.append("null") }
+        if let r = exchange?.routeName { r.withUnsafeBytes { Self.appendJSONString($0, out) } } else { out.append("null") }
         out.append(",\"status\":")
         out.appendDecimal(status)
         out.append(",\"bytes\":")
@@ -170,17 +183,24 @@ struct AccessLogEntry {
         if frac < 10 { out.append(byte: 0x30) }
         out.appendDecimal(frac)
         out.append(",\"upstream\":")
-        if let u = exchange?.upstreamAddress { Self.appendJSONString(Array(u.utf8), out) } else { out.append("null") }
+        if var u = exchange?.upstreamAddress { u.withUTF8 { Self.appendJSONString(UnsafeRawBufferPointer($0), out) } } else { out.append("null") }
         out.append(",\"cache\":")
         if let c = exchange?.cacheStatus { out.append("\""); out.append(c); out.append("\"") } else { out.append("null") }
         out.append(",\"key\":")
-        if let k = exchange?.authKeyId { Self.appendJSONString(Array(k.utf8), out) } else { out.append("null") }
+        if var k = exchange?.authKeyId { k.withUTF8 { Self.appendJSONString(UnsafeRawBufferPointer($0), out) } } else { out.append("null") }
         out.append("}\n")
     }
 
-    static func appendJSONString(_ bytes: [UInt8], _ out: ByteBuffer) {
+    static let hex: [UInt8] = Array("0123456789abcdef".utf8)
+
+    /// A JSON string of raw bytes; the common case (nothing to escape) is one copy.
+    static func appendJSONString(_ bytes: UnsafeRawBufferPointer, _ out: ByteBuffer) {
         out.append(byte: UInt8(ascii: "\""))
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
+        if !bytes.contains(where: { $0 < 0x20 || $0 >= 0x7F || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            out.append(bytes)
+            out.append(byte: UInt8(ascii: "\""))
+            return
+        }
         for b in bytes {
             switch b {
             case UInt8(ascii: "\""): out.append("\\\"")
@@ -200,21 +220,15 @@ struct AccessLogEntry {
         out.append(byte: UInt8(ascii: "\""))
     }
 
-    /// UTC time with milliseconds, ISO 8601.
-    static func appendTime(_ out: ByteBuffer) {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        var secs = ts.tv_sec
+    /// `YYYY-MM-DDTHH:MM:SS` (UTC) of a Unix second.
+    static func formatSecond(_ secs: Int) -> [UInt8] {
         var t = tm()
-        gmtime_r(&secs, &t)
-        func two(_ v: Int32) { if v < 10 { out.append(byte: 0x30) }; out.appendDecimal(Int(v)) }
-        out.appendDecimal(Int(t.tm_year + 1900)); out.append(byte: 0x2D); two(t.tm_mon + 1); out.append(byte: 0x2D); two(t.tm_mday)
-        out.append(byte: UInt8(ascii: "T")); two(t.tm_hour); out.append(byte: 0x3A); two(t.tm_min); out.append(byte: 0x3A); two(t.tm_sec)
-        out.append(byte: 0x2E)
-        let ms = ts.tv_nsec / 1_000_000
-        if ms < 100 { out.append(byte: 0x30) }
-        if ms < 10 { out.append(byte: 0x30) }
-        out.appendDecimal(ms)
-        out.append(byte: UInt8(ascii: "Z"))
+        var s = secs
+        gmtime_r(&s, &t)
+        let buf = ByteBuffer(capacity: 32)
+        func two(_ v: Int32) { if v < 10 { buf.append(byte: 0x30) }; buf.appendDecimal(Int(v)) }
+        buf.appendDecimal(Int(t.tm_year + 1900)); buf.append(byte: 0x2D); two(t.tm_mon + 1); buf.append(byte: 0x2D); two(t.tm_mday)
+        buf.append(byte: UInt8(ascii: "T")); two(t.tm_hour); buf.append(byte: 0x3A); two(t.tm_min); buf.append(byte: 0x3A); two(t.tm_sec)
+        return Array(buf.readable)
     }
 }

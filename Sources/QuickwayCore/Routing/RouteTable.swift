@@ -6,6 +6,8 @@ public struct RouteTable: Sendable {
     public struct Entry: Sendable {
         public let config: RouteConfig
         let prefix: [UInt8]
+        /// The route's name as bytes (access log).
+        let nameBytes: [UInt8]
         let methods: [[UInt8]]
     }
 
@@ -18,7 +20,7 @@ public struct RouteTable: Sendable {
     public let entries: [Entry]
 
     public init(_ routes: [RouteConfig]) {
-        entries = routes.map { Entry(config: $0, prefix: Array($0.pathPrefix.utf8), methods: $0.methods.map { Array($0.utf8) }) }
+        entries = routes.map { Entry(config: $0, prefix: Array($0.pathPrefix.utf8), nameBytes: Array($0.name.utf8), methods: $0.methods.map { Array($0.utf8) }) }
     }
 
     public func match(method: UnsafeRawBufferPointer, path: UnsafeRawBufferPointer) -> Match {

@@ -20,6 +20,7 @@ final class Connection {
     let fd: Int32
     unowned let worker: Worker
     let peer: String
+    let peerBytes: [UInt8]
     let input = ByteBuffer(capacity: 4096)
     let output = ByteBuffer(capacity: 4096)
     private var readEvent: OpaquePointer?
@@ -42,6 +43,7 @@ final class Connection {
     init(fd: Int32, peer: String, worker: Worker) {
         self.fd = fd
         self.peer = peer
+        self.peerBytes = Array(peer.utf8)
         self.worker = worker
         parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes)
         let me = Unmanaged.passUnretained(self).toOpaque()

@@ -17,6 +17,10 @@ final class Exchange {
     var routeIndex = -1
     /// The matched route's counter slot (`RouteStatSlots`), -1 for none.
     var routeStatSlot = -1
+    /// The matched route's name, as bytes (shared with the route table, not copied).
+    var routeName: [UInt8]?
+    /// The client's address as bytes (shared with the connection).
+    let clientAddressBytes: [UInt8]
     /// The handler (config snapshot) the request started with; a reload in the middle
     /// of its body does not move it to another snapshot.
     var handler: RequestHandler?
@@ -45,6 +49,7 @@ final class Exchange {
         self.connection = connection
         self.requestId = requestId
         self.clientAddress = connection.peer
+        self.clientAddressBytes = connection.peerBytes
         self.startNanos = Clock.monotonicNanos()
     }
 

@@ -54,6 +54,7 @@ final class ProxyHandler: RequestHandler {
             case .route(let i):
                 exchange.routeIndex = i
                 exchange.routeStatSlot = routeStatSlots[i]
+                exchange.routeName = routes.entries[i].nameBytes
                 return authenticateHead(exchange, mode: routes.entries[i].config.auth)
             case .methodNotAllowed:
                 return (.methodNotAllowed, "\(head.methodString) is not allowed on \(head.string(head.path))")

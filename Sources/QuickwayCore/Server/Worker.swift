@@ -211,13 +211,7 @@ final class Worker {
     /// Counts a finished request once (status class, route, latency) and logs it.
     func requestDone(_ ex: Exchange?, status: Int, nanos: UInt64) {
         stats.requestFinished(status: status, nanos: nanos, routeSlot: ex?.routeStatSlot ?? -1)
-        if let log = accessLog {
-            var route: String?
-            if let ex, ex.routeIndex >= 0, let h = ex.handler as? ProxyHandler, ex.routeIndex < h.routes.entries.count {
-                route = h.routes.entries[ex.routeIndex].config.name
-            }
-            log.record(AccessLogEntry(exchange: ex, status: status, durationMicros: Int64(nanos / 1000), routeName: route))
-        }
+        accessLog?.record(AccessLogEntry(exchange: ex, status: status, durationMicros: Int64(nanos / 1000)))
     }
 }
 
