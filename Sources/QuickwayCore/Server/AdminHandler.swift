@@ -8,10 +8,12 @@ final class AdminHandler: RequestHandler {
 
     init(gateway: Gateway) { self.gateway = gateway }
 
+    private static let dashboard = Array(DashboardPage.html.utf8)
+
     func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
         let path = exchange.head.string(exchange.head.path)
         switch path {
-        case "/health", "/stats", "/metrics":
+        case "/health", "/stats", "/metrics", "/dashboard":
             return exchange.head.methodIs("GET") || exchange.head.methodIs("HEAD") ? nil
                 : (.methodNotAllowed, "\(path) answers GET")
         case "/reload", "/cache/purge":
@@ -31,6 +33,8 @@ final class AdminHandler: RequestHandler {
             }
         case "/cache/purge":
             purge(exchange)
+        case "/dashboard":
+            exchange.respond(status: 200, contentType: "text/html; charset=utf-8", body: Self.dashboard)
         case "/metrics":
             exchange.respond(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: Array(gateway.metricsText().utf8))
         case "/reload":
