@@ -32,6 +32,31 @@ final class CachePolicyTests: XCTestCase {
     }
 }
 
+final class WorkerStatsTests: XCTestCase {
+    func testLastMinuteWindowAndCoarseQuantiles() {
+        let w = WorkerStats(routeCount: 1)
+        var exact: [Int64] = []
+        for i in 1...1000 {
+            let micros = Int64(i * 37 % 20_000 + 100)
+            exact.append(micros)
+            w.requestFinished(status: 200, nanos: UInt64(micros) * 1000, routeSlot: 0)
+        }
+        var window = [Int64](repeating: 0, count: WorkerStats.windowBuckets)
+        w.addLastMinute(into: &window, nowSecond: Clock.coarseMillis() / 1000)
+        XCTAssertEqual(window.reduce(0, +), 1000, "every recent request is in the window")
+        var later = [Int64](repeating: 0, count: WorkerStats.windowBuckets)
+        w.addLastMinute(into: &later, nowSecond: Clock.coarseMillis() / 1000 + 61)
+        XCTAssertEqual(later.reduce(0, +), 0, "a minute later the window is empty")
+        exact.sort()
+        for q in [0.5, 0.9, 0.99] {
+            let truth = Double(exact[Int(q * 1000) - 1])
+            XCTAssertEqual(LatencyBuckets.coarseQuantile(q, counts: window), truth, accuracy: truth * 0.1, "q=\(q)")
+        }
+        XCTAssertEqual(w.routeCount(0, slot: 0), 1000)
+        XCTAssertEqual(w.routeCount(0, slot: 2), 1000, "all 2xx")
+    }
+}
+
 final class CacheKeyTests: XCTestCase {
     func key(_ text: String, vary: [String] = []) -> String {
         let (_, h) = parseOnce(text)

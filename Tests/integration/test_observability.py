@@ -71,6 +71,8 @@ def test_stats_and_metrics_match_a_known_mix(gw):
     wait_until(lambda: gw.stats()["requests"]["in_flight"] == 0, what="quiet")
     s = gw.stats()
     assert s["requests"]["total"] == 16
+    assert s["latency_ms_last_minute"]["requests"] == 16
+    assert 0 < s["latency_ms_last_minute"]["p50"] <= s["latency_ms_last_minute"]["p99"] <= s["latency_ms"]["max"]
     assert s["requests"]["by_status"] == {"2xx": 9, "3xx": 0, "4xx": 5, "5xx": 2}
     assert s["routes"]['cached "route"'] == {"requests": 5, "by_status": {"2xx": 5}}
     assert s["routes"]["signed"] == {"requests": 7, "by_status": {"2xx": 4, "4xx": 3}}

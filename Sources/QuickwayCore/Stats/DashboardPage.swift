@@ -32,7 +32,7 @@ public enum DashboardPage {
 <main>
  <section><h2>Request rate (req/s)</h2><canvas id="c-rate"></canvas></section>
  <section><h2>Status classes (req/s)</h2><canvas id="c-status"></canvas><div class="legend" id="l-status"></div></section>
- <section><h2>Latency percentiles (ms)</h2><canvas id="c-lat"></canvas><div class="legend" id="l-lat"></div></section>
+ <section><h2>Latency percentiles over the last minute (ms)</h2><canvas id="c-lat"></canvas><div class="legend" id="l-lat"></div></section>
  <section><h2>Cache hit ratio and merged requests</h2><canvas id="c-cache"></canvas><div class="legend" id="l-cache"></div></section>
  <div id="services" style="display:contents"></div>
 </main>
@@ -96,7 +96,8 @@ function render(s) {
 async function tick() {
   try {
     const r = await fetch("/stats", { cache: "no-store" }); const s = await r.json(); const now = performance.now() / 1000;
-    const p = { t: now, p50: s.latency_ms.p50, p90: s.latency_ms.p90, p99: s.latency_ms.p99, ips: {} };
+    const lat = s.latency_ms_last_minute && s.latency_ms_last_minute.requests > 0 ? s.latency_ms_last_minute : s.latency_ms;
+    const p = { t: now, p50: lat.p50, p90: lat.p90, p99: lat.p99, ips: {} };
     if (prev) {
       const dt = Math.max(0.001, now - prev.t), d = k => (s.requests.by_status[k] - prev.s.requests.by_status[k]) / dt;
       p.rate = (s.requests.total - prev.s.requests.total) / dt;

@@ -11,6 +11,8 @@ public struct StatsSnapshot {
     public var byClass = [Int64](repeating: 0, count: 5)
     public var histogram = [Int64](repeating: 0, count: LatencyBuckets.count)
     public var maxMicros: Int64 = 0
+    /// Coarse counts of the last 60 seconds.
+    public var lastMinute = [Int64](repeating: 0, count: WorkerStats.windowBuckets)
     public var routes: [(name: String, requests: Int64, byClass: [Int64])] = []
     public var authAccepted: Int64 = 0
     public var authRejected = [Int64](repeating: 0, count: AuthRejection.allCases.count)
@@ -28,6 +30,7 @@ public struct StatsSnapshot {
         self.uptimeSeconds = uptimeSeconds
         self.workers = workers.count
         var started: Int64 = 0
+        let nowSecond = Clock.coarseMillis() / 1000
         routes = routeSlots.map { ($0.0, 0, [Int64](repeating: 0, count: 5)) }
         for w in workers {
             let fin = w.finished
@@ -35,6 +38,7 @@ public struct StatsSnapshot {
             started += w.started
             for c in 1...5 { byClass[c - 1] += w.statusClassCount(c) }
             maxMicros = max(maxMicros, w.maxMicros)
+            w.addLastMinute(into: &lastMinute, nowSecond: nowSecond)
             authAccepted += w.authAcceptedCount
             for r in AuthRejection.allCases { authRejected[r.rawValue] += w.authRejectedCount(r) }
             for i in 0..<LatencyBuckets.count { histogram[i] += w.histogramCount(i) }
@@ -66,6 +70,9 @@ public struct StatsSnapshot {
         s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"by_status\":\(Self.classes(byClass, all: true))},"
         s += "\"latency_ms\":{\"p50\":\(JSONText.number(latencyMillis(0.5))),\"p90\":\(JSONText.number(latencyMillis(0.9))),"
         s += "\"p99\":\(JSONText.number(latencyMillis(0.99))),\"max\":\(JSONText.number(Double(maxMicros) / 1000))},"
+        let minuteCount = lastMinute.reduce(0, +)
+        let lm = { (q: Double) in JSONText.number(min(LatencyBuckets.coarseQuantile(q, counts: self.lastMinute), Double(self.maxMicros)) / 1000) }
+        s += "\"latency_ms_last_minute\":{\"requests\":\(minuteCount),\"p50\":\(lm(0.5)),\"p90\":\(lm(0.9)),\"p99\":\(lm(0.99))},"
         s += "\"cache\":{\"hits\":\(cache.hits),\"misses\":\(cache.misses),\"stores\":\(cache.stores),\"evictions\":\(cache.evictions),"
         s += "\"expired\":\(cache.expired),\"bytes\":\(cache.bytes),\"entries\":\(cache.entries),\"max_bytes\":\(cacheMaxBytes)},"
         s += "\"coalescing\":{\"leaders\":\(coalescedLeaders),\"waiters\":\(coalescedWaiters)},"

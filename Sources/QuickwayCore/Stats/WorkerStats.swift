@@ -28,11 +28,18 @@ public final class WorkerStats {
     private let cellCount: Int
     public let routeCount: Int
     private let histogramStart: Int
+    /// The last minute: 60 one-second slots, each a stamp (its Unix second) followed by
+    /// a coarser histogram (`windowBuckets`, 8 per power of two).
+    private let windowStart: Int
+    public static let windowSeconds = 60
+    public static let windowBuckets = (LatencyBuckets.count + 3) / 4
+    static let windowSlotCells = 1 + windowBuckets
 
     public init(routeCount: Int = WorkerStats.maxRoutes) {
         self.routeCount = routeCount
         histogramStart = Slot.fixed + routeCount * Self.routeSlots
-        cellCount = histogramStart + LatencyBuckets.count
+        windowStart = histogramStart + LatencyBuckets.count
+        cellCount = windowStart + Self.windowSeconds * Self.windowSlotCells
         cells = .allocate(capacity: cellCount)
         cells.initialize(repeating: 0, count: cellCount)
     }
@@ -57,8 +64,17 @@ public final class WorkerStats {
             qw_counter_add(cells + base + 6 + b, 1)
             qw_counter_add(cells + base + Self.sumSlot, micros)
         }
-        qw_counter_add(cells + histogramStart + LatencyBuckets.index(micros: micros), 1)
+        let bucket = LatencyBuckets.index(micros: micros)
+        qw_counter_add(cells + histogramStart + bucket, 1)
         qw_counter_max(cells + Slot.maxMicros, micros)
+        // The one-second slot of now; a slot left from a minute ago is cleared first.
+        let second = Clock.coarseMillis() / 1000
+        let slot = cells + windowStart + Int(second % Int64(Self.windowSeconds)) * Self.windowSlotCells
+        if qw_counter_load(slot) != second {
+            for b in 1...Self.windowBuckets { qw_counter_add(slot + b, -qw_counter_load(slot + b)) }
+            qw_counter_add(slot, second - qw_counter_load(slot))
+        }
+        qw_counter_add(slot + 1 + bucket / 4, 1)
     }
 
     @inline(__always) public func authAccepted() { qw_counter_add(cells + Slot.authAccepted, 1) }
@@ -74,4 +90,14 @@ public final class WorkerStats {
     public func statusClassCount(_ cls: Int) -> Int64 { qw_counter_load(cells + Slot.statusClass + cls - 1) }
     public func routeCount(_ route: Int, slot: Int) -> Int64 { qw_counter_load(cells + Slot.fixed + route * Self.routeSlots + slot) }
     public func histogramCount(_ i: Int) -> Int64 { qw_counter_load(cells + histogramStart + i) }
+
+    /// Adds this worker's last-minute counts (seconds `now-59 ... now`) into `into`.
+    public func addLastMinute(into counts: inout [Int64], nowSecond: Int64) {
+        for s in 0..<Self.windowSeconds {
+            let slot = cells + windowStart + s * Self.windowSlotCells
+            let stamp = qw_counter_load(slot)
+            guard stamp > nowSecond - Int64(Self.windowSeconds), stamp <= nowSecond else { continue }
+            for b in 0..<Self.windowBuckets { counts[b] += qw_counter_load(slot + 1 + b) }
+        }
+    }
 }
