@@ -10,6 +10,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/jpsim/Yams", from: "5.0.1"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         // System libraries from Debian's -dev packages (see scripts/setup.sh).
@@ -25,7 +26,8 @@ let package = Package(
         .target(
             name: "QuickwayCore",
             dependencies: ["CLibevent", "CCurl", "COpenSSL", "CQuickwayShims",
-                           .product(name: "Yams", package: "Yams")],
+                           .product(name: "Yams", package: "Yams"),
+                           .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.unsafeFlags(["-Ounchecked"], .when(configuration: .release))]
         ),
         .executableTarget(name: "quickway", dependencies: ["QuickwayCore"]),

@@ -171,3 +171,19 @@ def test_access_log_one_json_line_per_request_and_rotation_loses_nothing(tmp_pat
     finally:
         g.stop()
         b.stop()
+
+
+def test_log_level_filters_and_startup_lists_the_effective_setup(tmp_path):
+    b = Backend("127.0.0.2", free_port("127.0.0.2"))
+    base = LOG_CONFIG.replace("BACKEND_PORT", str(b.server.server_address[1])).replace("LOGFILE", "off")
+    try:
+        g = Gateway(base)
+        g.stop()
+        info = g.logs()
+        assert " INFO quickway 0.1.0 listening on 127.0.0.1:" in info and "with 2 worker(s); admin on 127.0.0.1:" in info
+        assert " INFO service api: http://api.internal:" in info and " INFO route api: /api/ " in info
+        g = Gateway(base.replace("level: info", "level: warn"))
+        g.stop()
+        assert " INFO " not in g.logs(), "log.level warn hides info lines"
+    finally:
+        b.stop()
