@@ -6,12 +6,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 QW_SKIP_BUILD=1 scripts/setup.sh || exit 1
 
-# Python test dependencies (PyPI): pytest; botocore (SigV4 signer), cryptography (test CA),
-# prometheus_client (reference /metrics parser).
-for mod in pytest botocore cryptography prometheus_client; do
-  if ! python3 -c "import $mod" >/dev/null 2>&1; then
-    echo "test: installing $mod"
-    python3 -m pip install -q "$mod" || { echo "test: cannot install $mod" >&2; exit 1; }
+# Python test dependencies (PyPI), as module:package: pytest; botocore (SigV4 signer),
+# cryptography (test CA), prometheus_client (reference /metrics parser), PyYAML (deploy files).
+for pair in pytest:pytest botocore:botocore cryptography:cryptography prometheus_client:prometheus_client yaml:PyYAML; do
+  if ! python3 -c "import ${pair%%:*}" >/dev/null 2>&1; then
+    echo "test: installing ${pair#*:}"
+    python3 -m pip install -q "${pair#*:}" || { echo "test: cannot install ${pair#*:}" >&2; exit 1; }
   fi
 done
 
