@@ -14,6 +14,8 @@ static inline void qw_counter_max(int64_t *p, int64_t v) {
 static inline int64_t qw_counter_load(const int64_t *p) {
     return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
+// A counter shared by several writers (a true atomic read-modify-write).
+static inline int64_t qw_shared_add(int64_t *p, int64_t v) { return __atomic_add_fetch(p, v, __ATOMIC_RELAXED); }
 static inline void qw_flag_store(int32_t *p, int32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 static inline int32_t qw_flag_load(const int32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 #endif

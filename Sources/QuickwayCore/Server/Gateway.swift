@@ -44,7 +44,7 @@ public final class Gateway {
         var set = Self.handledSignals()
         pthread_sigmask(SIG_BLOCK, &set, nil)
         signal(SIGPIPE, SIG_IGN)
-        let perWorker = max(1, config.limits.maxConnections / config.workers)
+        let budget = ConnectionBudget(limit: config.limits.maxConnections)
         switch config.log.accessLog {
         case "off": accessLog = nil
         case "stdout": accessLog = try AccessLog(target: .stdout)
@@ -61,7 +61,8 @@ public final class Gateway {
         }
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", listen: config.listen, limits: config.limits,
-                               maxConnections: perWorker)
+                               maxConnections: config.limits.maxConnections)
+            w.budget = budget
             let client = UpstreamClient(base: w.base)
             w.setHandler(ProxyHandler(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots, shared: shared, services: services))
             w.onLoopExit = { client.shutdown() }

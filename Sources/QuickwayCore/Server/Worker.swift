@@ -32,6 +32,9 @@ final class Worker {
     private var requestCounter: UInt64 = 0
     private let requestIdPrefix: [UInt8]
 
+    /// The gateway-wide connection limit (nil: only this worker's `maxConnections`).
+    var budget: ConnectionBudget?
+
     init(id: Int, name: String, listen: ListenAddress, limits: LimitsConfig, maxConnections: Int, routeCount: Int = WorkerStats.maxRoutes) throws {
         self.id = id
         self.name = name
@@ -110,6 +113,10 @@ final class Worker {
                 pauseAccepting()
                 return
             }
+            if let b = budget, !b.take() {
+                pauseAccepting()
+                return
+            }
             var storage = sockaddr_storage()
             var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let fd = withUnsafeMutablePointer(to: &storage) {
@@ -118,6 +125,7 @@ final class Worker {
                 }
             }
             if fd < 0 {
+                budget?.release()
                 if errno == EINTR || errno == ECONNABORTED { continue }
                 if errno == EMFILE || errno == ENFILE {
                     Log.warn("\(name): out of file descriptors; pausing accept")
@@ -132,6 +140,13 @@ final class Worker {
         }
     }
 
+    /// Accepts again once this worker and the gateway have room.
+    private func resumeAcceptingIfRoom() {
+        guard acceptPaused, !isDraining, connections.count < maxConnections, budget?.hasRoom ?? true, let ev = listenEvent else { return }
+        acceptPaused = false
+        event_add(ev, nil)
+    }
+
     private func pauseAccepting() {
         guard !acceptPaused, let ev = listenEvent else { return }
         event_del(ev)
@@ -139,16 +154,14 @@ final class Worker {
     }
 
     func connectionClosed(_ c: Connection) {
-        connections.removeValue(forKey: ObjectIdentifier(c))
-        if acceptPaused && !isDraining && connections.count < maxConnections, let ev = listenEvent {
-            acceptPaused = false
-            event_add(ev, nil)
-        }
+        if connections.removeValue(forKey: ObjectIdentifier(c)) != nil { budget?.release() }
+        resumeAcceptingIfRoom()
         if isDraining && connections.isEmpty { event_base_loopexit(base, nil) }
     }
 
     fileprivate func sweep() {
         accessLog?.flush(ifOlderThanMillis: 1000)
+        resumeAcceptingIfRoom()
         let now = Clock.coarseMillis()
         for c in Array(connections.values) { c.checkDeadline(now) }
     }
