@@ -1,0 +1,51 @@
+// libFuzzer harness: the HTTP/1.1 request parser and body decoder.
+// Built by scripts/fuzz.sh with `swiftc -sanitize=fuzzer,address` together with the
+// parser's own source files. Besides crashes, it checks properties: parsing the input
+// in one go and byte by byte must agree, and every range a head reports must lie within
+// its bytes.
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzHTTP(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
+    let input = Array(UnsafeBufferPointer(start: data, count: size))
+    let whole = parse(input, step: input.count)
+    let stepped = parse(input, step: 1)
+    if whole != stepped {
+        fatalError("parser disagrees with itself: whole \(whole) vs byte by byte \(stepped)")
+    }
+    return 0
+}
+
+/// The outcome of parsing `input` fed in pieces of `step` bytes, as text.
+func parse(_ input: [UInt8], step: Int) -> String {
+    var p = HTTPRequestParser(maxHeadBytes: 4096, maxBodyBytes: 65536)
+    var have = 0
+    while have < input.count {
+        have = min(input.count, have + max(step, 1))
+        let r = Array(input[0..<have]).withUnsafeBytes { raw in
+            Result { () throws(HTTPParseError) -> HTTPRequestParser.HeadResult in try p.parseHead(raw) }
+        }
+        switch r {
+        case .failure(let e): return "error \(e)"
+        case .success(.needMore): continue
+        case .success(.head(let head, let consumed)):
+            precondition(consumed <= have)
+            for f in head.fields {
+                precondition(f.name.upperBound <= head.bytes.count && f.value.upperBound <= head.bytes.count)
+            }
+            precondition(head.target.upperBound <= head.bytes.count)
+            var d = HTTPBodyDecoder(framing: head.body, maxBodyBytes: 65536)
+            var body: [UInt8] = []
+            let rest = Array(input[consumed...])
+            let used = rest.withUnsafeBytes { raw in
+                Result { () throws(HTTPParseError) -> Int in try d.decode(raw, into: &body) }
+            }
+            switch used {
+            case .failure(let e): return "head \(head.methodString) \(head.targetString) then body error \(e)"
+            case .success(let n):
+                precondition(n <= rest.count && body.count <= 65536)
+                return "head \(head.methodString) \(head.targetString) \(head.fields.count) fields, body \(body.count) complete \(d.isComplete)"
+            }
+        }
+    }
+    return "need more"
+}
