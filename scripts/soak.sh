@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Soak: 10 minutes (by default) of steady mixed traffic against the release build, or
+# with --asan against an AddressSanitizer build (LeakSanitizer included), then a report
+# of unexpected errors, the memory curve after warm-up, descriptors and access-log lines.
+# Usage: scripts/soak.sh [--seconds N] [--rate R] [--asan]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ARGS=(); ASAN=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --asan) ASAN=1; shift ;;
+    --seconds|--rate) ARGS+=("$1" "$2"); shift 2 ;;
+    *) echo "usage: scripts/soak.sh [--seconds N] [--rate R] [--asan]" >&2; exit 2 ;;
+  esac
+done
+QW_SKIP_BUILD=1 scripts/setup.sh >/dev/null
+if [ "$ASAN" = 1 ]; then
+  swift build -c debug -Xswiftc -sanitize=address --scratch-path .build-asan 2>&1 | grep -E "error" || true
+  BIN="$PWD/.build-asan/debug/quickway"
+  export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=/tmp/quickway-asan"
+else
+  swift build -c release 2>&1 | grep -E "error" || true
+  BIN="$PWD/.build/release/quickway"
+fi
+python3 scripts/soak.py --binary "$BIN" "${ARGS[@]}"
