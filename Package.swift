@@ -31,6 +31,9 @@ let package = Package(
             swiftSettings: [.unsafeFlags(["-Ounchecked"], .when(configuration: .release))]
         ),
         .executableTarget(name: "quickway", dependencies: ["QuickwayCore"]),
+        // Config-loader fuzz harness (scripts/fuzz.sh builds it with libFuzzer).
+        .executableTarget(name: "quickway-fuzz-config", dependencies: ["QuickwayCore"],
+                          swiftSettings: [.unsafeFlags(["-parse-as-library"])]),
         .testTarget(name: "QuickwayCoreTests", dependencies: ["QuickwayCore"]),
     ],
     swiftLanguageModes: [.v5]

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Bounded libFuzzer runs of the HTTP parser and the QW1 canonicaliser and header parser,
-# built with swiftc -sanitize=fuzzer,address from the parser's own source files.
+# Bounded libFuzzer runs of three harnesses: the HTTP parser (fuzz-http) and the QW1
+# canonicaliser and header parser (fuzz-qw1), built with swiftc -sanitize=fuzzer,address
+# from their own source files; and the config loader (fuzz-config: Yams and the whole
+# schema), built by SwiftPM with -D FUZZING into .build-fuzzpkg.
 # Usage: scripts/fuzz.sh [--seconds N per target] [--jobs J] [--update-corpus]
 # Seeds: Fuzz/corpus/<target>/ (read only); new inputs go to .build-fuzz/corpus-<target>/;
 # --update-corpus merges a minimised set of both back into Fuzz/corpus/. Crashes: .build-fuzz/.
@@ -26,8 +28,11 @@ build() {
 }
 build http "${HTTP_SOURCES[@]}" Fuzz/FuzzHTTP.swift
 build qw1 "${HTTP_SOURCES[@]}" "$SRC/Auth/CanonicalQuery.swift" "$SRC/Auth/QW1Header.swift" Fuzz/FuzzQW1.swift
+swift build --product quickway-fuzz-config --scratch-path .build-fuzzpkg -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING 2>&1 \
+  | grep -E "error:" || true
+cp .build-fuzzpkg/debug/quickway-fuzz-config "$OUT/fuzz-config" || { echo "fuzz: build of config failed" >&2; exit 1; }
 status=0
-for t in http qw1; do
+for t in http qw1 config; do
   echo "== fuzz-$t for ${SECONDS_PER}s"
   mkdir -p "Fuzz/corpus/$t" "$OUT/corpus-$t"
   if ! "$OUT/fuzz-$t" -max_total_time="$SECONDS_PER" -max_len=4096 -jobs="$JOBS" -workers="$JOBS" \

@@ -178,6 +178,16 @@ def test_backend_faults_give_clean_errors_and_no_leak(env):
     head, _, body = data.partition(b"\r\n\r\n")
     assert b"Content-Length: 1000000" in head and len(body) < 1_000_000
     wait_until(lambda: fd_count(g.proc.pid) <= fds + 2, timeout=5, what="descriptors back to baseline")
+    # Many more faults: resident memory stays where it was (no per-failure leak).
+    rss = lambda: int(next(l for l in open(f"/proc/{g.proc.pid}/status") if l.startswith("VmRSS:")).split()[1])
+    before = rss()
+    for i in range(150):
+        try:
+            urllib.request.urlopen(g.url(("/faulty/garbage", "/faulty/reset-small", "/faulty/truncated-chunked")[i % 3]), timeout=5)
+        except urllib.error.HTTPError as e:
+            e.read()
+    assert (rss() - before) / 1024 < 4, f"resident memory grew {(rss() - before) / 1024:.1f} MiB over 150 backend faults"
+    assert fd_count(g.proc.pid) <= fds + 2
 
 
 def test_slow_body_is_cut_off(env):
