@@ -31,31 +31,28 @@ public enum LatencyBuckets {
     /// The value at quantile `q` of coarse counts (4 fine buckets each, as kept for the
     /// last minute): the midpoint of the coarse bucket.
     public static func coarseQuantile(_ q: Double, counts: [Int64]) -> Double {
-        let total = counts.reduce(0, +)
-        guard total > 0 else { return 0 }
-        let rank = max(1, Int64((q * Double(total)).rounded(.up)))
-        var seen: Int64 = 0
-        for (i, c) in counts.enumerated() where c > 0 {
-            seen += c
-            if seen >= rank {
-                let lo = lowerBound(i * 4)
-                let hi = i * 4 + 4 < count ? lowerBound(i * 4 + 4) : lo * 2
-                return Double(lo + hi - 1) / 2
-            }
+        rankWalk(q, counts) { i in
+            let lo = lowerBound(i * 4)
+            let hi = i * 4 + 4 < count ? lowerBound(i * 4 + 4) : lo * 2
+            return Double(lo + hi - 1) / 2
         }
-        return 0
     }
 
     /// The value at quantile `q` (0...1) of merged bucket counts.
     public static func quantile(_ q: Double, counts: [Int64]) -> Double {
+        rankWalk(q, counts, representative)
+    }
+
+    /// Walks the counts to the bucket holding rank ceil(q x total) and returns its value.
+    private static func rankWalk(_ q: Double, _ counts: [Int64], _ value: (Int) -> Double) -> Double {
         let total = counts.reduce(0, +)
         guard total > 0 else { return 0 }
         let rank = max(1, Int64((q * Double(total)).rounded(.up)))
         var seen: Int64 = 0
         for (i, c) in counts.enumerated() where c > 0 {
             seen += c
-            if seen >= rank { return representative(i) }
+            if seen >= rank { return value(i) }
         }
-        return representative(count - 1)
+        return value(counts.count - 1)
     }
 }
