@@ -55,6 +55,8 @@ def main():
     ap.add_argument("--binary", required=True)
     ap.add_argument("--seconds", type=int, default=600)
     ap.add_argument("--rate", type=int, default=150)
+    ap.add_argument("--sanitizer-build", action="store_true",
+                    help="AddressSanitizer build: its quarantine keeps freed memory, so the memory curve is not judged")
     a = ap.parse_args()
     os.environ["QUICKWAY_BIN"] = a.binary
     port = harness.free_port("127.0.0.2", also=["127.0.0.3"])
@@ -136,7 +138,8 @@ def main():
                       "fds_first_last": [samples[0][2], samples[-1][2]], "access_log_lines": lines}, indent=1))
     if os.path.exists(log):
         os.remove(log)
-    ok = not unexpected and growth < 16 and samples[-1][2] <= samples[0][2] + 8 and lines == total
+    memory_ok = a.sanitizer_build or growth < 16
+    ok = not unexpected and memory_ok and samples[-1][2] <= samples[0][2] + 8 and lines == total
     print("SOAK", "PASSED" if ok else "FAILED")
     return 0 if ok else 1
 

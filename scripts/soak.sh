@@ -17,9 +17,20 @@ QW_SKIP_BUILD=1 scripts/setup.sh >/dev/null
 if [ "$ASAN" = 1 ]; then
   swift build -c debug -Xswiftc -sanitize=address --scratch-path .build-asan 2>&1 | grep -E "error" || true
   BIN="$PWD/.build-asan/debug/quickway"
+  rm -f /tmp/quickway-asan.*
   export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=/tmp/quickway-asan"
+  ARGS+=(--sanitizer-build)
 else
   swift build -c release 2>&1 | grep -E "error" || true
   BIN="$PWD/.build/release/quickway"
 fi
-python3 scripts/soak.py --binary "$BIN" "${ARGS[@]}"
+status=0
+python3 scripts/soak.py --binary "$BIN" "${ARGS[@]}" || status=$?
+if [ "$ASAN" = 1 ]; then
+  if ls /tmp/quickway-asan.* >/dev/null 2>&1; then
+    echo "AddressSanitizer/LeakSanitizer reports:"; cat /tmp/quickway-asan.*; status=1
+  else
+    echo "AddressSanitizer/LeakSanitizer: no reports"
+  fi
+fi
+exit $status
