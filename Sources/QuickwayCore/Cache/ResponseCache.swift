@@ -37,7 +37,9 @@ public final class ResponseCache: @unchecked Sendable {
         let response: CachedResponse
         let expiresAt: Int64
         let size: Int
-        var prev: Node?
+        /// Not retained: the list holds each node through its predecessor's `next` (and
+        /// the map), so `prev` must not form a cycle with it.
+        unowned(unsafe) var prev: Node?
         var next: Node?
         init(key: [UInt8], response: CachedResponse, expiresAt: Int64) {
             self.key = key; self.response = response; self.expiresAt = expiresAt
@@ -69,6 +71,26 @@ public final class ResponseCache: @unchecked Sendable {
             map.removeValue(forKey: n.key)
             bytes -= n.size
         }
+
+        /// Drops every entry, unlinking node by node (no deep recursive release).
+        func removeAll() -> Int {
+            let count = map.count
+            var n = head
+            head = nil
+            tail = nil
+            while let cur = n {
+                n = cur.next
+                cur.next = nil
+                cur.prev = nil
+            }
+            map.removeAll()
+            bytes = 0
+            return count
+        }
+    }
+
+    deinit {
+        for s in shards { _ = s.removeAll() }
     }
 
     public let maxBytes: Int
@@ -163,9 +185,7 @@ public final class ResponseCache: @unchecked Sendable {
             s.lock.lock()
             switch what {
             case .all:
-                removed += s.map.count
-                s.map.removeAll()
-                s.head = nil; s.tail = nil; s.bytes = 0
+                removed += s.removeAll()
             case .key(let k):
                 if let n = s.map[k] { s.remove(n); removed += 1 }
             case .prefix(let p):

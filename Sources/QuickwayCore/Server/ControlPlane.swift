@@ -6,7 +6,8 @@ import Foundation
 /// Probes and fetches are libcurl transfers on the loop's own multi handle, so they never
 /// block a request. Thread rule: admin loop only (reaches it through `Worker.post`).
 final class ControlPlane {
-    private let worker: Worker
+    /// The admin worker; it owns this control plane (through `onLoopExit`), hence unowned.
+    private unowned let worker: Worker
     let client: UpstreamClient
     private var timers: [LoopTimer] = []
     private var generation = 0

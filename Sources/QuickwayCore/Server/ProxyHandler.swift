@@ -129,9 +129,10 @@ final class ProxyHandler: RequestHandler {
             forward(exchange, plan: plan, flight: nil)
             return
         }
-        // Stage 5: coalesce.
+        // Stage 5: coalesce. The flight holds the delivery strongly until it lands (the
+        // delivery holds the exchange only weakly), so its wait timer is always cancelled.
         let deliver = waiterDelivery(exchange)
-        switch shared.flights.join(key, worker: worker, maxWaiters: route.coalesceMaxWaiters, deliver: deliver.run) {
+        switch shared.flights.join(key, worker: worker, maxWaiters: route.coalesceMaxWaiters, deliver: { deliver.run($0) }) {
         case .leader(let flight):
             exchange.cacheStatus = "MISS"
             forward(exchange, plan: plan, flight: flight)
@@ -144,6 +145,7 @@ final class ProxyHandler: RequestHandler {
             }
             exchange.onCancel = { [weak deliver] in
                 deliver?.timer?.cancel()
+                deliver?.timer = nil
                 flights.leave(flight, id: id)
             }
         case .full:
@@ -154,8 +156,9 @@ final class ProxyHandler: RequestHandler {
     /// How a merged waiter is answered, on its own worker.
     private func waiterDelivery(_ exchange: Exchange) -> WaiterDelivery {
         let d = WaiterDelivery()
-        d.run = { [weak self, weak exchange, weak d] outcome in
-            d?.timer?.cancel()
+        d.run = { [weak self, weak exchange, unowned d] outcome in
+            d.timer?.cancel()
+            d.timer = nil
             guard let self, let exchange, !exchange.isFinished, !exchange.isCancelled else { return }
             switch outcome {
             case .response(let r): self.respondCached(exchange, r, "COALESCED")
