@@ -113,6 +113,31 @@ final class ResponseCacheTests: XCTestCase {
         XCTAssertLessThanOrEqual(c.figures.bytes, c.maxBytes)
     }
 
+    func testPurgedAndEvictedEntriesAreFreed() {
+        weak var purged: CachedResponse?
+        weak var evicted: CachedResponse?
+        let c = ResponseCache(maxBytes: 1 << 20, maxObjectBytes: 1 << 20)
+        do {
+            for i in 0..<5 {
+                let r = response(10)
+                if i == 2 { purged = r }
+                c.store(k("/\(i)"), r, ttlMillis: 1000, nowMillis: 0)
+            }
+            XCTAssertNotNil(purged)
+        }
+        XCTAssertEqual(c.purge(.all), 5)
+        XCTAssertNil(purged, "purging everything frees the entries (no prev/next retain cycle)")
+        let small = ResponseCache(maxBytes: 3000, maxObjectBytes: 1 << 20)
+        do {
+            let first = response(1000)
+            evicted = first
+            small.store(k("/a"), first, ttlMillis: 1000, nowMillis: 0)
+            small.store(k("/b"), response(1000), ttlMillis: 1000, nowMillis: 0)
+            small.store(k("/c"), response(1000), ttlMillis: 1000, nowMillis: 0)
+        }
+        XCTAssertNil(evicted, "an evicted entry is freed")
+    }
+
     func testObjectLimitsAndPurge() {
         let c = ResponseCache(maxBytes: 1 << 20, maxObjectBytes: 100)
         XCTAssertFalse(c.store(k("/big"), response(101), ttlMillis: 1000, nowMillis: 0))
