@@ -91,112 +91,112 @@ public struct HTTPRequestParser: Sendable {
     }
 
     private static func parseFields(_ raw: UnsafeRawBufferPointer, bytes: [UInt8], maxBody: Int) throws(HTTPParseError) -> HTTPRequestHead {
-            let n = raw.count
-            var i = 0
-            // method
+        let n = raw.count
+        var i = 0
+        // method
+        while i < n && HTTPSyntax.isTokenChar(raw[i]) { i += 1 }
+        let method = 0..<i
+        guard !method.isEmpty, i < n, raw[i] == 0x20 else { throw .badRequest("malformed request line") }
+        i += 1
+        let targetStart = i
+        while i < n && HTTPSyntax.isTargetByte(raw[i]) { i += 1 }
+        let target = targetStart..<i
+        guard !target.isEmpty, i < n, raw[i] == 0x20 else { throw .badRequest("malformed request line") }
+        i += 1
+        // version: exactly HTTP/1.0 or HTTP/1.1
+        guard i + 10 <= n,
+              raw[i] == UInt8(ascii: "H"), raw[i + 1] == UInt8(ascii: "T"), raw[i + 2] == UInt8(ascii: "T"),
+              raw[i + 3] == UInt8(ascii: "P"), raw[i + 4] == UInt8(ascii: "/")
+        else { throw .badRequest("malformed request line") }
+        guard raw[i + 5] == UInt8(ascii: "1"), raw[i + 6] == UInt8(ascii: "."),
+              raw[i + 7] == UInt8(ascii: "0") || raw[i + 7] == UInt8(ascii: "1"),
+              raw[i + 8] == 0x0D, raw[i + 9] == 0x0A
+        else { throw .badRequest("only HTTP/1.0 and HTTP/1.1 are served on this port") }
+        let minor = Int(raw[i + 7] - UInt8(ascii: "0"))
+        i += 10
+        // Only origin-form ("/path") targets. Absolute-form is refused so the gateway cannot
+        // be used as a forward proxy; asterisk-form ("OPTIONS *") has no route to go to.
+        guard raw[target.lowerBound] == UInt8(ascii: "/") else {
+            throw .badRequest("request target must be a path starting with /")
+        }
+
+        var fields: [HTTPRequestHead.HTTPField] = []
+        fields.reserveCapacity(16)
+        var contentLength: Int?
+        var chunked = false
+        var sawTransferEncoding = false
+        var hostField: Int?
+        var hostCount = 0
+        var connectionClose = false
+        var connectionKeepAlive = false
+        var expectsContinue = false
+
+        while i < n - 2 {
+            let c = raw[i]
+            if c == 0x20 || c == 0x09 { throw .badRequest("obsolete line folding is not accepted") }
+            let nameStart = i
             while i < n && HTTPSyntax.isTokenChar(raw[i]) { i += 1 }
-            let method = 0..<i
-            guard !method.isEmpty, i < n, raw[i] == 0x20 else { throw .badRequest("malformed request line") }
-            i += 1
-            let targetStart = i
-            while i < n && HTTPSyntax.isTargetByte(raw[i]) { i += 1 }
-            let target = targetStart..<i
-            guard !target.isEmpty, i < n, raw[i] == 0x20 else { throw .badRequest("malformed request line") }
-            i += 1
-            // version: exactly HTTP/1.0 or HTTP/1.1
-            guard i + 10 <= n,
-                  raw[i] == UInt8(ascii: "H"), raw[i + 1] == UInt8(ascii: "T"), raw[i + 2] == UInt8(ascii: "T"),
-                  raw[i + 3] == UInt8(ascii: "P"), raw[i + 4] == UInt8(ascii: "/")
-            else { throw .badRequest("malformed request line") }
-            guard raw[i + 5] == UInt8(ascii: "1"), raw[i + 6] == UInt8(ascii: "."),
-                  raw[i + 7] == UInt8(ascii: "0") || raw[i + 7] == UInt8(ascii: "1"),
-                  raw[i + 8] == 0x0D, raw[i + 9] == 0x0A
-            else { throw .badRequest("only HTTP/1.0 and HTTP/1.1 are served on this port") }
-            let minor = Int(raw[i + 7] - UInt8(ascii: "0"))
-            i += 10
-            // Only origin-form ("/path") targets. Absolute-form is refused so the gateway cannot
-            // be used as a forward proxy; asterisk-form ("OPTIONS *") has no route to go to.
-            guard raw[target.lowerBound] == UInt8(ascii: "/") else {
-                throw .badRequest("request target must be a path starting with /")
+            let name = nameStart..<i
+            guard !name.isEmpty, i < n, raw[i] == UInt8(ascii: ":") else {
+                throw .badRequest("invalid header name")
             }
-
-            var fields: [HTTPRequestHead.HTTPField] = []
-            fields.reserveCapacity(16)
-            var contentLength: Int?
-            var chunked = false
-            var sawTransferEncoding = false
-            var hostField: Int?
-            var hostCount = 0
-            var connectionClose = false
-            var connectionKeepAlive = false
-            var expectsContinue = false
-
-            while i < n - 2 {
-                let c = raw[i]
-                if c == 0x20 || c == 0x09 { throw .badRequest("obsolete line folding is not accepted") }
-                let nameStart = i
-                while i < n && HTTPSyntax.isTokenChar(raw[i]) { i += 1 }
-                let name = nameStart..<i
-                guard !name.isEmpty, i < n, raw[i] == UInt8(ascii: ":") else {
-                    throw .badRequest("invalid header name")
-                }
+            i += 1
+            while i < n && (raw[i] == 0x20 || raw[i] == 0x09) { i += 1 }
+            let valueStart = i
+            while i < n && raw[i] != 0x0D {
+                guard HTTPSyntax.isFieldValueByte(raw[i]) else { throw .badRequest("control character in a header value") }
                 i += 1
-                while i < n && (raw[i] == 0x20 || raw[i] == 0x09) { i += 1 }
-                let valueStart = i
-                while i < n && raw[i] != 0x0D {
-                    guard HTTPSyntax.isFieldValueByte(raw[i]) else { throw .badRequest("control character in a header value") }
-                    i += 1
-                }
-                var valueEnd = i
-                while valueEnd > valueStart && (raw[valueEnd - 1] == 0x20 || raw[valueEnd - 1] == 0x09) { valueEnd -= 1 }
-                guard i + 1 < n, raw[i + 1] == 0x0A else { throw .badRequest("malformed header line") }
-                i += 2
-                let value = valueStart..<valueEnd
-                fields.append(.init(name: name, value: value))
+            }
+            var valueEnd = i
+            while valueEnd > valueStart && (raw[valueEnd - 1] == 0x20 || raw[valueEnd - 1] == 0x09) { valueEnd -= 1 }
+            guard i + 1 < n, raw[i + 1] == 0x0A else { throw .badRequest("malformed header line") }
+            i += 2
+            let value = valueStart..<valueEnd
+            fields.append(.init(name: name, value: value))
 
-                switch name.count {
-                case 4 where HTTPSyntax.equalsLowercase(raw, name, "host"):
-                    hostCount += 1
-                    hostField = fields.count - 1
-                case 14 where HTTPSyntax.equalsLowercase(raw, name, "content-length"):
-                    guard contentLength == nil else { throw .badRequest("more than one Content-Length") }
-                    contentLength = try parseContentLength(raw, value)
-                case 17 where HTTPSyntax.equalsLowercase(raw, name, "transfer-encoding"):
-                    guard !sawTransferEncoding else { throw .badRequest("more than one Transfer-Encoding") }
-                    sawTransferEncoding = true
-                    guard HTTPSyntax.equalsLowercase(raw, value, "chunked") else {
-                        throw .badRequest("unsupported Transfer-Encoding (only chunked)")
-                    }
-                    chunked = true
-                case 10 where HTTPSyntax.equalsLowercase(raw, name, "connection"):
-                    forEachToken(raw, value) { t in
-                        if HTTPSyntax.equalsLowercase(raw, t, "close") { connectionClose = true }
-                        else if HTTPSyntax.equalsLowercase(raw, t, "keep-alive") { connectionKeepAlive = true }
-                    }
-                case 6 where HTTPSyntax.equalsLowercase(raw, name, "expect"):
-                    guard HTTPSyntax.equalsLowercase(raw, value, "100-continue") else {
-                        throw .badRequest("unsupported Expect value")
-                    }
-                    expectsContinue = minor == 1
-                default: break
+            switch name.count {
+            case 4 where HTTPSyntax.equalsLowercase(raw, name, "host"):
+                hostCount += 1
+                hostField = fields.count - 1
+            case 14 where HTTPSyntax.equalsLowercase(raw, name, "content-length"):
+                guard contentLength == nil else { throw .badRequest("more than one Content-Length") }
+                contentLength = try parseContentLength(raw, value)
+            case 17 where HTTPSyntax.equalsLowercase(raw, name, "transfer-encoding"):
+                guard !sawTransferEncoding else { throw .badRequest("more than one Transfer-Encoding") }
+                sawTransferEncoding = true
+                guard HTTPSyntax.equalsLowercase(raw, value, "chunked") else {
+                    throw .badRequest("unsupported Transfer-Encoding (only chunked)")
                 }
+                chunked = true
+            case 10 where HTTPSyntax.equalsLowercase(raw, name, "connection"):
+                forEachToken(raw, value) { t in
+                    if HTTPSyntax.equalsLowercase(raw, t, "close") { connectionClose = true }
+                    else if HTTPSyntax.equalsLowercase(raw, t, "keep-alive") { connectionKeepAlive = true }
+                }
+            case 6 where HTTPSyntax.equalsLowercase(raw, name, "expect"):
+                guard HTTPSyntax.equalsLowercase(raw, value, "100-continue") else {
+                    throw .badRequest("unsupported Expect value")
+                }
+                expectsContinue = minor == 1
+            default: break
             }
-            if sawTransferEncoding && contentLength != nil {
-                throw .badRequest("Content-Length together with Transfer-Encoding")
-            }
-            if sawTransferEncoding && minor == 0 { throw .badRequest("Transfer-Encoding in an HTTP/1.0 request") }
-            if minor == 1 && hostCount != 1 { throw .badRequest(hostCount == 0 ? "missing Host header" : "more than one Host header") }
-            if hostCount > 1 { throw .badRequest("more than one Host header") }
-            let framing: HTTPBodyFraming
-            if chunked { framing = .chunked }
-            else if let cl = contentLength, cl > 0 {
-                guard cl <= maxBody else { throw .bodyTooLarge }
-                framing = .contentLength(cl)
-            } else { framing = .none }
-            let keepAlive = minor == 1 ? !connectionClose : (connectionKeepAlive && !connectionClose)
-            return HTTPRequestHead(bytes: bytes, method: method, target: target, minorVersion: minor, fields: fields,
-                                   body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
-                                   hostField: hostField)
+        }
+        if sawTransferEncoding && contentLength != nil {
+            throw .badRequest("Content-Length together with Transfer-Encoding")
+        }
+        if sawTransferEncoding && minor == 0 { throw .badRequest("Transfer-Encoding in an HTTP/1.0 request") }
+        if minor == 1 && hostCount != 1 { throw .badRequest(hostCount == 0 ? "missing Host header" : "more than one Host header") }
+        if hostCount > 1 { throw .badRequest("more than one Host header") }
+        let framing: HTTPBodyFraming
+        if chunked { framing = .chunked }
+        else if let cl = contentLength, cl > 0 {
+            guard cl <= maxBody else { throw .bodyTooLarge }
+            framing = .contentLength(cl)
+        } else { framing = .none }
+        let keepAlive = minor == 1 ? !connectionClose : (connectionKeepAlive && !connectionClose)
+        return HTTPRequestHead(bytes: bytes, method: method, target: target, minorVersion: minor, fields: fields,
+                               body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
+                               hostField: hostField)
     }
 
     /// 1*DIGIT, at most 15 digits (anything bigger is over every body limit anyway).
