@@ -256,6 +256,18 @@ class Gateway:
         return self.proc.returncode
 
 
+def http_call(g, method, path, headers=None, body=None, timeout=15):
+    """One request on its own connection: (status, headers with lower-case names, body)."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
 def raw_exchange(port, data, timeout=5.0, read_until_close=True):
     """Sends raw bytes and returns everything read until the server closes (or timeout)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import ROOT, Backend, Gateway, free_port, wait_until
+from harness import ROOT, Backend, Gateway, free_port, http_call
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import qw1_client  # noqa: E402
@@ -70,12 +70,7 @@ def gw(backend):
 
 
 def send(gw, method, target, headers=None, body=None):
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
-    conn.request(method, target, body=body, headers=headers or {})
-    r = conn.getresponse()
-    out = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    conn.close()
-    return out
+    return http_call(gw, method, target, headers, body)
 
 
 def signed(key, secret, method, target, body=b"", **kw):
@@ -251,7 +246,7 @@ routes:
 
 
 def test_sigv4_request_signed_by_botocore(backend):
-    botocore = pytest.importorskip("botocore")
+    pytest.importorskip("botocore")
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials

@@ -1,6 +1,5 @@
 """Response cache and request merging (issue: cache and merging), through the real
 binary against real backends. Expectations follow RFC 9111 and spec/config.md."""
-import http.client
 import json
 import socket
 import threading
@@ -9,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from harness import Backend, Gateway, free_port, read_response, wait_until
+from harness import Backend, Gateway, free_port, http_call, read_response, wait_until
 
 CONFIG = """
 listen: 127.0.0.1:{PORT}
@@ -82,12 +81,7 @@ def gw(backend):
 
 
 def get(g, path, method="GET", headers=None):
-    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=15)
-    conn.request(method, path, headers=headers or {})
-    r = conn.getresponse()
-    out = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    conn.close()
-    return out
+    return http_call(g, method, path, headers)
 
 
 def admin_post(g, path, body):

@@ -288,7 +288,6 @@ def test_drain_under_load_completes_accepted_requests():
     """SIGTERM during a load: every request the gateway accepted gets its answer; later
     connections are refused; the process exits 0."""
     import signal
-    import concurrent.futures
     b = Backend("127.0.0.2", free_port("127.0.0.2"))
     text = (CONFIG.replace("BACKEND_PORT", str(b.server.server_address[1])).replace("FAULTY_PORT", "1").replace("MAXCONN", "1000"))
     g = Gateway(text)

@@ -84,7 +84,6 @@ def test_stats_and_metrics_match_a_known_mix(gw):
 
     families = {f.name: f for f in parser.text_string_to_metric_families(metrics(gw))}
     def value(name, **labels):
-        fam_name = name[:-len("_total")] if name.endswith("_total") else name
         for fam in families.values():
             for smp in fam.samples:
                 if smp.name == name and all(smp.labels.get(k) == v for k, v in labels.items()):
