@@ -119,10 +119,15 @@ public final class ServiceHealth: @unchecked Sendable {
         if m.removed && m.inFlight == 0 { members.removeAll { $0 === m } }
         guard let f = config.failover, m.state == .up else { return }
         m.window.add(error: error)
-        let live = members.filter { !$0.removed }
-        let healthy = live.filter { $0.state == .up }.count
-        let ejected = live.filter { $0.state == .ejected }.count
-        if Ejection.shouldEject(m.window, window: f.window, maxErrorRate: f.maxErrorRate, healthy: healthy, ejected: ejected, total: live.count) {
+        // Counting the list's states is only needed once this IP is over its error
+        // rate; the common case does no more than the window update.
+        guard m.window.count >= Ejection.minimumVolume(window: f.window), m.window.rate > f.maxErrorRate else { return }
+        var healthy = 0, ejected = 0, total = 0
+        for x in members where !x.removed {
+            total += 1
+            if x.state == .up { healthy += 1 } else if x.state == .ejected { ejected += 1 }
+        }
+        if Ejection.shouldEject(m.window, window: f.window, maxErrorRate: f.maxErrorRate, healthy: healthy, ejected: ejected, total: total) {
             m.state = .ejected
             m.ejectedUntilMillis = t + f.ejectForMillis
             m.ejectedUntilWall = Clock.wallSeconds() + Double(f.ejectForMillis) / 1000
