@@ -322,8 +322,13 @@ def test_drain_under_load_completes_accepted_requests():
         for t in threads:
             t.join(10)
         assert g.proc.returncode == 0
-        answered = [o for o in outcomes if o != "refused"]
-        assert answered and all(o == 200 for o in answered), {str(o): outcomes.count(o) for o in set(map(str, outcomes))}
+        # Every request the gateway took in (and so sent on to the backend) got its 200.
+        # Connections it never took (refused, or reset while still in the kernel's queue
+        # as the listener closed) are the only other outcomes.
+        summary = {str(o): outcomes.count(o) for o in set(map(str, outcomes))}
+        ok = outcomes.count(200)
+        assert ok > 30 and ok == b.path_hits("/api/delay/150"), (summary, b.path_hits("/api/delay/150"))
+        assert all(o in (200, "refused") or "reset" in str(o) for o in outcomes), summary
     finally:
         stop.set()
         g.stop()

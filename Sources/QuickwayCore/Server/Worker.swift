@@ -178,6 +178,15 @@ final class Worker {
 
     private func beginDrain() {
         isDraining = true
+        // Connections the kernel already completed wait in the accept queue; closing the
+        // listener would reset them. Take them first and serve what they already sent.
+        let known = Set(connections.keys)
+        for _ in 0..<64 {
+            let before = connections.count
+            acceptReady()
+            if connections.count == before { break }
+        }
+        for (key, c) in connections where !known.contains(key) { c.onReadable() }
         if let ev = listenEvent { event_free(ev); listenEvent = nil }
         close(listenFD)
         listenFD = -1
