@@ -20,9 +20,11 @@ let package = Package(
                        providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto",
                        providers: [.apt(["libssl-dev"])]),
-        // Typed C wrappers for libcurl's variadic calls, which Swift cannot call.
-        .target(name: "CQuickwayShims", dependencies: ["CCurl", "COpenSSL"],
-                cSettings: [.unsafeFlags(["-O2"])]),
+        // Typed C wrappers for libcurl's variadic calls, which Swift cannot call, and
+        // hiredis (libhiredis-dev) with its libevent adapter for the shared Redis tier.
+        .target(name: "CQuickwayShims", dependencies: ["CCurl", "COpenSSL", "CLibevent"],
+                cSettings: [.unsafeFlags(["-O2"])],
+                linkerSettings: [.linkedLibrary("hiredis")]),
         .target(
             name: "QuickwayCore",
             dependencies: ["CLibevent", "CCurl", "COpenSSL", "CQuickwayShims",

@@ -101,13 +101,44 @@ final class ConfigLoaderTests: XCTestCase {
             + "\nredis:\n  url: redis://127.0.0.1:6379/0\n"
         let found = issues(yaml)
         XCTAssertFalse(found.contains { $0.path.hasPrefix("routes[0]") }, "cache and coalesce are supported: \(found)")
-        XCTAssertTrue(found.contains { $0.path == "redis" && $0.line == 14 && $0.message.contains("not supported yet") })
+        XCTAssertEqual(found, [], "every section is supported now")
         let probe = minimal.replacingOccurrences(of: "    port: 8080", with: "    port: 8080\n    probe: { kind: tcp }\n    selection: { strategy: fastest }")
         XCTAssertEqual(issues(probe), [], "probes and fastest are supported")
         let badProbe = minimal.replacingOccurrences(of: "    port: 8080", with: "    port: 8080\n    probe: { kind: icmp, interval: 2 }")
         let p = issues(badProbe)
         XCTAssertTrue(p.contains { $0.path == "services.catalog.probe.kind" && $0.line == 6 }, "\(p)")
         XCTAssertTrue(p.contains { $0.path == "services.catalog.probe.interval" })
+    }
+
+    func testRedisSectionIsValidatedWithPathAndLine() throws {
+        let good = minimal + "\nredis:\n  url: redis://app:p%40ss@10.0.0.5:6380/2\n  timeout: 20ms\n  on_failure: fail_open\n  key_prefix: \"shop:\"\n  max_entry_bytes: 64KiB\n"
+        let c = try ConfigLoader.load(yaml: good)
+        let r = try XCTUnwrap(c.redis)
+        XCTAssertEqual(r.endpoint, RedisEndpoint(host: "10.0.0.5", port: 6380, db: 2, username: "app", password: "p@ss"))
+        XCTAssertEqual(r.timeoutMillis, 20)
+        XCTAssertEqual(r.onFailure, .failOpen)
+        XCTAssertEqual(r.keyPrefix, "shop:")
+        XCTAssertEqual(r.maxEntryBytes, 64 * 1024)
+        XCTAssertEqual(r.endpoint.display, "redis://app:***@10.0.0.5:6380/2")
+        // Defaults of spec/config.md.
+        let d = try XCTUnwrap(try ConfigLoader.load(yaml: minimal + "\nredis: { url: \"redis://127.0.0.1\" }\n").redis)
+        XCTAssertEqual(d.timeoutMillis, 50)
+        XCTAssertEqual(d.onFailure, .failClosed)
+        XCTAssertEqual(d.endpoint.port, 6379)
+        XCTAssertEqual(d.endpoint.db, 0)
+        XCTAssertTrue(d.nonces && d.cache)
+
+        let bad = minimal + "\nredis:\n  url: rediss://x\n  timeout: 0s\n  on_failure: maybe\n  key_prefix: \"a b\"\n  password_env: QW_NO_SUCH_VAR\n  colour: red\n"
+        let found = issues(bad)
+        for (path, line) in [("redis.url", 12), ("redis.timeout", 13), ("redis.on_failure", 14), ("redis.key_prefix", 15), ("redis.password_env", 16), ("redis.colour", 17)] {
+            XCTAssertTrue(found.contains { $0.path == path && $0.line == line }, "\(path) at line \(line): \(found)")
+        }
+        XCTAssertTrue(issues(minimal + "\nredis:\n  timeout: 1s\n").contains { $0.path == "redis.url" && $0.message == "is required" })
+        XCTAssertTrue(issues(minimal + "\nredis:\n  url: redis://h/\n  password_env: QW_NO_SUCH_VAR\n")
+            .contains { $0.path == "redis.password_env" && $0.message.contains("QW_NO_SUCH_VAR is not set") })
+        for url in ["redis://:99999", "redis://host:port", "redis://host/db", "redis://"] {
+            XCTAssertTrue(issues(minimal + "\nredis: { url: \"\(url)\" }\n").contains { $0.path == "redis.url" }, url)
+        }
     }
 
     func testAuthSectionIsValidated() {

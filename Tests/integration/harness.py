@@ -334,3 +334,79 @@ def _connectable(host, port):
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "serve":
     b = Backend(sys.argv[2], int(sys.argv[3]))
     b.thread.join()
+
+
+class RedisServer:
+    """A real redis-server (Debian's) on 127.0.0.1, in its own process, with no
+    persistence. `stop()` and `start()` keep the port, as when Redis restarts."""
+
+    def __init__(self, password=None):
+        import shutil
+        self.binary = shutil.which("redis-server")
+        if self.binary is None:
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server; .ci/run does)")
+        self.port = free_port()
+        self.password = password
+        self.dir = tempfile.mkdtemp(prefix="qw-redis-")
+        self.proc = None
+        self.start()
+
+    def start(self):
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", self.dir, "--daemonize", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.log = open(os.path.join(self.dir, "redis.log"), "ab")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_until(lambda: _connectable("127.0.0.1", self.port), what=f"redis-server on {self.port}")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.log.close()
+
+    def pause(self):
+        """SIGSTOP: connections stay open but nothing is answered."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
+    def command(self, *args, db=0):
+        """One command over RESP on a fresh connection (our own tiny client, not the gateway's)."""
+        def enc(parts):
+            out = b"*%d\r\n" % len(parts)
+            for p in parts:
+                p = p if isinstance(p, bytes) else str(p).encode()
+                out += b"$%d\r\n%s\r\n" % (len(p), p)
+            return out
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            f = s.makefile("rb")
+            if self.password:
+                s.sendall(enc(["AUTH", self.password]))
+                _read_resp(f)
+            if db:
+                s.sendall(enc(["SELECT", db]))
+                _read_resp(f)
+            s.sendall(enc(args))
+            return _read_resp(f)
+
+
+def _read_resp(f):
+    line = f.readline()
+    kind, rest = line[:1], line[1:-2]
+    if kind in (b"+", b"-"):
+        return rest.decode() if kind == b"+" else RuntimeError(rest.decode())
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        n = int(rest)
+        if n < 0:
+            return None
+        data = f.read(n + 2)
+        return data[:-2]
+    if kind == b"*":
+        n = int(rest)
+        return None if n < 0 else [_read_resp(f) for _ in range(n)]
+    raise ValueError(f"unexpected RESP line {line!r}")

@@ -2,3 +2,4 @@
 #include "qw_atomic.h"
 #include "qw_socket.h"
 #include "qw_crypto.h"
+#include "qw_redis.h"

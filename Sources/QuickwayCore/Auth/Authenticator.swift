@@ -110,15 +110,22 @@ public final class Authenticator: @unchecked Sendable {
 
     /// Checks the signature over the request and its body hash, then the nonce.
     public func verify(_ p: PendingAuth, head: HTTPRequestHead, bodyHashHex: [UInt8], nowMillis: Int64) -> Verdict {
-        head.withBytes { raw -> Verdict in
-            let scopeNonce: (UnsafeRawBufferPointer) -> Verdict = { nonce in
-                let outcome = p.key.idBytes.withUnsafeBytes { self.nonces.check(scope: $0, nonce: nonce, nowMillis: nowMillis) }
-                switch outcome {
-                case .accepted: return .accepted(keyId: p.key.id)
-                case .replayed: return .rejected(.replayed, "this signed request was already used")
-                case .full: return .overloaded
-                }
-            }
+        switch verifySignature(p, head: head, bodyHashHex: bodyHashHex) {
+        case .verified(let nonce): return rememberNonce(p, nonce: nonce, nowMillis: nowMillis)
+        case let .rejected(r, message): return .rejected(r, message)
+        }
+    }
+
+    public enum SignatureCheck {
+        /// The signature holds; `nonce` is the call's one-time value (the QW1 nonce, or
+        /// the SigV4 signature itself), still to be checked for replay.
+        case verified(nonce: [UInt8])
+        case rejected(AuthRejection, String)
+    }
+
+    /// The signature over the request and its body hash (no nonce check).
+    public func verifySignature(_ p: PendingAuth, head: HTTPRequestHead, bodyHashHex: [UInt8]) -> SignatureCheck {
+        head.withBytes { raw -> SignatureCheck in
             if let h = p.qw1 {
                 let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
                 let path = UnsafeRawBufferPointer(rebasing: raw[head.path])
@@ -130,16 +137,28 @@ public final class Authenticator: @unchecked Sendable {
                 let expected = Crypto.hex(p.key.qw1.sign(canonical))
                 let ok = expected.withUnsafeBytes { Crypto.constantTimeEqual($0, UnsafeRawBufferPointer(rebasing: raw[h.signature])) }
                 guard ok else { return .rejected(.badSignature, "the signature does not match the request") }
-                return scopeNonce(UnsafeRawBufferPointer(rebasing: raw[h.nonce]))
+                return .verified(nonce: Array(raw[h.nonce]))
             }
             guard let r = p.sigV4 else { return .rejected(.malformed, "no credentials") }
             switch sigV4.verify(r, secret: p.key.secret, bodyHashHex: bodyHashHex) {
             case .ok:
                 // SigV4 has no nonce: the signature itself is the one-time value.
-                return Array(r.signature.utf8).withUnsafeBytes { scopeNonce($0) }
+                return .verified(nonce: Array(r.signature.utf8))
             case .bad(let why):
                 return .rejected(.badSignature, why)
             }
+        }
+    }
+
+    /// Records the verified call's nonce in the local store (replay check).
+    public func rememberNonce(_ p: PendingAuth, nonce: [UInt8], nowMillis: Int64) -> Verdict {
+        let outcome = p.key.idBytes.withUnsafeBytes { scope in
+            nonce.withUnsafeBytes { self.nonces.check(scope: scope, nonce: $0, nowMillis: nowMillis) }
+        }
+        switch outcome {
+        case .accepted: return .accepted(keyId: p.key.id)
+        case .replayed: return .rejected(.replayed, "this signed request was already used")
+        case .full: return .overloaded
         }
     }
 }

@@ -99,18 +99,7 @@ public enum ConfigLoader {
             FeatureSupport.checkCache(cache, c)
         }
 
-        var redis: RedisConfig?
-        if let r = top.map("redis") {
-            if let url = r.value("url", "expected redis://host:port/db", { $0.hasPrefix("redis://") ? $0 : nil }) {
-                var rc = RedisConfig(url: url)
-                if let v = positive(r, "timeout") { rc.timeoutMillis = v }
-                if let v = r.choice("on_failure", RedisFailureMode.self, ["fail_closed", "fail_open"]) { rc.onFailure = v }
-                redis = rc
-            } else if r.node("url") == nil {
-                sink.add(r.childPath("url"), r.line, "is required")
-            }
-            r.finish()
-        }
+        let redis = top.map("redis").flatMap { readRedis($0, environment: environment, sink: sink) }
 
         var services: [ServiceConfig] = []
         if let s = top.map("services") {
@@ -145,6 +134,42 @@ public enum ConfigLoader {
         guard let v = m.duration(key) else { return nil }
         if v <= 0 { m.report(key, "must be longer than 0s"); return nil }
         return v
+    }
+
+    static func readRedis(_ r: YAMLMapReader, environment: [String: String], sink: ConfigIssueSink) -> RedisConfig? {
+        defer { r.finish() }
+        var endpoint: RedisEndpoint?
+        if let url = r.string("url") {
+            switch RedisEndpoint.parse(url) {
+            case .success(let e): endpoint = e
+            case .failure(let e): r.report("url", "\(e.message), got \"\(url)\"")
+            }
+        } else if r.node("url") == nil {
+            sink.add(r.childPath("url"), r.line, "is required")
+        }
+        // Every other key is read (and checked) even when the URL is bad.
+        var rc = RedisConfig(url: "", endpoint: endpoint ?? RedisEndpoint(host: ""))
+        if let name = r.string("password_env") {
+            if let v = environment[name], !v.isEmpty { rc.endpoint.password = v } else {
+                r.report("password_env", "the environment variable \(name) is not set")
+            }
+        }
+        if let v = positive(r, "timeout") {
+            if v > 60_000 { r.report("timeout", "must be at most 60s (requests wait this long at most)") } else { rc.timeoutMillis = v }
+        }
+        if let v = r.choice("on_failure", RedisFailureMode.self, ["fail_closed", "fail_open"]) { rc.onFailure = v }
+        if let v = r.string("key_prefix") {
+            let ok = !v.isEmpty && v.utf8.count <= 64 && v.utf8.allSatisfy { HTTPSyntax.isAlnum($0) || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".") }
+            if ok { rc.keyPrefix = v } else { r.report("key_prefix", "expected 1 to 64 of A-Z a-z 0-9 : _ - .") }
+        }
+        if let v = r.bytes("max_entry_bytes") {
+            if v < 1 || v > 512 * 1024 * 1024 { r.report("max_entry_bytes", "must be between 1B and 512MiB") } else { rc.maxEntryBytes = v }
+        }
+        if let v = r.bool("nonces") { rc.nonces = v }
+        if let v = r.bool("cache") { rc.cache = v }
+        guard endpoint != nil, let url = r.string("url") else { return nil }
+        rc.url = url
+        return rc
     }
 
     static func readAuth(_ a: YAMLMapReader, environment: [String: String]) -> AuthConfig {

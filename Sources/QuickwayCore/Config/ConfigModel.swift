@@ -121,10 +121,79 @@ public struct CacheConfig: Sendable {
 
 public enum RedisFailureMode: String, Sendable { case failClosed = "fail_closed", failOpen = "fail_open" }
 
-public struct RedisConfig: Sendable {
+/// `redis`: the shared tier of several gateways (nonce store and second cache level).
+public struct RedisConfig: Sendable, Equatable {
+    /// `redis://[user:password@]host[:port][/db]` as written (shown with the password masked).
     public var url: String
+    public var endpoint: RedisEndpoint
+    /// No request waits longer on Redis than this.
     public var timeoutMillis: Int64 = 50
     public var onFailure: RedisFailureMode = .failClosed
+    /// Prefix of every key Quickway writes, so deployments can share one Redis.
+    public var keyPrefix = "quickway:"
+    /// Cache entries larger than this (head and body) stay in the local tier only.
+    public var maxEntryBytes = 1024 * 1024
+    /// Which stores are shared (both by default).
+    public var nonces = true
+    public var cache = true
+
+    public init(url: String, endpoint: RedisEndpoint) {
+        self.url = url
+        self.endpoint = endpoint
+    }
+}
+
+/// Where Redis listens and how to log in, from `redis.url` (and `password_env`).
+public struct RedisEndpoint: Sendable, Equatable {
+    public var host: String
+    public var port = 6379
+    public var db = 0
+    public var username: String?
+    public var password: String?
+
+    /// Parses `redis://[[user]:password@]host[:port][/db]`; nil with the reason on error.
+    public static func parse(_ url: String) -> Result<RedisEndpoint, RedisURLError> {
+        guard url.hasPrefix("redis://") else { return .failure(RedisURLError("expected redis://host:port/db (rediss:// and unix sockets are not supported)")) }
+        var rest = Substring(url.dropFirst("redis://".count))
+        var e = RedisEndpoint(host: "")
+        if let at = rest.lastIndex(of: "@") {
+            let user = rest[..<at]
+            rest = rest[rest.index(after: at)...]
+            if let colon = user.firstIndex(of: ":") {
+                e.username = user[..<colon].isEmpty ? nil : String(user[..<colon])
+                e.password = String(user[user.index(after: colon)...]).removingPercentEncoding
+            } else if !user.isEmpty {
+                e.password = String(user).removingPercentEncoding
+            }
+        }
+        if let slash = rest.firstIndex(of: "/") {
+            let db = rest[rest.index(after: slash)...]
+            rest = rest[..<slash]
+            if !db.isEmpty {
+                guard let n = Int(db), (0...65535).contains(n) else { return .failure(RedisURLError("the database after / must be a number")) }
+                e.db = n
+            }
+        }
+        if let colon = rest.lastIndex(of: ":"), !rest.hasPrefix("[") {
+            guard let p = Int(rest[rest.index(after: colon)...]), (1...65535).contains(p) else { return .failure(RedisURLError("the port must be a number from 1 to 65535")) }
+            e.port = p
+            rest = rest[..<colon]
+        }
+        guard !rest.isEmpty else { return .failure(RedisURLError("the host is missing")) }
+        e.host = String(rest)
+        return .success(e)
+    }
+
+    /// The URL without its password, for logs and `/stats`.
+    public var display: String {
+        let login = password == nil ? (username.map { "\($0)@" } ?? "") : "\(username ?? ""):***@"
+        return "redis://\(login)\(host):\(port)/\(db)"
+    }
+}
+
+public struct RedisURLError: Error, Sendable {
+    public let message: String
+    init(_ m: String) { message = m }
 }
 
 public enum UpstreamScheme: String, Sendable { case http, https }

@@ -8,9 +8,7 @@ enum FeatureSupport {
         m.report(key, "\(what) is not supported yet in this build")
     }
 
-    static func checkTop(_ c: GatewayConfig, _ top: YAMLMapReader) {
-        if c.redis != nil { refuse(top, "redis", "the shared Redis tier") }
-    }
+    static func checkTop(_ c: GatewayConfig, _ top: YAMLMapReader) {}
 
     static func checkCache(_ c: CacheConfig, _ m: YAMLMapReader) {}
 

@@ -14,6 +14,8 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
     case noHealthyUpstream = "no_healthy_upstream"
     case draining
     case overloaded
+    /// The shared Redis tier could not answer and `redis.on_failure` is `fail_closed`.
+    case redisUnavailable = "redis_unavailable"
     case upstreamTimeout = "upstream_timeout"
     case notFound = "not_found"
     case authMissing = "auth_missing"
@@ -33,7 +35,7 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
         case .bodyTooLarge: return 413
         case .headersTooLarge: return 431
         case .upstreamUnreachable, .upstreamBadResponse: return 502
-        case .noHealthyUpstream, .draining, .overloaded: return 503
+        case .noHealthyUpstream, .draining, .overloaded, .redisUnavailable: return 503
         case .upstreamTimeout: return 504
         }
     }

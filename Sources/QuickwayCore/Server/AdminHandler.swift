@@ -70,7 +70,15 @@ final class AdminHandler: RequestHandler {
             exchange.respondError(.badRequest, "expected exactly one of prefix or key, or {} for all")
             return
         }
-        let n = gateway.purgeCache(what)
-        exchange.respond(status: 200, contentType: "application/json", body: Array("{\"purged\":\(n)}".utf8))
+        gateway.purgeCache(what) { local, shared in
+            switch shared {
+            case nil:
+                exchange.respond(status: 200, contentType: "application/json", body: Array("{\"purged\":\(local)}".utf8))
+            case .success(let n)?:
+                exchange.respond(status: 200, contentType: "application/json", body: Array("{\"purged\":\(local),\"purged_redis\":\(n)}".utf8))
+            case .failure(let e)?:
+                exchange.respondError(.redisUnavailable, "purged \(local) local entries, but not the Redis tier: \(e.message); purge again once Redis is back")
+            }
+        }
     }
 }

@@ -34,6 +34,12 @@ public final class Gateway {
     /// Probes and IP-list refreshes, on the admin loop.
     private var controlPlane: ControlPlane!
     private var accessLog: AccessLog?
+    /// The shared Redis tier (nil without `redis`), one link per worker plus the admin
+    /// loop's (used for purges). Bound to the loops, so a `redis` change needs a restart.
+    private var redisTier: RedisTier?
+    private var workerTiers: [SharedTier?] = []
+    private var adminTier: SharedTier?
+    private var purgeSubscriber: RedisLink?
 
     public var config: GatewayConfig { lock.lock(); defer { lock.unlock() }; return currentConfig }
 
@@ -51,6 +57,7 @@ public final class Gateway {
         default: accessLog = try AccessLog(target: .file(config.log.accessLog))
         }
         let authenticator = makeAuthenticator(config)
+        if let r = config.redis { redisTier = try RedisTier(config: r) }
         services = Self.buildServices(config, previous: [:])
         // Cached IP lists are read now, before any listener serves: a restart while the
         // list URL is down starts with the last good list, not with none.
@@ -64,8 +71,11 @@ public final class Gateway {
                                maxConnections: config.limits.maxConnections)
             w.budget = budget
             let client = UpstreamClient(base: w.base)
-            w.setHandler(ProxyHandler(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots, shared: shared, services: services))
-            w.onLoopExit = { client.shutdown() }
+            let tier = redisTier?.makeTier(base: w.base)
+            workerTiers.append(tier)
+            w.setHandler(ProxyHandler(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots,
+                                      shared: shared, services: services, sharedTier: tier))
+            w.onLoopExit = { tier?.link.shutdown(); client.shutdown() }
             if let log = accessLog { w.accessLog = AccessLogBuffer(log: log) }
             workers.append(w)
             clients.append(client)
@@ -75,7 +85,11 @@ public final class Gateway {
         admin.setHandler(AdminHandler(gateway: self))
         let cp = ControlPlane(worker: admin)
         controlPlane = cp
-        admin.onLoopExit = { cp.stop(); cp.client.shutdown() }
+        let aTier = redisTier?.makeTier(base: admin.base)
+        adminTier = aTier
+        let subscriber = config.redis?.cache == true ? redisTier?.makePurgeSubscriber(base: admin.base, cache: shared.cache) : nil
+        purgeSubscriber = subscriber
+        admin.onLoopExit = { aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); cp.client.shutdown() }
     }
 
     private static func buildServices(_ config: GatewayConfig, previous: [String: ServiceRuntime]) -> [String: ServiceRuntime] {
@@ -105,6 +119,7 @@ public final class Gateway {
         s.cache = shared.cache.figures
         s.cacheMaxBytes = shared.cache.maxBytes
         (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures
+        s.redis = redisTier?.figures
         lock.lock()
         s.services = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
         lock.unlock()
@@ -156,6 +171,10 @@ public final class Gateway {
             changes.append("limits changes need a restart (kept the running limits)")
             applied.limits = old.limits
         }
+        if new.redis != old.redis {
+            changes.append("redis changes need a restart (kept the running Redis settings)")
+            applied.redis = old.redis
+        }
         if let a = new.auth, let b = old.auth, a.nonceTTLMillis != b.nonceTTLMillis || a.nonceCapacity != b.nonceCapacity {
             changes.append("auth.nonce_ttl and nonce_capacity changes need a restart (remembered nonces are kept)")
         }
@@ -164,8 +183,9 @@ public final class Gateway {
         let current = Array(services.values)
         let cp = controlPlane!
         admin.post { cp.run(current) }
-        for (w, client) in zip(workers, clients) {
-            w.install(ProxyHandler(worker: w, config: applied, client: client, authenticator: authenticator, statSlots: routeSlots, shared: shared, services: services))
+        for (i, w) in workers.enumerated() {
+            w.install(ProxyHandler(worker: w, config: applied, client: clients[i], authenticator: authenticator, statSlots: routeSlots,
+                                   shared: shared, services: services, sharedTier: workerTiers[i]))
         }
         Log.level = applied.log.level
         currentConfig = applied
@@ -192,8 +212,20 @@ public final class Gateway {
         return PrometheusText.render(s, routeHistograms: histograms)
     }
 
-    /// Removes cache entries (`POST /cache/purge`); returns how many went.
-    func purgeCache(_ what: ResponseCache.Purge) -> Int { shared.cache.purge(what) }
+    /// Removes cache entries (`POST /cache/purge`) from the local tier, then, with a
+    /// shared tier, from Redis, and publishes the purge so every other gateway drops its
+    /// local copies too. Admin loop only; `done` runs there with the local count and the
+    /// Redis outcome (nil without Redis).
+    func purgeCache(_ what: ResponseCache.Purge, _ done: @escaping (Int, Result<Int, RedisFailure>?) -> Void) {
+        let local = shared.cache.purge(what)
+        guard let tier = adminTier, tier.config.cache else { return done(local, nil) }
+        tier.purge(what) { result in
+            guard case .success = result else { return done(local, result) }
+            tier.publishPurge(what) { reply in
+                if let why = reply.failure { done(local, .failure(RedisFailure(message: "the purge was not published to the other gateways: \(why)"))) } else { done(local, result) }
+            }
+        }
+    }
 
     // MARK: lifecycle
 
@@ -210,8 +242,13 @@ public final class Gateway {
     /// Serves until SIGTERM or SIGINT, then drains: stops accepting, lets requests in
     /// flight finish (bounded by `limits.drain_timeout`), and returns.
     public func run() {
-        for w in workers { w.start() }
+        for (w, tier) in zip(workers, workerTiers) {
+            w.start()
+            if let tier { w.post { tier.link.start() } }
+        }
         admin.start()
+        if let tier = adminTier { admin.post { tier.link.start() } }
+        if let sub = purgeSubscriber { admin.post { sub.start() } }
         let current = Array(services.values)
         let cp = controlPlane!
         admin.post { cp.run(current) }
@@ -250,6 +287,9 @@ public final class Gateway {
         for r in config.routes {
             let methods = r.methods.isEmpty ? "any method" : r.methods.joined(separator: ",")
             Log.info("route \(r.name): \(r.pathPrefix) (\(methods)) -> \(r.service), auth \(r.auth.rawValue)\(r.stripPrefix ? ", prefix stripped" : "")")
+        }
+        if let r = config.redis {
+            Log.info("redis: \(r.endpoint.display) shared \([r.nonces ? "nonces" : nil, r.cache ? "cache" : nil].compactMap { $0 }.joined(separator: " and ")), timeout \(Units.formatMillis(r.timeoutMillis)), \(r.onFailure.rawValue)")
         }
         if let a = config.auth {
             Log.info("auth: \(a.scheme.rawValue), \(a.keys.filter { !$0.disabled }.count) active key(s), max_skew \(Units.formatMillis(a.maxSkewMillis)), nonce_ttl \(Units.formatMillis(a.nonceTTLMillis))")

@@ -28,10 +28,13 @@ final class ProxyHandler: RequestHandler {
     private let routeStatSlots: [Int]
     /// Lower-case `vary` names of each route, as bytes.
     private let routeVary: [[[UInt8]]]
+    /// This worker's view of the shared Redis tier; nil without `redis`.
+    let sharedTier: SharedTier?
 
     init(worker: Worker, config: GatewayConfig, client: UpstreamClient, authenticator: Authenticator?,
-         statSlots: RouteStatSlots, shared: SharedStages, services: [String: ServiceRuntime]) {
+         statSlots: RouteStatSlots, shared: SharedStages, services: [String: ServiceRuntime], sharedTier: SharedTier? = nil) {
         self.worker = worker
+        self.sharedTier = sharedTier
         self.authenticator = authenticator
         self.client = client
         self.shared = shared
@@ -81,16 +84,58 @@ final class ProxyHandler: RequestHandler {
         }
     }
 
-    // Stage 3b: the signature over the request and its body, then the nonce.
-    private func authenticateBody(_ exchange: Exchange) -> Bool {
-        guard let p = exchange.pendingAuth, let auth = authenticator else { return true }
+    private enum AuthStep { case proceed, answered, waiting }
+
+    // Stage 3b: the signature over the request and its body, then the nonce: in the
+    // shared tier when there is one (a reply from Redis, within `redis.timeout`), else
+    // in the local store.
+    private func authenticateBody(_ exchange: Exchange) -> AuthStep {
+        guard let p = exchange.pendingAuth, let auth = authenticator else { return .proceed }
         exchange.pendingAuth = nil
         var bodyHash = Crypto.emptyBodyHashHex
         if var hasher = exchange.bodyHasher {
             bodyHash = Crypto.hex(hasher.finish())
             exchange.bodyHasher = nil
         }
-        switch auth.verify(p, head: exchange.head, bodyHashHex: bodyHash, nowMillis: Int64(Clock.wallSeconds() * 1000)) {
+        let nonce: [UInt8]
+        switch auth.verifySignature(p, head: exchange.head, bodyHashHex: bodyHash) {
+        case .verified(let n): nonce = n
+        case let .rejected(r, message):
+            return conclude(exchange, .rejected(r, message)) ? .proceed : .answered
+        }
+        let now = Int64(Clock.wallSeconds() * 1000)
+        guard let tier = sharedTier, tier.config.nonces else {
+            return conclude(exchange, auth.rememberNonce(p, nonce: nonce, nowMillis: now)) ? .proceed : .answered
+        }
+        tier.claimNonce(keyId: p.key.idBytes, nonce: nonce, ttlMillis: auth.config.nonceTTLMillis) { [self] claim in
+            guard !exchange.isCancelled, !exchange.isFinished else { return }
+            let verdict: Authenticator.Verdict
+            switch claim {
+            case .claimed:
+                tier.stats.add(.nonceClaims)
+                // Remembered locally too, so this gateway still knows it if Redis goes away.
+                let local = auth.rememberNonce(p, nonce: nonce, nowMillis: now)
+                verdict = local == .overloaded ? .accepted(keyId: p.key.id) : local
+            case .replayed:
+                tier.stats.add(.nonceReplays)
+                verdict = .rejected(.replayed, "this signed request was already used (at this or another gateway)")
+            case .unavailable(let why):
+                guard tier.config.onFailure == .failOpen else {
+                    tier.stats.add(.nonceFailClosed)
+                    exchange.respondError(.redisUnavailable, "the shared nonce store cannot be reached (\(why)); signed calls are refused until it is back (redis.on_failure: fail_closed)")
+                    return
+                }
+                tier.stats.add(.nonceFailOpen)
+                verdict = auth.rememberNonce(p, nonce: nonce, nowMillis: now)
+            }
+            if self.conclude(exchange, verdict) { self.lookUp(exchange) }
+        }
+        return .waiting
+    }
+
+    /// Counts the verdict and answers a refused call; true when the call goes on.
+    private func conclude(_ exchange: Exchange, _ verdict: Authenticator.Verdict) -> Bool {
+        switch verdict {
         case .accepted(let keyId):
             worker.stats.authAccepted()
             exchange.authKeyId = keyId
@@ -106,7 +151,11 @@ final class ProxyHandler: RequestHandler {
     }
 
     func handle(_ exchange: Exchange) {
-        guard authenticateBody(exchange) else { return }
+        if authenticateBody(exchange) == .proceed { lookUp(exchange) }
+    }
+
+    /// Stages 4 on: cache, coalesce, forward.
+    private func lookUp(_ exchange: Exchange) {
         let route = routes.entries[exchange.routeIndex].config
         let head = exchange.head
         let cacheable = (head.methodIs("GET") || head.methodIs("HEAD")) && head.body == .none
@@ -126,7 +175,7 @@ final class ProxyHandler: RequestHandler {
         let plan = CachePlan(key: key, ttlMillis: route.cacheTTLMillis, allowSetCookie: route.allowSetCookie)
         guard route.coalesce else {
             exchange.cacheStatus = "MISS"
-            forward(exchange, plan: plan, flight: nil)
+            lookUpShared(exchange, plan: plan, flight: nil)
             return
         }
         // Stage 5: coalesce. The flight holds the delivery strongly until it lands (the
@@ -135,7 +184,7 @@ final class ProxyHandler: RequestHandler {
         switch shared.flights.join(key, worker: worker, maxWaiters: route.coalesceMaxWaiters, deliver: { deliver.run($0) }) {
         case .leader(let flight):
             exchange.cacheStatus = "MISS"
-            forward(exchange, plan: plan, flight: flight)
+            lookUpShared(exchange, plan: plan, flight: flight)
         case let .waiter(flight, id):
             exchange.cacheStatus = "COALESCED"
             let flights = shared.flights
@@ -150,6 +199,32 @@ final class ProxyHandler: RequestHandler {
             }
         case .full:
             exchange.respondError(.overloaded, "too many identical requests are already waiting (coalesce_max_waiters: \(route.coalesceMaxWaiters))")
+        }
+    }
+
+    // Stage 4b: the shared tier (Redis), asked once per local miss (by the flight's
+    // leader when merging); a hit fills the local tier and answers the waiters too.
+    // A miss, a timeout or a Redis failure all go upstream.
+    private func lookUpShared(_ exchange: Exchange, plan: CachePlan, flight: FlightTable.Flight?) {
+        guard plan.ttlMillis > 0, let tier = sharedTier, tier.config.cache else {
+            forward(exchange, plan: plan, flight: flight)
+            return
+        }
+        var nobodyWaits = false
+        let flights = shared.flights
+        exchange.onCancel = {
+            // The leader's client left: go on only for merged waiters.
+            nobodyWaits = flight.map { !flights.leaderLeft($0) } ?? true
+        }
+        tier.lookup(plan.key) { [self] found in
+            if let (response, ttl) = found {
+                shared.cache.store(plan.key, response, ttlMillis: ttl, nowMillis: Clock.monotonicMillis())
+                if !exchange.isCancelled { respondCached(exchange, response, "HIT") }
+                if let flight { flights.finish(flight, .response(response)) }
+                return
+            }
+            guard !nobodyWaits else { return }
+            forward(exchange, plan: plan, flight: flight)
         }
     }
 
@@ -366,6 +441,7 @@ final class ProxyCall: UpstreamTransferDelegate {
                                                           honorCacheControl: handler.cacheConfig.honorCacheControl,
                                                           allowSetCookie: plan.allowSetCookie) {
                 handler.shared.cache.store(plan.key, response, ttlMillis: ttl, nowMillis: Clock.monotonicMillis())
+                if let tier = handler.sharedTier, tier.config.cache { tier.store(plan.key, response, ttlMillis: ttl) }
             }
             if !exchange.isCancelled {
                 response.reason.withUnsafeBytes { reason in

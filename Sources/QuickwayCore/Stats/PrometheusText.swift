@@ -95,6 +95,34 @@ public enum PrometheusText {
         for (svc, f) in s.services {
             for m in f.members { w.sample("quickway_upstream_selected", [("service", svc), ("address", m.address)], f.selected == m.address ? 1 : 0) }
         }
+        if let r = s.redis { redis(r, &w) }
         return w.text
+    }
+
+    /// The shared Redis tier (only when `redis` is configured).
+    private static func redis(_ r: RedisTier.Figures, _ w: inout Writer) {
+        let c = { (k: RedisStats.Counter) in Double(r.counters[k] ?? 0) }
+        w.family("quickway_redis_up", "gauge", "1 when every event loop's Redis link is connected.")
+        w.sample("quickway_redis_up", [], c(.linksUp) >= Double(r.links) ? 1 : 0)
+        w.family("quickway_redis_links_up", "gauge", "Redis links connected (one per worker plus the admin loop).")
+        w.sample("quickway_redis_links_up", [], c(.linksUp))
+        w.family("quickway_redis_commands_total", "counter", "Commands sent to Redis.")
+        w.sample("quickway_redis_commands_total", [], c(.commands))
+        w.family("quickway_redis_failures_total", "counter", "Redis commands without a usable answer: error replies, timeouts, link down.")
+        w.sample("quickway_redis_failures_total", [("kind", "error")], c(.errors))
+        w.sample("quickway_redis_failures_total", [("kind", "timeout")], c(.timeouts))
+        w.sample("quickway_redis_failures_total", [("kind", "unavailable")], c(.unavailable))
+        w.family("quickway_redis_connects_total", "counter", "Connections made to Redis (the first and every reconnect).")
+        w.sample("quickway_redis_connects_total", [], c(.connects))
+        w.family("quickway_redis_connect_failures_total", "counter", "Failed attempts to connect to Redis.")
+        w.sample("quickway_redis_connect_failures_total", [], c(.connectFailures))
+        w.family("quickway_redis_nonce_checks_total", "counter", "Nonce checks in the shared store, by outcome.")
+        for (o, k) in [("claimed", RedisStats.Counter.nonceClaims), ("replayed", .nonceReplays), ("fail_closed", .nonceFailClosed), ("fail_open", .nonceFailOpen)] {
+            w.sample("quickway_redis_nonce_checks_total", [("outcome", o)], c(k))
+        }
+        w.family("quickway_redis_cache_total", "counter", "Second-level cache operations in Redis, by outcome.")
+        for (o, k) in [("hit", RedisStats.Counter.cacheHits), ("miss", .cacheMisses), ("store", .cacheStores), ("too_large", .cacheTooLarge), ("failure", .cacheFailures)] {
+            w.sample("quickway_redis_cache_total", [("outcome", o)], c(k))
+        }
     }
 }

@@ -21,6 +21,8 @@ public struct StatsSnapshot {
     public var coalescedLeaders: Int64 = 0
     public var coalescedWaiters: Int64 = 0
     public var services: [(String, ServiceHealth.Figures)] = []
+    /// The shared Redis tier, when configured.
+    var redis: RedisTier.Figures?
     public var workers = 0
     public var connections = 0
 
@@ -65,6 +67,19 @@ public struct StatsSnapshot {
         return String(format: "%04d-%02d-%02dT%02d:%02d:%02dZ", tmv.tm_year + 1900, tmv.tm_mon + 1, tmv.tm_mday, tmv.tm_hour, tmv.tm_min, tmv.tm_sec)
     }
 
+    /// `/stats` `redis`: the link's health and what the two shared stores did.
+    static func redisJSON(_ r: RedisTier.Figures) -> String {
+        let c = { (k: RedisStats.Counter) in r.counters[k] ?? 0 }
+        var s = "{\"url\":\(JSONText.quoted(r.url)),\"connected\":\(c(.linksUp) >= Int64(r.links)),\"links\":\(r.links),\"links_up\":\(c(.linksUp)),"
+        s += "\"timeout_ms\":\(r.timeoutMillis),\"on_failure\":\(JSONText.quoted(r.onFailure)),"
+        s += "\"commands\":\(c(.commands)),\"errors\":\(c(.errors)),\"timeouts\":\(c(.timeouts)),\"unavailable\":\(c(.unavailable)),"
+        s += "\"connects\":\(c(.connects)),\"connect_failures\":\(c(.connectFailures)),\"disconnects\":\(c(.disconnects)),"
+        s += "\"nonces\":{\"claimed\":\(c(.nonceClaims)),\"replayed\":\(c(.nonceReplays)),\"fail_closed\":\(c(.nonceFailClosed)),\"fail_open\":\(c(.nonceFailOpen))},"
+        s += "\"cache\":{\"hits\":\(c(.cacheHits)),\"misses\":\(c(.cacheMisses)),\"stores\":\(c(.cacheStores)),"
+        s += "\"too_large\":\(c(.cacheTooLarge)),\"failures\":\(c(.cacheFailures))}}"
+        return s
+    }
+
     public func json() -> String {
         var s = "{\"version\":\(JSONText.quoted(version)),\"uptime_seconds\":\(JSONText.number(uptimeSeconds)),"
         s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"by_status\":\(Self.classes(byClass, all: true))},"
@@ -76,6 +91,7 @@ public struct StatsSnapshot {
         s += "\"cache\":{\"hits\":\(cache.hits),\"misses\":\(cache.misses),\"stores\":\(cache.stores),\"evictions\":\(cache.evictions),"
         s += "\"expired\":\(cache.expired),\"bytes\":\(cache.bytes),\"entries\":\(cache.entries),\"max_bytes\":\(cacheMaxBytes)},"
         s += "\"coalescing\":{\"leaders\":\(coalescedLeaders),\"waiters\":\(coalescedWaiters)},"
+        s += "\"redis\":\(redis.map(Self.redisJSON) ?? "null"),"
         s += "\"auth\":{\"accepted\":\(authAccepted),\"rejected\":{"
         s += AuthRejection.allCases.map { "\"\($0.code)\":\(authRejected[$0.rawValue])" }.joined(separator: ",") + "}},"
         s += "\"routes\":{"

@@ -1,0 +1,334 @@
+import CLibevent
+import CQuickwayShims
+import Glibc
+
+/// One asynchronous connection to Redis on one event loop (hiredis with its libevent
+/// adapter). Each worker has its own, so commands and replies never cross threads.
+///
+/// - Commands go out pipelined; Redis answers in order, so `pending` is a FIFO that
+///   matches each reply (or hiredis's NULL for a dropped connection) to its caller.
+/// - No caller waits longer than its timeout: a timer answers overdue entries with
+///   `.unavailable` and leaves them in the FIFO as placeholders for the late replies.
+///   A reply that is more than `stallGraceMillis` overdue means a stuck connection,
+///   which is dropped and made again.
+/// - While the link is down, commands are answered `.unavailable` at once. Reconnects
+///   back off from 100 ms, doubling to 2 s, with jitter.
+///
+/// Thread rule: loop thread only. Ownership across C: hiredis holds the link as an
+/// unretained pointer (`ac->data` and each command's privdata); the owner keeps the
+/// link alive until `shutdown()`, which frees the hiredis context first.
+final class RedisLink {
+    enum State { case down, connecting, up }
+
+    private struct Pending {
+        var done: ((RedisReply) -> Void)?
+        let deadline: Int64
+        let timeout: Int64
+    }
+
+    let base: OpaquePointer
+    let endpoint: RedisEndpoint
+    /// The resolved IP address hiredis connects to.
+    let address: String
+    let defaultTimeoutMillis: Int64
+    let stats: RedisStats
+    private(set) var state = State.down
+    private var context: UnsafeMutablePointer<redisAsyncContext>?
+    private var pending: [Pending] = []
+    private var pendingHead = 0
+    private var sweepTimer: LoopTimer?
+    /// When `sweepTimer` fires (monotonic ms).
+    private var sweepDeadline: Int64 = 0
+    private var reconnectTimer: LoopTimer?
+    private var connectTimer: LoopTimer?
+    private var backoffMillis: Int64 = 0
+    private var closed = false
+    private var lastError = ""
+    static let stallGraceMillis: Int64 = 1000
+    /// Subscriber mode: the channel this link listens on and what to do with each
+    /// message. Such a link sends nothing else (Redis allows only (P)SUBSCRIBE then).
+    private var subscription: (channel: [UInt8], onMessage: ([UInt8]) -> Void)?
+
+    init(base: OpaquePointer, endpoint: RedisEndpoint, address: String, timeoutMillis: Int64, stats: RedisStats) {
+        self.base = base
+        self.endpoint = endpoint
+        self.address = address
+        self.defaultTimeoutMillis = timeoutMillis
+        self.stats = stats
+    }
+
+    /// Connects (on the loop thread).
+    func start() { connect() }
+
+    /// Makes this a subscriber link: after every (re)connect it subscribes to `channel`
+    /// and hands each message's payload to `onMessage`. Call before `start()`.
+    func subscribe(_ channel: [UInt8], onMessage: @escaping ([UInt8]) -> Void) {
+        subscription = (channel, onMessage)
+    }
+
+    fileprivate func published(_ reply: UnsafeMutableRawPointer?) {
+        guard let r = reply?.assumingMemoryBound(to: redisReply.self), let sub = subscription,
+              case let .array(parts) = RedisReply(r), parts.count == 3,
+              case .string(let kind) = parts[0], kind == Array("message".utf8),
+              case .string(let payload) = parts[2] else { return }
+        sub.onMessage(payload)
+    }
+
+    var isUp: Bool { state == .up }
+
+    /// Sends `command`; `done` runs on this loop with the reply, or `.unavailable` within
+    /// the timeout. Commands sent while connecting wait for the connection (bounded by
+    /// the same timeout); while down they are answered at once.
+    func send(_ command: RedisCommand, timeoutMillis: Int64? = nil, _ done: @escaping (RedisReply) -> Void) {
+        guard state != .down, let ctx = context else {
+            stats.add(.unavailable)
+            done(.unavailable("Redis is not connected (\(lastError))"))
+            return
+        }
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        let rc = command.bytes.withUnsafeBytes { b in
+            redisAsyncFormattedCommand(ctx, redisReplyCallback, me, b.baseAddress!.assumingMemoryBound(to: CChar.self), b.count)
+        }
+        guard rc == REDIS_OK else {
+            stats.add(.unavailable)
+            done(.unavailable("Redis refused the command (the connection is closing)"))
+            return
+        }
+        stats.add(.commands)
+        let timeout = timeoutMillis ?? defaultTimeoutMillis
+        let deadline = Clock.monotonicMillis() + timeout
+        pending.append(Pending(done: done, deadline: deadline, timeout: timeout))
+        if sweepTimer == nil || deadline < sweepDeadline { armSweep(afterMillis: timeout) }
+    }
+
+    // MARK: replies
+
+    fileprivate func replied(_ reply: UnsafeMutableRawPointer?) {
+        guard pendingHead < pending.count else { return }
+        let done = pending[pendingHead].done
+        pending[pendingHead].done = nil
+        pendingHead += 1
+        if pendingHead == pending.count {
+            pending.removeAll(keepingCapacity: true)
+            pendingHead = 0
+        } else if pendingHead > 256 && pendingHead * 2 > pending.count {
+            pending.removeFirst(pendingHead)
+            pendingHead = 0
+        }
+        guard let done else { return }   // answered already (timed out)
+        if let r = reply?.assumingMemoryBound(to: redisReply.self) {
+            let value = RedisReply(r)
+            if case .error = value { stats.add(.errors) }
+            done(value)
+        } else {
+            done(.unavailable("the Redis connection dropped (\(lastError.isEmpty ? "closed" : lastError))"))
+        }
+    }
+
+    private func armSweep(afterMillis: Int64) {
+        sweepTimer?.cancel()
+        sweepDeadline = Clock.monotonicMillis() + max(1, afterMillis)
+        sweepTimer = LoopTimer(base: base, afterMillis: max(1, afterMillis)) { [unowned self] in
+            self.sweepTimer = nil
+            self.sweepOverdue()
+        }
+    }
+
+    /// Answers overdue callers; drops a connection whose oldest reply is far overdue.
+    private func sweepOverdue() {
+        let now = Clock.monotonicMillis()
+        var next: Int64?
+        var stalled = false
+        for i in pendingHead..<pending.count {
+            let d = pending[i].deadline
+            if d <= now {
+                if now - d > Self.stallGraceMillis { stalled = true }
+                if let done = pending[i].done {
+                    pending[i].done = nil
+                    stats.add(.timeouts)
+                    done(.unavailable("Redis did not answer within \(Units.formatMillis(pending[i].timeout))"))
+                }
+                // Keep watching it: a reply this late means the connection is stuck.
+                next = min(next ?? .max, d + Self.stallGraceMillis + 1 - now)
+            } else {
+                next = min(next ?? .max, d - now)
+            }
+        }
+        if stalled {
+            lastError = "no reply for over \(Units.formatMillis(Self.stallGraceMillis)) past the timeout"
+            Log.warn("redis \(endpoint.display): \(lastError); reconnecting")
+            dropConnection()
+            return
+        }
+        if let n = next, pendingHead < pending.count { armSweep(afterMillis: n) }
+    }
+
+    // MARK: connection
+
+    private func connect() {
+        guard !closed, context == nil else { return }
+        state = .connecting
+        guard let ctx = redisAsyncConnect(address, Int32(endpoint.port)) else {
+            connectFailed("out of memory")
+            return
+        }
+        if ctx.pointee.err != 0 {
+            let why = errorText(of: ctx) ?? "error"
+            redisAsyncFree(ctx)
+            connectFailed(why)
+            return
+        }
+        ctx.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+        context = ctx
+        _ = qw_redis_attach(ctx, base)
+        redisAsyncSetConnectCallback(ctx, redisConnectCallback)
+        redisAsyncSetDisconnectCallback(ctx, redisDisconnectCallback)
+        // Sent first, pipelined ahead of any request's command.
+        if let password = endpoint.password {
+            var args = [Array("AUTH".utf8)]
+            if let u = endpoint.username { args.append(Array(u.utf8)) }
+            args.append(Array(password.utf8))
+            sendSetup(RedisCommand(args), what: "AUTH")
+        }
+        if endpoint.db != 0 { sendSetup(RedisCommand("SELECT", String(endpoint.db)), what: "SELECT \(endpoint.db)") }
+        if let sub = subscription {
+            // hiredis keeps this callback for every message on the channel (not in `pending`).
+            let cmd = RedisCommand([Array("SUBSCRIBE".utf8), sub.channel])
+            _ = cmd.bytes.withUnsafeBytes { b in
+                redisAsyncFormattedCommand(ctx, redisMessageCallback, ctx.pointee.data, b.baseAddress!.assumingMemoryBound(to: CChar.self), b.count)
+            }
+        }
+        connectTimer = LoopTimer(base: base, afterMillis: max(1000, 4 * defaultTimeoutMillis)) { [unowned self] in
+            self.connectTimer = nil
+            guard self.state == .connecting else { return }
+            self.lastError = "connect timed out"
+            self.stats.add(.connectFailures)
+            Log.warn("redis \(self.endpoint.display): connect timed out; retrying")
+            self.dropConnection()
+        }
+    }
+
+    private func sendSetup(_ c: RedisCommand, what: String) {
+        send(c, timeoutMillis: max(1000, 4 * defaultTimeoutMillis)) { [unowned self] reply in
+            guard let why = reply.failure else { return }
+            self.lastError = "\(what) failed: \(why)"
+            Log.error("redis \(self.endpoint.display): \(self.lastError)")
+            if case .error = reply { self.dropConnection() }
+        }
+    }
+
+    fileprivate func connected(status: Int32, errorText: String?) {
+        connectTimer?.cancel()
+        connectTimer = nil
+        guard status == REDIS_OK else {
+            // hiredis frees the context after this callback.
+            context = nil
+            connectFailed(errorText ?? "connection refused")
+            return
+        }
+        state = .up
+        stats.add(.connects)
+        stats.add(.linksUp)
+        if backoffMillis > 0 { Log.info("redis \(endpoint.display): connected again") }
+        backoffMillis = 0
+        lastError = ""
+    }
+
+    fileprivate func disconnected(status: Int32, errorText: String?) {
+        // hiredis frees the context after this callback (or is freeing it now).
+        let wasUp = state == .up
+        context = nil
+        markDown()
+        if let e = errorText, !e.isEmpty { lastError = e } else if lastError.isEmpty { lastError = "connection closed" }
+        failAllPending()
+        guard !closed else { return }
+        if wasUp { Log.warn("redis \(endpoint.display): connection lost (\(lastError)); reconnecting") }
+        scheduleReconnect()
+    }
+
+    private func markDown() {
+        if state == .up {
+            stats.add(.linksUp, -1)
+            stats.add(.disconnects)
+        }
+        state = .down
+    }
+
+    private func connectFailed(_ why: String) {
+        markDown()
+        stats.add(.connectFailures)
+        if lastError != why { Log.warn("redis \(endpoint.display): cannot connect (\(why)); retrying with backoff") }
+        lastError = why
+        failAllPending()
+        scheduleReconnect()
+    }
+
+    private func scheduleReconnect() {
+        guard !closed, reconnectTimer == nil else { return }
+        backoffMillis = backoffMillis == 0 ? 100 : min(2000, backoffMillis * 2)
+        let jittered = backoffMillis * Int64.random(in: 80...120) / 100
+        reconnectTimer = LoopTimer(base: base, afterMillis: jittered) { [unowned self] in
+            self.reconnectTimer = nil
+            self.connect()
+        }
+    }
+
+    /// Drops the connection now (its callers get `.unavailable`) and reconnects later.
+    private func dropConnection() {
+        guard let ctx = context else { return }
+        context = nil
+        markDown()
+        // hiredis answers every queued callback with NULL (at once, or after the hiredis
+        // callback we may be inside returns); those find their entries already answered.
+        redisAsyncFree(ctx)
+        failAllPending()
+        scheduleReconnect()
+    }
+
+    private func failAllPending() {
+        while pendingHead < pending.count { replied(nil) }
+        sweepTimer?.cancel()
+        sweepTimer = nil
+    }
+
+    /// Closes the link for good (loop thread, at loop exit).
+    func shutdown() {
+        closed = true
+        reconnectTimer?.cancel(); reconnectTimer = nil
+        connectTimer?.cancel(); connectTimer = nil
+        markDown()
+        if let ctx = context {
+            context = nil
+            redisAsyncFree(ctx)
+        }
+        failAllPending()
+    }
+}
+
+private func link(of ac: UnsafePointer<redisAsyncContext>?) -> RedisLink? {
+    guard let data = ac?.pointee.data else { return nil }
+    return Unmanaged<RedisLink>.fromOpaque(data).takeUnretainedValue()
+}
+
+private let redisReplyCallback: @convention(c) (UnsafeMutablePointer<redisAsyncContext>?, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void = { _, reply, privdata in
+    guard let privdata else { return }
+    Unmanaged<RedisLink>.fromOpaque(privdata).takeUnretainedValue().replied(reply)
+}
+
+private func errorText(of ac: UnsafePointer<redisAsyncContext>?) -> String? {
+    guard let ac, ac.pointee.err != 0 else { return nil }
+    return withUnsafeBytes(of: ac.pointee.errstr) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+}
+
+private let redisMessageCallback: @convention(c) (UnsafeMutablePointer<redisAsyncContext>?, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void = { _, reply, privdata in
+    guard let privdata else { return }
+    Unmanaged<RedisLink>.fromOpaque(privdata).takeUnretainedValue().published(reply)
+}
+
+private let redisConnectCallback: @convention(c) (UnsafePointer<redisAsyncContext>?, Int32) -> Void = { ac, status in
+    link(of: ac)?.connected(status: status, errorText: errorText(of: ac))
+}
+
+private let redisDisconnectCallback: @convention(c) (UnsafePointer<redisAsyncContext>?, Int32) -> Void = { ac, status in
+    link(of: ac)?.disconnected(status: status, errorText: errorText(of: ac))
+}

@@ -1,0 +1,32 @@
+import CQuickwayShims
+
+/// Counters of the shared Redis tier, written by every worker (atomic adds) and read
+/// by the admin loop for `/stats` and `/metrics`.
+final class RedisStats: @unchecked Sendable {
+    enum Counter: Int, CaseIterable {
+        /// Commands sent, replies that were Redis errors, commands that timed out, and
+        /// commands refused at once because the link was down.
+        case commands, errors, timeouts, unavailable
+        /// Connections made, attempts that failed, connections lost.
+        case connects, connectFailures, disconnects
+        /// Links connected right now (a gauge: +1 on connect, -1 on loss).
+        case linksUp
+        /// Nonce claims: accepted, replays caught, and Redis failures handled by `on_failure`.
+        case nonceClaims, nonceReplays, nonceFailClosed, nonceFailOpen
+        /// Second-level cache: hits, misses, entries stored, entries too large to share,
+        /// lookups or stores that failed.
+        case cacheHits, cacheMisses, cacheStores, cacheTooLarge, cacheFailures
+    }
+
+    private let slots: UnsafeMutablePointer<Int64>
+
+    init() {
+        slots = .allocate(capacity: Counter.allCases.count)
+        slots.initialize(repeating: 0, count: Counter.allCases.count)
+    }
+
+    deinit { slots.deallocate() }
+
+    func add(_ c: Counter, _ v: Int64 = 1) { _ = qw_shared_add(slots + c.rawValue, v) }
+    func value(_ c: Counter) -> Int64 { qw_counter_load(slots + c.rawValue) }
+}

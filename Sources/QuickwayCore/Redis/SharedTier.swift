@@ -1,0 +1,169 @@
+import Glibc
+
+/// The shared Redis tier as one worker sees it: that worker's `RedisLink` plus the key
+/// layout of the two shared stores.
+///
+/// - Nonces: `<prefix>n:<key id>:<nonce>` set with `SET ... NX PX <nonce_ttl>`; "OK"
+///   means this call is the first anywhere, nil means a replay.
+/// - Cache: `<prefix>c:<cache key>` holding a `SharedCacheEntry`, with `PX` = the TTL left.
+///
+/// Loop thread only, like its link.
+final class SharedTier {
+    let link: RedisLink
+    let config: RedisConfig
+    var stats: RedisStats { link.stats }
+    private let noncePrefix: [UInt8]
+    private let cachePrefix: [UInt8]
+
+    init(link: RedisLink, config: RedisConfig) {
+        self.link = link
+        self.config = config
+        noncePrefix = Array((config.keyPrefix + "n:").utf8)
+        cachePrefix = Array((config.keyPrefix + "c:").utf8)
+    }
+
+    // MARK: nonces
+
+    enum NonceClaim {
+        /// First use anywhere.
+        case claimed
+        /// Used before, at this gateway or another.
+        case replayed
+        /// Redis could not say (down, timed out, error): `on_failure` decides.
+        case unavailable(String)
+    }
+
+    func claimNonce(keyId: [UInt8], nonce: [UInt8], ttlMillis: Int64, _ done: @escaping (NonceClaim) -> Void) {
+        var key = noncePrefix
+        key.reserveCapacity(noncePrefix.count + keyId.count + 1 + nonce.count)
+        key.append(contentsOf: keyId)
+        key.append(UInt8(ascii: ":"))
+        key.append(contentsOf: nonce)
+        let cmd = RedisCommand([Array("SET".utf8), key, [UInt8(ascii: "1")], Array("NX".utf8), Array("PX".utf8), Array(String(ttlMillis).utf8)])
+        link.send(cmd) { reply in
+            switch reply {
+            case .status: done(.claimed)
+            case .null: done(.replayed)
+            default: done(.unavailable(reply.failure ?? "unexpected reply to SET NX"))
+            }
+        }
+    }
+
+    // MARK: cache
+
+    private func cacheKey(_ key: [UInt8]) -> [UInt8] { cachePrefix + key }
+
+    /// Looks `key` up; `done` gets the response and the TTL it has left, or nil (a miss,
+    /// or Redis unavailable: either way the caller goes upstream).
+    func lookup(_ key: [UInt8], _ done: @escaping ((CachedResponse, ttlMillis: Int64)?) -> Void) {
+        link.send(RedisCommand([Array("GET".utf8), cacheKey(key)])) { [stats] reply in
+            switch reply {
+            case .string(let v):
+                if let (r, expires) = SharedCacheEntry.decode(v) {
+                    let left = expires - Int64(Clock.wallSeconds() * 1000)
+                    if left > 0 {
+                        stats.add(.cacheHits)
+                        done((r, left))
+                        return
+                    }
+                }
+                stats.add(.cacheMisses)
+                done(nil)
+            case .null:
+                stats.add(.cacheMisses)
+                done(nil)
+            default:
+                stats.add(.cacheFailures)
+                done(nil)
+            }
+        }
+    }
+
+    /// Stores an entry for `ttlMillis` (fire and forget; failures are counted).
+    func store(_ key: [UInt8], _ response: CachedResponse, ttlMillis: Int64) {
+        guard ttlMillis > 0 else { return }
+        guard SharedCacheEntry.headerSize + response.size <= config.maxEntryBytes else {
+            stats.add(.cacheTooLarge)
+            return
+        }
+        let expires = Int64(Clock.wallSeconds() * 1000) + ttlMillis
+        let value = SharedCacheEntry.encode(response, expiresAtWallMillis: expires)
+        link.send(RedisCommand([Array("SET".utf8), cacheKey(key), value, Array("PX".utf8), Array(String(ttlMillis).utf8)])) { [stats] reply in
+            if case .status = reply { stats.add(.cacheStores) } else { stats.add(.cacheFailures) }
+        }
+    }
+
+    /// Purges the Redis tier the way `ResponseCache.purge` does the local one, in one
+    /// server-side script (SCAN over our prefix; the path rule of `CacheKey.path`).
+    /// `done` gets the number of keys deleted, or the reason it failed.
+    func purge(_ what: ResponseCache.Purge, _ done: @escaping (Result<Int, RedisFailure>) -> Void) {
+        let cmd: RedisCommand
+        switch what {
+        case .key(let k): cmd = RedisCommand([Array("DEL".utf8), cacheKey(k)])
+        case .all: cmd = RedisCommand([Array("EVAL".utf8), Array(Self.purgeScript.utf8), [UInt8(ascii: "0")], cachePrefix, Array("all".utf8), []])
+        case .prefix(let p): cmd = RedisCommand([Array("EVAL".utf8), Array(Self.purgeScript.utf8), [UInt8(ascii: "0")], cachePrefix, Array("prefix".utf8), p])
+        }
+        link.send(cmd, timeoutMillis: 30_000) { reply in
+            if case .integer(let n) = reply { done(.success(Int(n))) } else {
+                done(.failure(RedisFailure(message: reply.failure ?? "unexpected reply")))
+            }
+        }
+    }
+
+    // MARK: purge broadcast
+
+    /// The channel on which purges reach every gateway's local tier.
+    var purgeChannel: [UInt8] { Self.purgeChannel(config) }
+    static func purgeChannel(_ config: RedisConfig) -> [UInt8] { Array((config.keyPrefix + "purge").utf8) }
+
+    /// Tells every gateway (this one too) to purge its local tier the same way.
+    func publishPurge(_ what: ResponseCache.Purge, _ done: @escaping (RedisReply) -> Void) {
+        link.send(RedisCommand([Array("PUBLISH".utf8), purgeChannel, Self.encodePurge(what)]), timeoutMillis: 5_000, done)
+    }
+
+    /// `a` (all), `k<key>` or `p<path prefix>`.
+    static func encodePurge(_ what: ResponseCache.Purge) -> [UInt8] {
+        switch what {
+        case .all: return [UInt8(ascii: "a")]
+        case .key(let k): return [UInt8(ascii: "k")] + k
+        case .prefix(let p): return [UInt8(ascii: "p")] + p
+        }
+    }
+
+    static func decodePurge(_ m: [UInt8]) -> ResponseCache.Purge? {
+        switch m.first {
+        case UInt8(ascii: "a"): return m.count == 1 ? .all : nil
+        case UInt8(ascii: "k"): return .key(Array(m.dropFirst()))
+        case UInt8(ascii: "p"): return .prefix(Array(m.dropFirst()))
+        default: return nil
+        }
+    }
+
+    /// ARGV: key prefix (plain characters only, see `key_prefix`), mode (all | prefix),
+    /// path prefix. A key's path runs from the first `/` after `GET ` to `?`.
+    static let purgeScript = """
+        local pfx, mode, want = ARGV[1], ARGV[2], ARGV[3]
+        local cursor, n = "0", 0
+        repeat
+          local r = redis.call("SCAN", cursor, "MATCH", pfx .. "*", "COUNT", 1000)
+          cursor = r[1]
+          for _, k in ipairs(r[2]) do
+            local hit = mode == "all"
+            if not hit then
+              local key = string.sub(k, #pfx + 1)
+              local slash = string.find(key, "/", 5, true)
+              if slash then
+                local q = string.find(key, "?", slash, true) or (#key + 1)
+                hit = string.sub(key, slash, q - 1):sub(1, #want) == want
+              end
+            end
+            if hit then redis.call("DEL", k); n = n + 1 end
+          end
+        until cursor == "0"
+        return n
+        """
+}
+
+struct RedisFailure: Error {
+    let message: String
+}

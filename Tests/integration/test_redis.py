@@ -1,0 +1,259 @@
+"""Integration tests of the shared Redis tier (issue: several gateways).
+
+Two real gateways share one real redis-server on loopback (with a password, so the
+AUTH step is exercised too). Signed calls are made by examples/qw1_client.py (written
+from spec/signature.md); the Redis contents are read back with the harness's own
+RESP client, not the gateway's.
+"""
+import json
+import os
+import signal
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from harness import ROOT, Backend, Gateway, RedisServer, free_port, http_call, wait_until
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+import qw1_client  # noqa: E402
+
+SECRET = "partner-secret"
+REDIS_PASSWORD = "redis-pass-123"
+
+CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 2
+admin: { listen: 127.0.0.1:{ADMIN} }
+auth:
+  salt: pepper
+  nonce_ttl: 600s
+  keys:
+    - { id: partner, secret: partner-secret }
+redis:
+  url: redis://127.0.0.1:REDIS_PORT/3
+  password_env: QW_TEST_REDIS_PASSWORD
+  timeout: TIMEOUT
+  on_failure: ON_FAILURE
+services:
+  api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2] }
+routes:
+  - name: signed
+    match: { path_prefix: /signed/ }
+    service: api
+  - name: cached
+    match: { path_prefix: /cached/ }
+    service: api
+    auth: off
+    cache: { ttl: 60s }
+  - name: merged
+    match: { path_prefix: /merged/ }
+    service: api
+    auth: off
+    coalesce: true
+    cache: { ttl: 60s }
+"""
+
+
+def make_gateway(redis, backend, on_failure="fail_closed", timeout="100ms"):
+    text = (CONFIG.replace("REDIS_PORT", str(redis.port)).replace("BACKEND_PORT", str(backend.server.server_address[1]))
+            .replace("ON_FAILURE", on_failure).replace("TIMEOUT", timeout))
+    g = Gateway(text, workers=2, env={"QW_TEST_REDIS_PASSWORD": REDIS_PASSWORD})
+    wait_until(lambda: g.stats()["redis"]["connected"], timeout=10, what="redis links up")
+    return g
+
+
+def signed_headers(method, target, body=b""):
+    return {"Authorization": qw1_client.authorization("partner", SECRET, "pepper", method, target, body)}
+
+
+# Behind one load balancer every gateway sees the same public Host (part of the cache key).
+HOST = {"Host": "api.example.com"}
+
+
+def get(g, path):
+    return http_call(g, "GET", path, HOST)
+
+
+def code(body):
+    return json.loads(body)["error"]["code"]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    b = Backend("127.0.0.2", free_port("127.0.0.2"))
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def redis():
+    r = RedisServer(password=REDIS_PASSWORD)
+    yield r
+    r.stop()
+
+
+@pytest.fixture(scope="module")
+def pair(redis, backend):
+    a = make_gateway(redis, backend)
+    b = make_gateway(redis, backend)
+    yield a, b
+    assert a.stop() == 0, a.logs()
+    assert b.stop() == 0, b.logs()
+
+
+def test_nonce_used_at_one_gateway_is_a_replay_at_the_other(pair, backend, redis):
+    a, b = pair
+    headers = signed_headers("GET", "/signed/order/1")
+    st, _, body = http_call(a, "GET", "/signed/order/1", headers)
+    assert st == 200, body
+    hits = backend.hits
+    st, h, body = http_call(b, "GET", "/signed/order/1", headers)
+    assert st == 401 and code(body) == "auth_replayed", body
+    assert backend.hits == hits, "the replay reached the backend"
+    # And the other way round, with a fresh nonce.
+    headers = signed_headers("POST", "/signed/order/2", b"{}")
+    assert http_call(b, "POST", "/signed/order/2", headers, b"{}")[0] == 200
+    assert code(http_call(a, "POST", "/signed/order/2", headers, b"{}")[2]) == "auth_replayed"
+    assert a.stats()["redis"]["nonces"]["replayed"] == 1
+    assert b.stats()["redis"]["nonces"]["replayed"] == 1
+    # The pair is in Redis under the documented key, with the nonce TTL.
+    nonce = headers["Authorization"].split("Nonce=")[1].split(",")[0]
+    key = f"quickway:n:partner:{nonce}"
+    assert redis.command("EXISTS", key, db=3) == 1
+    assert 590_000 < redis.command("PTTL", key, db=3) <= 600_000
+
+
+def test_response_cached_through_one_gateway_is_a_hit_at_the_other(pair, backend, redis):
+    a, b = pair
+    st, h, body = get(a, "/cached/catalog?page=1")
+    assert st == 200 and h["x-cache"] == "MISS"
+    assert backend.path_hits("/cached/catalog") == 1
+    wait_until(lambda: a.stats()["redis"]["cache"]["stores"] >= 1, what="the entry stored in Redis")
+    st2, h2, body2 = get(b, "/cached/catalog?page=1")
+    assert st2 == 200 and h2["x-cache"] == "HIT", h2
+    assert body2 == body
+    assert backend.path_hits("/cached/catalog") == 1, "gateway B went upstream"
+    assert b.stats()["redis"]["cache"]["hits"] == 1
+    # B's local tier was filled: the next hit does not ask Redis.
+    get(b, "/cached/catalog?page=1")
+    assert b.stats()["redis"]["cache"]["hits"] == 1
+    assert b.stats()["cache"]["hits"] >= 1
+    # Stored under the documented key with the route's TTL.
+    ttl = redis.command("PTTL", b"quickway:c:GET api.example.com/cached/catalog?page=1", db=3)
+    assert 50_000 < ttl <= 60_000, ttl
+
+
+def test_purge_reaches_redis_and_every_gateways_local_tier(pair, backend):
+    a, b = pair
+    for g in (a, b):
+        get(g, "/cached/purge-me/1")
+        get(g, "/cached/keep/1")
+    before = backend.path_hits("/cached/purge-me/1")
+    assert before == 1
+    req = urllib.request.Request(f"http://127.0.0.1:{a.admin_port}/cache/purge", data=b'{"prefix": "/cached/purge-me/"}', method="POST")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        out = json.loads(r.read())
+    assert out["purged"] == 1 and out["purged_redis"] == 1, out
+    # B's local copy goes too (published on the purge channel): its next call goes upstream.
+    wait_until(lambda: get(b, "/cached/purge-me/1")[1]["x-cache"] == "MISS", timeout=5, what="B's local entry purged")
+    assert backend.path_hits("/cached/purge-me/1") == 2
+    # Other entries are untouched in both tiers.
+    assert get(b, "/cached/keep/1")[1]["x-cache"] == "HIT"
+    assert backend.path_hits("/cached/keep/1") == 1
+
+
+def test_merging_stays_per_gateway_and_the_leader_asks_redis_once(pair, backend):
+    import concurrent.futures
+    a, _ = pair
+    before = a.stats()["redis"]["cache"]
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(lambda _: get(a, "/merged/delay/300"), range(20)))
+    assert all(st == 200 for st, _, _ in results)
+    assert backend.path_hits("/merged/delay/300") == 1
+    after = a.stats()["redis"]["cache"]
+    # One lookup (the leader's miss) and one store for 20 merged requests.
+    assert after["misses"] - before["misses"] == 1
+    wait_until(lambda: a.stats()["redis"]["cache"]["stores"] - before["stores"] == 1, what="one store")
+
+
+def test_password_is_never_shown(pair, redis):
+    a, _ = pair
+    with urllib.request.urlopen(f"http://127.0.0.1:{a.admin_port}/stats", timeout=5) as r:
+        stats = r.read().decode()
+    with urllib.request.urlopen(f"http://127.0.0.1:{a.admin_port}/metrics", timeout=5) as r:
+        metrics = r.read().decode()
+    assert REDIS_PASSWORD not in stats + metrics + a.logs()
+    assert "quickway_redis_up 1" in metrics
+    assert json.loads(stats)["redis"]["url"] == f"redis://:***@127.0.0.1:{redis.port}/3"
+
+
+def test_redis_stopped_fail_closed_then_recovers(backend):
+    r = RedisServer(password=REDIS_PASSWORD)
+    g = make_gateway(r, backend, on_failure="fail_closed")
+    try:
+        r.stop()
+        wait_until(lambda: not g.stats()["redis"]["connected"], timeout=5, what="link down")
+        t0 = time.monotonic()
+        st, _, body = http_call(g, "GET", "/signed/x", signed_headers("GET", "/signed/x"))
+        assert st == 503 and code(body) == "redis_unavailable", body
+        assert time.monotonic() - t0 < 1.0
+        assert g.stats()["redis"]["nonces"]["fail_closed"] == 1
+        # Unsigned cached routes keep working: the shared cache tier is only skipped.
+        assert get(g, "/cached/while-down")[0] == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{g.admin_port}/metrics", timeout=5) as m:
+            assert "quickway_redis_up 0" in m.read().decode()
+        # Every link keeps retrying (with backoff) while Redis is away.
+        wait_until(lambda: g.stats()["redis"]["connect_failures"] >= 8, timeout=10, what="reconnect attempts")
+        r.start()
+        wait_until(lambda: g.stats()["redis"]["connected"], timeout=10, what="reconnect after Redis came back")
+        assert http_call(g, "GET", "/signed/x", signed_headers("GET", "/signed/x"))[0] == 200
+        s = g.stats()["redis"]
+        links = s["links"]
+        assert links == 4  # two workers, the admin loop, the purge subscriber
+        assert s["disconnects"] == links and s["connects"] == 2 * links and s["links_up"] == links
+    finally:
+        assert g.stop() == 0, g.logs()
+        r.stop()
+
+
+def test_redis_stopped_fail_open_uses_the_local_store(backend):
+    r = RedisServer(password=REDIS_PASSWORD)
+    g = make_gateway(r, backend, on_failure="fail_open")
+    try:
+        r.stop()
+        wait_until(lambda: not g.stats()["redis"]["connected"], timeout=5, what="link down")
+        headers = signed_headers("GET", "/signed/open")
+        assert http_call(g, "GET", "/signed/open", headers)[0] == 200
+        st, _, body = http_call(g, "GET", "/signed/open", headers)
+        assert st == 401 and code(body) == "auth_replayed"
+        assert g.stats()["redis"]["nonces"]["fail_open"] == 2
+    finally:
+        assert g.stop() == 0, g.logs()
+        r.stop()
+
+
+def test_a_stalled_redis_costs_at_most_the_timeout(backend):
+    r = RedisServer(password=REDIS_PASSWORD)
+    g = make_gateway(r, backend, on_failure="fail_closed", timeout="80ms")
+    try:
+        r.pause()
+        for i in range(3):
+            t0 = time.monotonic()
+            st, _, body = http_call(g, "GET", f"/signed/s{i}", signed_headers("GET", f"/signed/s{i}"))
+            elapsed = time.monotonic() - t0
+            assert st == 503 and code(body) == "redis_unavailable", body
+            assert elapsed < 0.6, elapsed
+            t0 = time.monotonic()
+            st, h, _ = get(g, f"/cached/stalled/{i}")
+            assert st == 200 and time.monotonic() - t0 < 0.6
+        assert g.stats()["redis"]["timeouts"] >= 6
+        r.resume()
+        # The stuck connection is dropped and made again (or simply answers again).
+        wait_until(lambda: http_call(g, "GET", "/signed/after", signed_headers("GET", "/signed/after"))[0] == 200,
+                   timeout=10, interval=0.2, what="signed calls accepted after Redis resumed")
+    finally:
+        r.resume()
+        assert g.stop() == 0, g.logs()
+        r.stop()
