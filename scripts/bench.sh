@@ -26,7 +26,10 @@
 # probes) and nginx (round robin, its open-source default): median and p99 client latency
 # and each backend's share of calls (scripts/bench_routing.py drives it).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|all]
+# Case "redis": cache hits served from the shared Redis tier with a cold local tier,
+# against local hits (scripts/bench-redis.sh).
+#
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -67,6 +70,9 @@ CONF
   taskset -c 1 python3 scripts/bench_routing.py --port "$RPORT" --rounds "$ROUNDS" --requests 3000 --concurrency 16 \
     quickway=127.0.0.1:18680 nginx=127.0.0.1:18682
   exit 0
+fi
+if [ "$CASE" = redis ]; then
+  exec scripts/bench-redis.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi
 if [ "$CASE" = cache ] || [ "$CASE" = merge ]; then
   exec scripts/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case "$CASE"
@@ -218,4 +224,6 @@ if [ "$CASE" = all ]; then
   trap - EXIT
   echo
   scripts/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case all
+  echo
+  scripts/bench-redis.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi

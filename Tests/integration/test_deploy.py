@@ -49,7 +49,8 @@ def test_kubernetes_manifests_and_their_config(tmp_path):
     out = subprocess.run([quickway_binary(), "check", "--config", str(path)], capture_output=True, text=True, timeout=30, env=env)
     assert out.returncode == 0, out.stderr
     for var in secret["stringData"]:
-        assert f"secret_env: {var}" in cfg
+        assert f"secret_env: {var}" in cfg or f"password_env: {var}" in cfg
+    assert "redis:" in cfg, "the replicas share their nonces and cache"
 
 
 def test_prometheus_and_dockerfile():
