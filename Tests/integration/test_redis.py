@@ -36,6 +36,7 @@ redis:
   password_env: QW_TEST_REDIS_PASSWORD
   timeout: TIMEOUT
   on_failure: ON_FAILURE
+  max_entry_bytes: 4KiB
 services:
   api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2] }
 routes:
@@ -44,6 +45,11 @@ routes:
     service: api
   - name: cached
     match: { path_prefix: /cached/ }
+    service: api
+    auth: off
+    cache: { ttl: 60s }
+  - name: big
+    match: { path_prefix: /big/ }
     service: api
     auth: off
     cache: { ttl: 60s }
@@ -143,6 +149,17 @@ def test_response_cached_through_one_gateway_is_a_hit_at_the_other(pair, backend
     # Stored under the documented key with the route's TTL.
     ttl = redis.command("PTTL", b"quickway:c:GET api.example.com/cached/catalog?page=1", db=3)
     assert 50_000 < ttl <= 60_000, ttl
+
+
+def test_entries_over_max_entry_bytes_stay_local(pair, backend, redis):
+    a, b = pair
+    assert get(a, "/big/10000")[1]["x-cache"] == "MISS"
+    assert get(a, "/big/10000")[1]["x-cache"] == "HIT"
+    assert a.stats()["redis"]["cache"]["too_large"] == 1, a.stats()["redis"]
+    st, h, body = get(b, "/big/10000")
+    assert st == 200 and h["x-cache"] == "MISS" and len(body) == 10000
+    assert backend.path_hits("/big/10000") == 2
+    assert redis.command("EXISTS", b"quickway:c:GET api.example.com/big/10000?", db=3) == 0
 
 
 def test_purge_reaches_redis_and_every_gateways_local_tier(pair, backend):
