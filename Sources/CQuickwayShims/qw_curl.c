@@ -12,3 +12,16 @@ CURLMcode qw_multi_setopt_timerfn(CURLM *m, curl_multi_timer_callback fn) { retu
 CURLcode qw_easy_getinfo_long(CURL *h, CURLINFO i, long *out) { return curl_easy_getinfo(h, i, out); }
 CURLcode qw_easy_getinfo_ptr(CURL *h, CURLINFO i, void **out) { return curl_easy_getinfo(h, i, out); }
 CURLcode qw_easy_getinfo_double(CURL *h, CURLINFO i, double *out) { return curl_easy_getinfo(h, i, out); }
+
+#include <unistd.h>
+// Closes the socket unless *keep is set: then the application has taken it over.
+static int qw_close_unless_kept(void *clientp, curl_socket_t s) {
+    const int *keep = clientp;
+    if (keep && *keep) return 0;
+    return close(s);
+}
+CURLcode qw_easy_keep_socket_when_flagged(CURL *h, int *keep) {
+    CURLcode rc = curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, qw_close_unless_kept);
+    if (rc != CURLE_OK) return rc;
+    return curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, keep);
+}

@@ -156,11 +156,17 @@ class BackendHandler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = handle_any
 
 
+class _BackendServer(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: a burst of new upstream connections
+    # would see SYNs dropped (and a 1 s retransmit) at the backend, not the gateway.
+    request_queue_size = 128
+
+
 class Backend:
     """A real HTTP server on `host:port` in a background thread."""
 
     def __init__(self, host, port, ssl_context=None):
-        self.server = ThreadingHTTPServer((host, port), BackendHandler)
+        self.server = _BackendServer((host, port), BackendHandler)
         if ssl_context is not None:
             self.server.socket = ssl_context.wrap_socket(self.server.socket, server_side=True)
         self.server.daemon_threads = True

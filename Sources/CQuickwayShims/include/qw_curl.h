@@ -17,4 +17,7 @@ CURLMcode qw_multi_setopt_timerfn(CURLM *m, curl_multi_timer_callback fn);
 CURLcode qw_easy_getinfo_long(CURL *h, CURLINFO i, long *out);
 CURLcode qw_easy_getinfo_ptr(CURL *h, CURLINFO i, void **out);
 CURLcode qw_easy_getinfo_double(CURL *h, CURLINFO i, double *out);
+// CURLOPT_CLOSESOCKETFUNCTION that leaves the socket open once *keep is non-zero: a
+// CONNECT_ONLY connection's socket is then handed over to the caller, who closes it.
+CURLcode qw_easy_keep_socket_when_flagged(CURL *h, int *keep);
 #endif

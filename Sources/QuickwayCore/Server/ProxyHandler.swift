@@ -265,9 +265,9 @@ final class ProxyHandler: RequestHandler {
         let hasBody = head.body != .none || head.value(of: "content-length") != nil
         // A HEAD on a cached route is fetched as GET, so the body can be stored.
         let upstreamHead = exchange.isHeadRequest && plan == nil
-        let request = head.withBytes { raw -> UpstreamTransfer.Request in
+        let request = head.withBytes { raw -> UpstreamRequest in
             let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
-            return UpstreamTransfer.Request(
+            return UpstreamRequest(
                 method: exchange.isHeadRequest && !upstreamHead ? Array("GET".utf8) : Array(raw[head.method]),
                 isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
                 headerLines: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
@@ -314,21 +314,21 @@ final class WaiterDelivery {
 /// (pausing the upstream when the client reads slowly). A connection failure or timeout
 /// on an idempotent request is retried on the next-best IP, up to the service's
 /// `retries`, as long as nothing has been sent to the client yet.
-final class ProxyCall: UpstreamTransferDelegate {
+final class ProxyCall: UpstreamCallDelegate {
     private let exchange: Exchange
     private let handler: ProxyHandler
     private let service: ServiceRuntime
-    private let request: UpstreamTransfer.Request
+    private let request: UpstreamRequest
     private let plan: CachePlan?
     private var flight: FlightTable.Flight?
-    private var transfer: UpstreamTransfer?
+    private var transfer: UpstreamCall?
     private var tried: [UpstreamMember] = []
     private var retriesLeft: Int
     private var body: [UInt8] = []
     private var relayLines: [UInt8] = []
     private var streaming = false
 
-    init(exchange: Exchange, handler: ProxyHandler, service: ServiceRuntime, request: UpstreamTransfer.Request,
+    init(exchange: Exchange, handler: ProxyHandler, service: ServiceRuntime, request: UpstreamRequest,
          plan: CachePlan?, flight: FlightTable.Flight?) {
         self.exchange = exchange
         self.handler = handler
@@ -357,7 +357,7 @@ final class ProxyCall: UpstreamTransferDelegate {
     private func send(to member: UpstreamMember) {
         tried.append(member)
         exchange.upstreamAddress = member.ip
-        let t = UpstreamTransfer(client: handler.client, service: service, member: member)
+        let t = handler.client.makeCall(service: service, member: member)
         transfer = t
         t.start(request, delegate: self)
     }
@@ -376,14 +376,14 @@ final class ProxyCall: UpstreamTransferDelegate {
         return true
     }
 
-    func upstreamHeadReceived(_ t: UpstreamTransfer) {
+    func upstreamHeadReceived(_ t: UpstreamCall) {
         relayLines = t.head.linesToRelay()
         if !exchange.isHeadRequest || plan != nil, let n = t.head.contentLength {
             if n > maxObjectBytes { startStreaming(contentLength: n) } else { body.reserveCapacity(n) }
         }
     }
 
-    func upstreamBody(_ t: UpstreamTransfer, _ bytes: UnsafeRawBufferPointer) -> Bool {
+    func upstreamBody(_ t: UpstreamCall, _ bytes: UnsafeRawBufferPointer) -> Bool {
         if streaming {
             guard let c = exchange.connection else { return true }
             if c.output.readableBytes >= Connection.outputHighWater {
@@ -415,7 +415,7 @@ final class ProxyCall: UpstreamTransferDelegate {
         }
     }
 
-    func upstreamFinished(_ t: UpstreamTransfer, _ outcome: UpstreamOutcome) {
+    func upstreamFinished(_ t: UpstreamCall, _ outcome: UpstreamOutcome) {
         switch outcome {
         case .complete:
             if streaming {

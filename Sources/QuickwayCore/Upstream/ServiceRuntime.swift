@@ -5,6 +5,8 @@ final class ServiceRuntime: @unchecked Sendable {
     /// `http://host` or `https://host:port`, as bytes.
     let urlPrefix: [UInt8]
     let health: ServiceHealth
+    /// `host` or `host:port` (when not the scheme's default), as bytes: the `Host` sent.
+    let authority: [UInt8]
 
     init(_ config: ServiceConfig, health: ServiceHealth) {
         self.config = config
@@ -12,5 +14,6 @@ final class ServiceRuntime: @unchecked Sendable {
         let defaultPort: UInt16 = config.scheme == .https ? 443 : 80
         let authority = config.port == defaultPort ? config.host : "\(config.host):\(config.port)"
         urlPrefix = Array("\(config.scheme.rawValue)://\(authority)".utf8)
+        self.authority = Array(authority.utf8)
     }
 }

@@ -15,6 +15,11 @@ final class UpstreamClient {
     private var timerEvent: OpaquePointer?
     private var idleHandles: [UnsafeMutableRawPointer] = []
     private var running: Int32 = 0
+    /// Plain-HTTP keep-alive connections (`UpstreamHTTPCall`).
+    let pool = UpstreamPool()
+    /// Where plain-HTTP calls read into (one read at a time on this loop).
+    let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    private var sweepEvent: OpaquePointer?
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
@@ -29,10 +34,26 @@ final class UpstreamClient {
         qw_multi_setopt_timerfn(multi, upstreamMultiTimerCallback)
         qw_multi_setopt_ptr(multi, CURLMOPT_TIMERDATA, me)
         qw_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 1024)
+        sweepEvent = event_new(base, -1, Int16(EV_PERSIST), upstreamPoolSweepCallback, me)
+        var tv = EventLoopSupport.timeval(millis: 5000)
+        event_add(sweepEvent, &tv)
     }
+
+    /// A call to `member`: framed by us on a pooled connection for plain HTTP, by
+    /// libcurl's HTTP layer for https (TLS lives in libcurl).
+    func makeCall(service: ServiceRuntime, member: UpstreamMember) -> UpstreamCall {
+        service.config.scheme == .http
+            ? UpstreamHTTPCall(client: self, service: service, member: member)
+            : UpstreamTransfer(client: self, service: service, member: member)
+    }
+
+    fileprivate func sweepPool() { pool.sweep(nowMillis: Clock.coarseMillis()) }
 
     /// Frees curl state; call on the loop thread after the loop stopped.
     func shutdown() {
+        pool.closeAll()
+        if let e = sweepEvent { event_free(e); sweepEvent = nil }
+        readBuffer.deallocate()
         for h in idleHandles { curl_easy_cleanup(h) }
         idleHandles.removeAll()
         curl_multi_cleanup(multi)
@@ -140,6 +161,10 @@ private let upstreamMultiTimerCallback: curl_multi_timer_callback = { _, ms, use
 
 private let upstreamSocketEventCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { fd, what, arg in
     Unmanaged<UpstreamClient>.fromOpaque(arg!).takeUnretainedValue().socketReady(fd, what)
+}
+
+private let upstreamPoolSweepCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<UpstreamClient>.fromOpaque(arg!).takeUnretainedValue().sweepPool()
 }
 
 private let upstreamTimerCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in

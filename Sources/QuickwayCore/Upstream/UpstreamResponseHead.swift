@@ -11,6 +11,20 @@ public struct UpstreamResponseHead {
     public private(set) var contentLength: Int?
     public private(set) var isComplete = false
     private var connectionTokens: [[UInt8]] = []
+    /// Framing facts for a client that reads the body itself (`UpstreamHTTPCall`).
+    public private(set) var minorVersion = 1
+    public private(set) var hasTransferEncoding = false
+    /// The last transfer coding is `chunked`.
+    public private(set) var isChunked = false
+    public private(set) var connectionClose = false
+    public private(set) var connectionKeepAlive = false
+    /// Conflicting or unparseable `Content-Length`: the framing cannot be trusted.
+    public private(set) var framingError = false
+
+    /// Whether the connection may carry another request after this response.
+    public var allowsReuse: Bool {
+        !framingError && !connectionClose && (minorVersion >= 1 || connectionKeepAlive)
+    }
 
     public init() {}
 
@@ -41,15 +55,29 @@ public struct UpstreamResponseHead {
         let value = vs..<l.count
         switch colon {
         case 14 where HTTPSyntax.equalsLowercase(l, name, "content-length"):
-            contentLength = Int(String(decoding: l[value], as: UTF8.self))
+            var n = 0
+            var digits = 0
+            for b in l[value] {
+                guard b >= 0x30 && b <= 0x39, digits < 18 else { framingError = true; return false }
+                n = n * 10 + Int(b - 0x30)
+                digits += 1
+            }
+            if digits == 0 || (contentLength != nil && contentLength != n) { framingError = true }
+            contentLength = n
+            return false
+        case 17 where HTTPSyntax.equalsLowercase(l, name, "transfer-encoding"):
+            hasTransferEncoding = true
+            var last: Range<Int>?
+            HTTPRequestParser.forEachToken(l, value) { last = $0 }
+            isChunked = last.map { HTTPSyntax.equalsLowercase(l, $0, "chunked") } ?? false
             return false
         case 10 where HTTPSyntax.equalsLowercase(l, name, "connection"):
             // `close` and `keep-alive` name no header that could be relayed (Keep-Alive is
             // dropped anyway), so only other tokens need the filtering pass.
             HTTPRequestParser.forEachToken(l, value) { t in
-                if !HTTPSyntax.equalsLowercase(l, t, "keep-alive") && !HTTPSyntax.equalsLowercase(l, t, "close") {
-                    connectionTokens.append(l[t].map(HTTPSyntax.lower))
-                }
+                if HTTPSyntax.equalsLowercase(l, t, "close") { connectionClose = true }
+                else if HTTPSyntax.equalsLowercase(l, t, "keep-alive") { connectionKeepAlive = true }
+                else { connectionTokens.append(l[t].map(HTTPSyntax.lower)) }
             }
             return false
         default:
@@ -78,6 +106,8 @@ public struct UpstreamResponseHead {
     }
 
     private mutating func parseStatusLine(_ l: UnsafeRawBufferPointer) {
+        // "HTTP/1.x": the minor version decides the keep-alive default.
+        if l.count >= 8 && l[5] == UInt8(ascii: "1") && l[6] == UInt8(ascii: ".") { minorVersion = l[7] == UInt8(ascii: "0") ? 0 : 1 }
         var i = 0
         while i < l.count && l[i] != 0x20 { i += 1 }
         i += 1

@@ -2,49 +2,18 @@ import CCurl
 import CQuickwayShims
 import Glibc
 
-/// What an upstream call reports to whoever started it (the proxy stage).
-protocol UpstreamTransferDelegate: AnyObject {
-    /// The final response head is in (`transfer.head`).
-    func upstreamHeadReceived(_ transfer: UpstreamTransfer)
-    /// A piece of body. Return false to pause: the same bytes are offered again after
-    /// `transfer.resume()`.
-    func upstreamBody(_ transfer: UpstreamTransfer, _ bytes: UnsafeRawBufferPointer) -> Bool
-    /// The call ended (not called after `cancel()`).
-    func upstreamFinished(_ transfer: UpstreamTransfer, _ outcome: UpstreamOutcome)
-}
-
-enum UpstreamOutcome {
-    case complete
-    /// `connectionError`: the connection failed or broke before an answer (refused,
-    /// reset, closed with nothing received) or timed out; safe to retry for idempotent
-    /// requests.
-    case failed(GatewayErrorCode, String, connectionError: Bool)
-}
-
-/// One upstream HTTP call on a pooled curl easy handle.
+/// One upstream HTTP call made entirely by libcurl (its HTTP layer) on a pooled easy
+/// handle: the path for `scheme: https`. Plain-HTTP calls use `UpstreamHTTPCall`.
 ///
 /// Ownership: while the call runs, the transfer keeps itself alive (a retained pointer
 /// in `CURLOPT_PRIVATE` and the callbacks' user data), released when it finishes or is
 /// cancelled. It holds its delegate strongly until then. Thread rule: one worker.
-final class UpstreamTransfer: CurlTask {
-    /// What to send; owned, so a retry can send it again.
-    struct Request {
-        var method: [UInt8]
-        var isHead: Bool
-        /// Whether the client request had body framing (its body may still be empty).
-        var hasBody: Bool
-        var body: [UInt8]
-        /// NUL-separated header lines from `UpstreamRequestHeaders.build`.
-        var headerLines: [UInt8]
-        /// Path and query to append to the service's URL prefix.
-        var pathAndQuery: [UInt8]
-    }
-
+final class UpstreamTransfer: CurlTask, UpstreamCall {
     private let client: UpstreamClient
     private let service: ServiceRuntime
     private var easy: UnsafeMutableRawPointer?
     private var headerList: UnsafeMutablePointer<curl_slist>?
-    private var delegate: UpstreamTransferDelegate?
+    private var delegate: UpstreamCallDelegate?
     private var body: [UInt8] = []
     private var bodyOffset = 0
     private(set) var head = UpstreamResponseHead()
@@ -65,7 +34,7 @@ final class UpstreamTransfer: CurlTask {
     var upstreamAddress: String { member.ip }
 
     /// Configures the easy handle and adds it to the multi handle.
-    func start(_ r: Request, delegate: UpstreamTransferDelegate) {
+    func start(_ r: UpstreamRequest, delegate: UpstreamCallDelegate) {
         self.delegate = delegate
         let h = client.takeHandle()
         easy = h

@@ -1,0 +1,44 @@
+/// What the proxy stage sends upstream; owned, so a retry can send it again.
+struct UpstreamRequest {
+    var method: [UInt8]
+    /// A HEAD request: the answer has no body whatever its framing says.
+    var isHead: Bool
+    /// Whether the client request had body framing (its body may still be empty).
+    var hasBody: Bool
+    var body: [UInt8]
+    /// NUL-separated header lines from `UpstreamRequestHeaders.build`.
+    var headerLines: [UInt8]
+    /// Path and query to append to the service's URL prefix.
+    var pathAndQuery: [UInt8]
+}
+
+/// One upstream call, whichever client makes it (`UpstreamHTTPCall` for plain HTTP,
+/// `UpstreamTransfer`, libcurl's HTTP layer, for https). Loop thread only.
+protocol UpstreamCall: AnyObject {
+    /// The response head (complete once `upstreamHeadReceived` was called).
+    var head: UpstreamResponseHead { get }
+    func start(_ request: UpstreamRequest, delegate: UpstreamCallDelegate)
+    /// Stops the call (the client left); the delegate is not called again.
+    func cancel()
+    /// Continues a call whose delegate paused it.
+    func resume()
+}
+
+/// What an upstream call reports to whoever started it (the proxy stage).
+protocol UpstreamCallDelegate: AnyObject {
+    /// The final response head is in (`call.head`).
+    func upstreamHeadReceived(_ call: UpstreamCall)
+    /// A piece of body. Return false to pause: the same bytes are offered again after
+    /// `call.resume()`.
+    func upstreamBody(_ call: UpstreamCall, _ bytes: UnsafeRawBufferPointer) -> Bool
+    /// The call ended (not called after `cancel()`).
+    func upstreamFinished(_ call: UpstreamCall, _ outcome: UpstreamOutcome)
+}
+
+enum UpstreamOutcome {
+    case complete
+    /// `connectionError`: the connection failed or broke before an answer (refused,
+    /// reset, closed with nothing received) or timed out; safe to retry for idempotent
+    /// requests.
+    case failed(GatewayErrorCode, String, connectionError: Bool)
+}

@@ -1,0 +1,164 @@
+import CLibevent
+import Glibc
+
+/// A keep-alive connection to one upstream IP for plain HTTP: the socket libcurl
+/// connected (`UpstreamConnector`), read and written directly on the worker's loop.
+///
+/// While a call uses it, `user` gets its readable events; while idle in the pool its
+/// read event stays on, so an upstream that closes an idle connection is noticed and
+/// the connection dropped before anyone sends on it.
+///
+/// Ownership: the pool holds idle connections, the call holds the one it uses; `user`
+/// is weak (the call keeps itself alive while it runs). Loop thread only.
+final class UpstreamConnection {
+    let fd: Int32
+    let memberKey: ObjectIdentifier
+    private unowned let pool: UpstreamPool
+    private var readEvent: OpaquePointer?
+    private var writeEvent: OpaquePointer?
+    private var readPaused = false
+    /// Bytes of the request still to be written.
+    private var output: [UInt8] = []
+    private var outputOffset = 0
+    weak var user: UpstreamHTTPCall?
+    /// When it went back to the pool (coarse ms).
+    var idleSince: Int64 = 0
+    private(set) var isClosed = false
+
+    init(fd: Int32, memberKey: ObjectIdentifier, pool: UpstreamPool, base: OpaquePointer) {
+        self.fd = fd
+        self.memberKey = memberKey
+        self.pool = pool
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        readEvent = event_new(base, fd, Int16(EV_READ | EV_PERSIST), upstreamConnectionReadCallback, me)
+        writeEvent = event_new(base, fd, Int16(EV_WRITE | EV_PERSIST), upstreamConnectionWriteCallback, me)
+        event_add(readEvent, nil)
+    }
+
+    deinit { close() }
+
+    /// Writes `bytes` (the whole request), now if the socket takes it, else as it drains.
+    /// Returns the errno of a failed write, or 0.
+    func write(_ bytes: [UInt8]) -> Int32 {
+        output = bytes
+        outputOffset = 0
+        return flush()
+    }
+
+    private func flush() -> Int32 {
+        while outputOffset < output.count {
+            let n = output.withUnsafeBytes { b in
+                Glibc.send(fd, b.baseAddress! + outputOffset, b.count - outputOffset, Int32(MSG_NOSIGNAL))
+            }
+            if n > 0 { outputOffset += n; continue }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                event_add(writeEvent, nil)
+                return 0
+            }
+            return n < 0 ? errno : EPIPE
+        }
+        output = []
+        outputOffset = 0
+        event_del(writeEvent)
+        return 0
+    }
+
+    fileprivate func writable() {
+        let err = flush()
+        if err != 0 { user?.connectionFailed(self, errno: err) }
+    }
+
+    fileprivate func readable() {
+        if let u = user {
+            u.connectionReadable(self)
+            return
+        }
+        // Idle: the upstream closed it (or sent something unasked for). Either way it
+        // cannot carry a request any more.
+        pool.discard(self)
+    }
+
+    /// Stops (or restarts) reading while the client is slow to take the body.
+    func pauseReading() {
+        guard !readPaused, let ev = readEvent else { return }
+        readPaused = true
+        event_del(ev)
+    }
+
+    func resumeReading() {
+        guard readPaused, let ev = readEvent else { return }
+        readPaused = false
+        event_add(ev, nil)
+    }
+
+    func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        user = nil
+        if let e = readEvent { event_free(e); readEvent = nil }
+        if let e = writeEvent { event_free(e); writeEvent = nil }
+        Glibc.close(fd)
+    }
+}
+
+private let upstreamConnectionReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<UpstreamConnection>.fromOpaque(arg!).takeUnretainedValue().readable()
+}
+
+private let upstreamConnectionWriteCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<UpstreamConnection>.fromOpaque(arg!).takeUnretainedValue().writable()
+}
+
+/// Idle keep-alive connections per upstream IP, for one worker. Most recently used
+/// first out (the least likely to have been closed by the upstream). At most
+/// `maxIdlePerMember` per IP; idle longer than `idleTimeoutMillis`, closed.
+final class UpstreamPool {
+    static let maxIdlePerMember = 256
+    static let idleTimeoutMillis: Int64 = 60_000
+    private var idle: [ObjectIdentifier: [UpstreamConnection]] = [:]
+    private(set) var idleCount = 0
+
+    func take(_ member: UpstreamMember) -> UpstreamConnection? {
+        // Mutated in place (no copy of the list).
+        guard let c = idle[ObjectIdentifier(member)]?.popLast() else { return nil }
+        idleCount -= 1
+        return c
+    }
+
+    func put(_ c: UpstreamConnection) {
+        guard !c.isClosed else { return }
+        c.user = nil
+        c.resumeReading()
+        guard (idle[c.memberKey]?.count ?? 0) < Self.maxIdlePerMember else { c.close(); return }
+        c.idleSince = Clock.coarseMillis()
+        idle[c.memberKey, default: []].append(c)
+        idleCount += 1
+    }
+
+    /// Drops an idle connection the upstream closed.
+    func discard(_ c: UpstreamConnection) {
+        if let i = idle[c.memberKey]?.firstIndex(where: { $0 === c }) {
+            idle[c.memberKey]?.remove(at: i)
+            idleCount -= 1
+        }
+        c.close()
+    }
+
+    /// Closes connections idle for longer than the idle timeout.
+    func sweep(nowMillis: Int64) {
+        for (key, list) in idle {
+            let keep = list.filter { nowMillis - $0.idleSince < Self.idleTimeoutMillis }
+            guard keep.count != list.count else { continue }
+            for c in list where nowMillis - c.idleSince >= Self.idleTimeoutMillis { c.close() }
+            idleCount -= list.count - keep.count
+            idle[key] = keep.isEmpty ? nil : keep
+        }
+    }
+
+    func closeAll() {
+        for list in idle.values { for c in list { c.close() } }
+        idle = [:]
+        idleCount = 0
+    }
+}

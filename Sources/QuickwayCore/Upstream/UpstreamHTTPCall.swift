@@ -1,0 +1,385 @@
+import Glibc
+
+/// One plain-HTTP upstream call, framed by us on a pooled connection that libcurl made
+/// (`UpstreamConnector`): the request is written as bytes, the response head is read
+/// line by line into `UpstreamResponseHead`, and the body is decoded by
+/// `HTTPBodyDecoder` (Content-Length or chunked) or read to the close.
+///
+/// - A reused connection that the upstream had already closed (nothing at all comes
+///   back) is replaced by a fresh one and the request sent again, once.
+/// - The service's `timeouts.response` bounds the whole call, like libcurl's
+///   `CURLOPT_TIMEOUT` on the https path; `timeouts.connect` bounds the connect.
+/// - Backpressure: when the delegate refuses a piece of body, reading stops until
+///   `resume()`, and the refused piece is offered again first.
+/// - Only a response read to its end, whose framing and `Connection` allow it, returns
+///   its connection to the pool; anything else closes it.
+///
+/// Ownership: keeps itself alive while running (released when it finishes or is
+/// cancelled) and holds its delegate until then. Loop thread only.
+final class UpstreamHTTPCall: UpstreamCall {
+    private let client: UpstreamClient
+    private let service: ServiceRuntime
+    let member: UpstreamMember
+    private(set) var head = UpstreamResponseHead()
+    private var delegate: UpstreamCallDelegate?
+    private var connection: UpstreamConnection?
+    private var reusedConnection = false
+    private var retriedStale = false
+    private var requestBytes: [UInt8] = []
+    private var isHeadRequest = false
+    // Response parsing.
+    private var line: [UInt8] = []
+    private var headBytes = 0
+    private var expectStatusLine = true
+    private var decoder: HTTPBodyDecoder?
+    private var readsToClose = false
+    private var receivedAny = false
+    private var decoded: [UInt8] = []
+    // Backpressure.
+    private var paused = false
+    private var refusedBody: [UInt8]?
+    private var unreadInput: [UInt8] = []
+    // Lifecycle.
+    private var done = false
+    private var timer: LoopTimer?
+    private var retainedSelf: Unmanaged<UpstreamHTTPCall>?
+    private var startNanos: UInt64 = 0
+    private var headMillis: Double?
+    private var reported = false
+
+    static let maxHeadBytes = 64 * 1024
+
+    init(client: UpstreamClient, service: ServiceRuntime, member: UpstreamMember) {
+        self.client = client
+        self.service = service
+        self.member = member
+    }
+
+    private var name: String { service.config.name }
+
+    func start(_ r: UpstreamRequest, delegate: UpstreamCallDelegate) {
+        self.delegate = delegate
+        retainedSelf = Unmanaged.passRetained(self)
+        startNanos = Clock.monotonicNanos()
+        isHeadRequest = r.isHead
+        requestBytes = Self.requestBytes(r, authority: service.authority)
+        let timeout = service.config.responseTimeoutMillis
+        timer = LoopTimer(base: client.base, afterMillis: timeout) { [unowned self] in
+            self.timer = nil
+            if self.connection == nil {
+                self.fail(.upstreamUnreachable, "\(self.name) did not accept a connection at \(self.member.ip) within \(Units.formatMillis(timeout))", connectionError: true)
+            } else {
+                self.fail(.upstreamTimeout, "\(self.name) did not answer within \(Units.formatMillis(timeout))", connectionError: true)
+            }
+        }
+        if let c = client.pool.take(member) {
+            reusedConnection = true
+            send(on: c)
+        } else {
+            connectFresh()
+        }
+    }
+
+    /// `METHOD target HTTP/1.1`, `Host`, the forwarded header lines, `Content-Length`
+    /// for a body, then the body.
+    static func requestBytes(_ r: UpstreamRequest, authority: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(r.headerLines.count + r.pathAndQuery.count + r.body.count + 96)
+        out.append(contentsOf: r.isHead ? Array("HEAD".utf8) : r.method)
+        out.append(0x20)
+        out.append(contentsOf: r.pathAndQuery)
+        out.append(contentsOf: " HTTP/1.1\r\nHost: ".utf8)
+        out.append(contentsOf: authority)
+        out.append(contentsOf: [0x0D, 0x0A])
+        var start = 0
+        let lines = r.headerLines
+        for i in 0..<lines.count where lines[i] == 0 {
+            // "Name:" with nothing after it is a libcurl directive (suppress a default
+            // header); this client adds no defaults, so it is skipped.
+            if i > start && lines[i - 1] != UInt8(ascii: ":") {
+                out.append(contentsOf: lines[start..<i])
+                out.append(contentsOf: [0x0D, 0x0A])
+            }
+            start = i + 1
+        }
+        if r.hasBody && !r.isHead {
+            out.append(contentsOf: "Content-Length: ".utf8)
+            out.append(contentsOf: String(r.body.count).utf8)
+            out.append(contentsOf: [0x0D, 0x0A])
+        }
+        out.append(contentsOf: [0x0D, 0x0A])
+        if r.hasBody && !r.isHead { out.append(contentsOf: r.body) }
+        return out
+    }
+
+    private func connectFresh() {
+        reusedConnection = false
+        let member = self.member
+        UpstreamConnector(client: client).start(service: service, member: member) { [self] result in
+            switch result {
+            case .success(let fd):
+                let c = UpstreamConnection(fd: fd, memberKey: ObjectIdentifier(member), pool: client.pool, base: client.base)
+                // The call may have ended meanwhile (cancelled, timed out): the fresh
+                // connection is still good for the next one.
+                if done { client.pool.put(c) } else { send(on: c) }
+            case .failure(let f):
+                guard !done else { return }
+                switch f {
+                case .unreachable:
+                    fail(.upstreamUnreachable, "\(name) could not be connected at \(member.ip)", connectionError: true)
+                case .timedOut:
+                    fail(.upstreamUnreachable, "\(name) did not accept a connection at \(member.ip) within \(Units.formatMillis(service.config.connectTimeoutMillis))", connectionError: true)
+                case .other(let text):
+                    fail(.upstreamBadResponse, "\(name) at \(member.ip): \(text)", connectionError: false)
+                }
+            }
+        }
+    }
+
+    private func send(on c: UpstreamConnection) {
+        connection = c
+        c.user = self
+        let err = c.write(requestBytes)
+        if err != 0 { connectionFailed(c, errno: err) }
+    }
+
+    func cancel() {
+        guard !done else { return }
+        report(error: false)  // the client left: not the upstream's fault
+        delegate = nil
+        finish(reuse: false)
+    }
+
+    func resume() {
+        guard paused, !done else { return }
+        paused = false
+        if let refused = refusedBody {
+            refusedBody = nil
+            guard deliver(refused) else { return }
+            if decoder?.isComplete == true { complete(); return }
+        }
+        let input = unreadInput
+        unreadInput = []
+        if !input.isEmpty {
+            input.withUnsafeBytes { consume($0) }
+            guard !done, !paused else { return }
+        }
+        connection?.resumeReading()
+    }
+
+    // MARK: reading
+
+    func connectionReadable(_ c: UpstreamConnection) {
+        guard !done, c === connection else { return }
+        let buffer = client.readBuffer
+        let n = recv(c.fd, buffer.baseAddress, buffer.count, 0)
+        if n > 0 {
+            receivedAny = true
+            consume(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        } else if n == 0 {
+            ended(error: nil)
+        } else if errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR {
+            ended(error: errno)
+        }
+    }
+
+    func connectionFailed(_ c: UpstreamConnection, errno err: Int32) {
+        guard !done, c === connection else { return }
+        ended(error: err)
+    }
+
+    /// Parses what arrived: head lines first, then body.
+    private func consume(_ input: UnsafeRawBufferPointer) {
+        var i = 0
+        if !head.isComplete {
+            while i < input.count {
+                let rest = UnsafeRawBufferPointer(rebasing: input[i...])
+                guard let lf = rest.firstIndex(of: 0x0A) else {
+                    line.append(contentsOf: rest)
+                    headBytes += rest.count
+                    if headBytes > Self.maxHeadBytes { return badResponse("sent a response head over \(Self.maxHeadBytes / 1024) KiB") }
+                    return
+                }
+                let end = i + lf + 1
+                headBytes += lf + 1
+                if headBytes > Self.maxHeadBytes { return badResponse("sent a response head over \(Self.maxHeadBytes / 1024) KiB") }
+                let finished: Bool
+                if line.isEmpty {
+                    finished = feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]))
+                } else {
+                    line.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i..<end]))
+                    let l = line
+                    line.removeAll(keepingCapacity: true)
+                    finished = l.withUnsafeBytes { feedLine($0) }
+                }
+                if done { return }
+                i = end
+                if finished {
+                    headComplete()
+                    break
+                }
+            }
+            if !head.isComplete || done { return }
+        }
+        guard i < input.count else { return }
+        consumeBody(UnsafeRawBufferPointer(rebasing: input[i...]))
+    }
+
+    /// One head line; true when it ended the final head.
+    private func feedLine(_ l: UnsafeRawBufferPointer) -> Bool {
+        if expectStatusLine {
+            guard l.count >= 12, l.starts(with: "HTTP/1.".utf8) else {
+                badResponse("sent something that is not an HTTP/1.x response")
+                return false
+            }
+            expectStatusLine = false
+        }
+        let final = head.feed(l)
+        if final { return true }
+        if head.status == 0 { badResponse("sent an invalid status line"); return false }
+        // The blank line after a 1xx head: another status line follows.
+        if l.count <= 2 && (l.first == 0x0D || l.first == 0x0A) { expectStatusLine = true }
+        return false
+    }
+
+    private func headComplete() {
+        headMillis = Double(Clock.monotonicNanos() &- startNanos) / 1e6
+        if head.framingError { return badResponse("sent conflicting or invalid Content-Length headers") }
+        if isHeadRequest || head.status == 204 || head.status == 304 {
+            decoder = HTTPBodyDecoder(framing: .none, maxBodyBytes: 0)
+        } else if head.isChunked {
+            decoder = HTTPBodyDecoder(framing: .chunked, maxBodyBytes: 1 << 50)
+        } else if !head.hasTransferEncoding, let n = head.contentLength {
+            decoder = HTTPBodyDecoder(framing: .contentLength(n), maxBodyBytes: 1 << 50)
+        } else {
+            readsToClose = true
+        }
+        delegate?.upstreamHeadReceived(self)
+        if !done && decoder?.isComplete == true { complete() }
+    }
+
+    private func consumeBody(_ input: UnsafeRawBufferPointer) {
+        if readsToClose {
+            _ = deliverRaw(input)
+            return
+        }
+        guard var d = decoder else { return }
+        var i = 0
+        while i < input.count && !d.isComplete {
+            decoded.removeAll(keepingCapacity: true)
+            let used: Int
+            do {
+                used = try d.decode(UnsafeRawBufferPointer(rebasing: input[i...]), into: &decoded)
+            } catch {
+                decoder = d
+                return badResponse("sent a malformed chunked body")
+            }
+            decoder = d
+            i += used
+            if !decoded.isEmpty {
+                let piece = decoded
+                if !deliver(piece) {
+                    unreadInput.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i...]))
+                    return
+                }
+                if done { return }
+            }
+            if used == 0 { break }
+        }
+        if d.isComplete {
+            // Bytes after the body: the upstream is not speaking HTTP/1.1 properly.
+            complete(reusable: i == input.count)
+        }
+    }
+
+    /// Hands a piece of body to the delegate; false if it paused (the piece is kept).
+    private func deliver(_ piece: [UInt8]) -> Bool {
+        guard let d = delegate else { return true }
+        let taken = piece.withUnsafeBytes { d.upstreamBody(self, $0) }
+        if !taken && !done {
+            paused = true
+            refusedBody = piece
+            connection?.pauseReading()
+        }
+        return taken
+    }
+
+    private func deliverRaw(_ input: UnsafeRawBufferPointer) -> Bool {
+        guard let d = delegate else { return true }
+        if d.upstreamBody(self, input) { return true }
+        if !done {
+            paused = true
+            refusedBody = Array(input)
+            connection?.pauseReading()
+        }
+        return false
+    }
+
+    /// The connection closed (`error` nil) or failed.
+    private func ended(error: Int32?) {
+        if readsToClose && head.isComplete && error == nil { return complete(reusable: false) }
+        if !receivedAny && reusedConnection && !retriedStale {
+            // A pooled connection the upstream had closed: the request never reached it.
+            retriedStale = true
+            connection?.close()
+            connection = nil
+            connectFresh()
+            return
+        }
+        let how = error.map { String(cString: strerror($0)) } ?? "closed the connection"
+        if !head.isComplete {
+            fail(.upstreamBadResponse, "\(name) at \(member.ip): \(receivedAny ? "the response head was cut short (\(how))" : "no answer (\(how))")", connectionError: true)
+        } else {
+            fail(.upstreamBadResponse, "\(name) at \(member.ip): the response body was cut short (\(how))", connectionError: false)
+        }
+    }
+
+    // MARK: ending
+
+    private func badResponse(_ why: String) {
+        fail(.upstreamBadResponse, "\(name) at \(member.ip) \(why)", connectionError: false)
+    }
+
+    private func complete(reusable: Bool = true) {
+        guard !done else { return }
+        report(error: [500, 502, 503, 504].contains(head.status))
+        let d = delegate
+        delegate = nil
+        finish(reuse: reusable && head.allowsReuse && !readsToClose)
+        d?.upstreamFinished(self, .complete)
+    }
+
+    private func fail(_ code: GatewayErrorCode, _ message: String, connectionError: Bool) {
+        guard !done else { return }
+        report(error: true)
+        let d = delegate
+        delegate = nil
+        finish(reuse: false)
+        d?.upstreamFinished(self, .failed(code, message, connectionError: connectionError))
+    }
+
+    /// Feeds the outcome to the service's health once: latency to the head (or to the
+    /// end) and whether it was an error.
+    private func report(error: Bool) {
+        guard !reported else { return }
+        reported = true
+        let latency = headMillis ?? Double(Clock.monotonicNanos() &- startNanos) / 1e6
+        service.health.requestFinished(member, latencyMillis: latency, error: error)
+    }
+
+    private func finish(reuse: Bool) {
+        done = true
+        timer?.cancel()
+        timer = nil
+        if let c = connection {
+            connection = nil
+            if reuse { client.pool.put(c) } else { c.close() }
+        }
+        requestBytes = []
+        refusedBody = nil
+        unreadInput = []
+        let me = retainedSelf
+        retainedSelf = nil
+        me?.release()
+    }
+}
