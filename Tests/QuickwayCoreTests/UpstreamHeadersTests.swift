@@ -61,6 +61,37 @@ final class UpstreamHeadersTests: XCTestCase {
         XCTAssertEqual(String(decoding: r.reason, as: UTF8.self), "Created Now")
         XCTAssertEqual(r.contentLength, 12)
         XCTAssertEqual(String(decoding: r.linesToRelay(), as: UTF8.self), "Content-Type: text/plain\r\nSet-Cookie: a=1\r\n")
+        XCTAssertTrue(r.isChunked && r.hasTransferEncoding && r.allowsReuse)
+    }
+
+    /// Framing and reuse as RFC 9112 sections 6.3 and 9.3 define them.
+    func testResponseFramingAndReuse() {
+        func head(_ lines: [String]) -> UpstreamResponseHead {
+            var r = UpstreamResponseHead()
+            for l in lines + [""] { var t = l + "\r\n"; _ = t.withUTF8 { r.feed(UnsafeRawBufferPointer($0)) } }
+            return r
+        }
+        XCTAssertTrue(head(["HTTP/1.1 200 OK", "Content-Length: 3"]).allowsReuse)
+        XCTAssertFalse(head(["HTTP/1.1 200 OK", "Connection: close"]).allowsReuse)
+        XCTAssertFalse(head(["HTTP/1.0 200 OK", "Content-Length: 3"]).allowsReuse, "HTTP/1.0 closes unless keep-alive")
+        XCTAssertTrue(head(["HTTP/1.0 200 OK", "Connection: keep-alive", "Content-Length: 3"]).allowsReuse)
+        XCTAssertTrue(head(["HTTP/1.1 200 OK", "Content-Length: 3", "Content-Length: 3"]).allowsReuse, "equal repeats are allowed")
+        XCTAssertTrue(head(["HTTP/1.1 200 OK", "Content-Length: 3", "Content-Length: 4"]).framingError)
+        XCTAssertTrue(head(["HTTP/1.1 200 OK", "Content-Length: 3x"]).framingError)
+        XCTAssertTrue(head(["HTTP/1.1 200 OK", "Content-Length: -1"]).framingError)
+        let gzipOnly = head(["HTTP/1.1 200 OK", "Transfer-Encoding: gzip"])
+        XCTAssertTrue(gzipOnly.hasTransferEncoding && !gzipOnly.isChunked, "not chunked last: read to the close")
+        XCTAssertTrue(head(["HTTP/1.1 200 OK", "Transfer-Encoding: gzip, chunked"]).isChunked)
+    }
+
+    func testPlainHTTPRequestBytes() {
+        let r = UpstreamRequest(method: Array("POST".utf8), isHead: false, hasBody: true, body: Array("hi".utf8),
+                                headerLines: Array("X-A: 1\0Expect:\0Content-Type:\0X-B: 2\0".utf8), pathAndQuery: Array("/p?q=1".utf8))
+        XCTAssertEqual(String(decoding: UpstreamHTTPCall.requestBytes(r, authority: Array("api:8080".utf8)), as: UTF8.self),
+                       "POST /p?q=1 HTTP/1.1\r\nHost: api:8080\r\nX-A: 1\r\nX-B: 2\r\nContent-Length: 2\r\n\r\nhi")
+        let h = UpstreamRequest(method: Array("GET".utf8), isHead: true, hasBody: false, body: [], headerLines: [], pathAndQuery: Array("/".utf8))
+        XCTAssertEqual(String(decoding: UpstreamHTTPCall.requestBytes(h, authority: Array("api".utf8)), as: UTF8.self),
+                       "HEAD / HTTP/1.1\r\nHost: api\r\n\r\n")
     }
 }
 

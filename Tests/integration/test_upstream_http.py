@@ -1,0 +1,180 @@
+"""The plain-HTTP upstream client (UpstreamHTTPCall) against a scripted raw backend.
+
+The backend is a bare socket server that writes exact bytes, so each framing case of
+RFC 9112 section 6 is produced on purpose (split heads, 1xx, chunk extensions and
+trailers, close-delimited bodies, HTTP/1.0, conflicting lengths) and each connection's
+requests are recorded, which shows when the gateway reuses a connection and when not.
+"""
+import socket
+import socketserver
+import threading
+import time
+
+import pytest
+
+from harness import Gateway, free_port, http_call
+
+CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 1
+admin: { listen: 127.0.0.1:{ADMIN} }
+services:
+  raw: { host: raw.internal, port: RAW_PORT, ips: [127.0.0.5], retries: 0, timeouts: { connect: 1s, response: 3s } }
+routes:
+  - { name: raw, match: { path_prefix: / }, service: raw }
+"""
+
+SPLIT = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Split: yes\r\n\r\nhello"
+SCRIPTS = {
+    "/continue": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    "/chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n",
+    "/conflicting-length": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+    "/no-content": b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n",
+    "/http10": b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    "/http09": b"hello from the nineties",
+}
+
+
+class RawHandler(socketserver.BaseRequestHandler):
+    def handle(self):
+        server = self.server
+        with server.lock:
+            server.connections += 1
+            conn_id = server.connections
+        s = self.request
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        f = s.makefile("rb")
+        served = 0
+        while True:
+            line = f.readline()
+            if not line:
+                return
+            headers = {}
+            while True:
+                h = f.readline()
+                if h in (b"\r\n", b""):
+                    break
+                k, v = h.decode().split(":", 1)
+                headers[k.strip().lower()] = v.strip()
+            body = f.read(int(headers.get("content-length", 0)))
+            method, path, _ = line.decode().split(" ")
+            with server.lock:
+                server.log.append({"conn": conn_id, "method": method, "path": path, "headers": headers, "body": body})
+            served += 1
+            if path == "/drop-second" and served > 1:
+                return                      # closes without answering: a stale keep-alive
+            if path in ("/split", "/drop-second"):
+                payload = SPLIT if method != "HEAD" else SPLIT[:-5]
+                for i in range(len(payload)):
+                    s.sendall(payload[i:i + 1])
+                    time.sleep(0.0005)
+            elif path == "/close-delimited":
+                s.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nread until the end")
+                return
+            elif path in SCRIPTS:
+                s.sendall(SCRIPTS[path])
+                if path in ("/http10", "/http09"):
+                    return
+            else:
+                s.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+
+class RawServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+
+@pytest.fixture(scope="module")
+def env():
+    port = free_port("127.0.0.5")
+    raw = RawServer(("127.0.0.5", port), RawHandler)
+    raw.lock = threading.Lock()
+    raw.connections = 0
+    raw.log = []
+    threading.Thread(target=raw.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    g = Gateway(CONFIG.replace("RAW_PORT", str(port)))
+    yield g, raw
+    assert g.stop() == 0, g.logs()
+    raw.shutdown()
+    raw.server_close()
+
+
+def last(raw, path):
+    with raw.lock:
+        return [r for r in raw.log if r["path"] == path][-1]
+
+
+def test_head_split_byte_by_byte_and_the_request_as_sent(env):
+    g, raw = env
+    st, h, body = http_call(g, "POST", "/split", {"Content-Type": "text/plain", "Accept": "text/plain"}, b"payload")
+    assert (st, body, h["x-split"]) == (200, b"hello", "yes")
+    seen = last(raw, "/split")
+    assert seen["method"] == "POST" and seen["body"] == b"payload"
+    assert seen["headers"]["host"] == f"raw.internal:{raw.server_address[1]}"
+    assert seen["headers"]["content-length"] == "7"
+    assert seen["headers"]["accept"] == "text/plain"       # the client's, nothing added
+    assert "expect" not in seen["headers"] and "transfer-encoding" not in seen["headers"]
+    assert seen["headers"]["x-forwarded-for"] == "127.0.0.1"
+
+
+def test_keep_alive_connection_is_reused_for_framed_answers(env):
+    g, raw = env
+    for path in ("/split", "/chunked", "/no-content", "/continue", "/split"):
+        http_call(g, "GET", path)
+    conns = {last(raw, p)["conn"] for p in ("/split", "/chunked", "/no-content", "/continue")}
+    assert len(conns) == 1, f"one pooled connection expected, saw {conns}"
+
+
+def test_interim_1xx_chunk_extensions_trailers_and_no_content(env):
+    g, _ = env
+    assert http_call(g, "GET", "/continue")[::2] == (200, b"ok")
+    st, h, body = http_call(g, "GET", "/chunked")
+    assert (st, body) == (200, b"hello world")
+    assert "transfer-encoding" not in h or h["transfer-encoding"] == "chunked"
+    st, h, body = http_call(g, "GET", "/no-content")
+    assert (st, body, h["x-a"]) == (204, b"", "1")
+
+
+def test_close_delimited_and_http10_answers_are_whole_and_not_reused(env):
+    g, raw = env
+    for path in ("/close-delimited", "/http10"):
+        st, _, body = http_call(g, "GET", path)
+        assert st == 200, body
+        assert body == (b"read until the end" if path == "/close-delimited" else b"ok")
+        before = raw.connections
+        http_call(g, "GET", "/split")
+        assert last(raw, "/split")["conn"] > last(raw, path)["conn"], "a closed connection was reused"
+        assert raw.connections >= before
+
+
+def test_head_request_gets_no_body_and_keeps_the_connection(env):
+    g, raw = env
+    http_call(g, "GET", "/split")
+    conn = last(raw, "/split")["conn"]
+    st, h, body = http_call(g, "HEAD", "/split")
+    assert (st, body, h["content-length"]) == (200, b"", "5")
+    assert last(raw, "/split")["method"] == "HEAD"
+    http_call(g, "GET", "/split")
+    assert last(raw, "/split")["conn"] == conn
+
+
+def test_invalid_framing_is_a_clean_502(env):
+    g, _ = env
+    for path in ("/conflicting-length", "/http09"):
+        st, _, body = http_call(g, "GET", path)
+        assert st == 502 and b"upstream_bad_response" in body, (path, body)
+
+
+def test_stale_pooled_connection_is_replaced_without_an_error(env):
+    """The backend closes a kept-alive connection when the next request arrives on it
+    (as a server whose keep-alive timeout just ran out): the request never reached the
+    application, so the gateway sends it again on a fresh connection, even a POST."""
+    g, raw = env
+    assert http_call(g, "GET", "/drop-second")[0] == 200
+    first = last(raw, "/drop-second")["conn"]
+    st, _, body = http_call(g, "POST", "/drop-second", body=b"once")
+    assert (st, body) == (200, b"hello")
+    with raw.lock:
+        seen = [r["conn"] for r in raw.log if r["path"] == "/drop-second"]
+    assert seen[-2] == first and seen[-1] != first, seen
