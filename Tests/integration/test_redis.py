@@ -274,3 +274,18 @@ def test_a_stalled_redis_costs_at_most_the_timeout(backend):
         r.resume()
         assert g.stop() == 0, g.logs()
         r.stop()
+
+
+def test_reload_keeps_the_running_redis_settings_and_says_so(redis, backend):
+    g = make_gateway(redis, backend)
+    try:
+        text = open(g.config_path).read()
+        open(g.config_path, "w").write(text.replace("timeout: 100ms", "timeout: 900ms"))
+        req = urllib.request.Request(f"http://127.0.0.1:{g.admin_port}/reload", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            changes = json.loads(r.read())["changes"]
+        assert any("redis changes need a restart" in c for c in changes), changes
+        assert g.stats()["redis"]["timeout_ms"] == 100
+        assert g.stats()["redis"]["connected"]
+    finally:
+        assert g.stop() == 0, g.logs()
