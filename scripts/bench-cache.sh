@@ -134,12 +134,10 @@ if [ "$CASE" = all ] || [ "$CASE" = cache ]; then
   done
   print_medians "$WORK/results" "cache hit"
   python3 - "$WORK/results" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, *vals = line.split()
-    rows.setdefault(name, []).append([float(v) for v in vals])
-med = {k: [statistics.median(c) for c in zip(*v)] for k, v in rows.items()}
+import sys
+sys.path.insert(0, "scripts")
+from bench_medians import medians
+med = medians(sys.argv[1])
 peers = {k: v for k, v in med.items() if k != "quickway"}
 best_rps = max(peers, key=lambda k: peers[k][0]); best_cpu = min(peers, key=lambda k: peers[k][3])
 q = med["quickway"]

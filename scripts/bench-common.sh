@@ -58,14 +58,11 @@ PY
 # Medians of result lines "name v1 v2 ..." from a file, printed as a table.
 print_medians() {
   python3 - "$1" "$2" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, *vals = line.split()
-    rows.setdefault(name, []).append([float(v) for v in vals])
+import sys
+sys.path.insert(0, "scripts")
+from bench_medians import medians
 print(f"\n{sys.argv[2]:<14}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/req':>12}{'non-2xx':>9}")
-for k, v in rows.items():
-    m = [statistics.median(c) for c in zip(*v)]
+for k, m in medians(sys.argv[1]).items():
     print(f"{k:<14}{m[0]:>10.0f}{m[1]:>10.3f}{m[2]:>10.3f}{m[3]:>12.2f}{m[4]:>9.0f}")
 PY
 }

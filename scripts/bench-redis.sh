@@ -94,12 +94,10 @@ done
 print_medians "$WORK/results" "cache hit"
 curl -s "http://127.0.0.1:$P_REDIS_ADMIN/stats" | python3 -c 'import json,sys; s=json.load(sys.stdin); r=s["redis"]; print("\nqw-redis: local entries %d, redis hits %d, misses %d, timeouts %d, unavailable %d" % (s["cache"]["entries"], r["cache"]["hits"], r["cache"]["misses"], r["timeouts"], r["unavailable"]))'
 python3 - "$WORK/results" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, *vals = line.split()
-    rows.setdefault(name, []).append([float(v) for v in vals])
-med = {k: [statistics.median(c) for c in zip(*v)] for k, v in rows.items()}
+import sys
+sys.path.insert(0, "scripts")
+from bench_medians import medians
+med = medians(sys.argv[1])
 l, r, n = med["qw-local"], med["qw-redis"], med["nginx"]
 print(f"ratio qw-redis/qw-local: req/s {r[0] / l[0]:.2f}x, p99 {r[2] / l[2]:.2f}x, gateway CPU/req {r[3] / l[3]:.2f}x; "
       f"Redis CPU per request {r[5]:.2f} us")

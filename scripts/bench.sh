@@ -201,12 +201,10 @@ done
 
 print_medians "$WORK/results" "case"
 python3 - "$WORK/results" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, *vals = line.split()
-    rows.setdefault(name, []).append([float(v) for v in vals])
-med = {k: [statistics.median(col) for col in zip(*v)] for k, v in rows.items()}
+import sys
+sys.path.insert(0, "scripts")
+from bench_medians import medians
+med = medians(sys.argv[1])
 print()
 if "quickway" in med:
     q, n = med["quickway"], med["nginx"]

@@ -6,7 +6,10 @@ purpose) and 404s. Every 10 s it samples the gateway's resident memory and open
 descriptors; at the end it reports errors beyond the ones sent on purpose and the memory
 curve after warm-up. Exit status 1 if anything unexpected happened.
 
-usage: soak.py --binary PATH [--seconds 600] [--rate 150]
+With --redis the gateway also uses a real redis-server (started here, on loopback) as its
+shared tier: every signed call claims its nonce there and cache misses ask it first.
+
+usage: soak.py --binary PATH [--seconds 600] [--rate 150] [--redis]
 """
 import argparse
 import concurrent.futures
@@ -55,6 +58,7 @@ def main():
     ap.add_argument("--binary", required=True)
     ap.add_argument("--seconds", type=int, default=600)
     ap.add_argument("--rate", type=int, default=150)
+    ap.add_argument("--redis", action="store_true", help="share nonces and cache through a real redis-server")
     ap.add_argument("--sanitizer-build", action="store_true",
                     help="AddressSanitizer build: its quarantine keeps freed memory, so the memory curve is not judged")
     a = ap.parse_args()
@@ -62,7 +66,12 @@ def main():
     port = harness.free_port("127.0.0.2", also=["127.0.0.3"])
     backends = [harness.Backend(ip, port) for ip in ("127.0.0.2", "127.0.0.3")]
     log = f"/tmp/quickway-soak-{os.getpid()}.log"
-    g = harness.Gateway(CONFIG.replace("BACKEND_PORT", str(port)).replace("ACCESSLOG", log))
+    config = CONFIG.replace("BACKEND_PORT", str(port)).replace("ACCESSLOG", log)
+    redis = None
+    if a.redis:
+        redis = harness.RedisServer()
+        config += f"redis: {{ url: \"redis://127.0.0.1:{redis.port}/0\", timeout: 200ms }}\n"
+    g = harness.Gateway(config)
     expected = {"/c/": {200}, "/m/": {200}, "/s/ok": {200}, "/s/bad": {401}, "/o/": {200}, "/nope": {404}}
     counts, unexpected = {}, []
     lock = threading.Lock()
@@ -83,6 +92,7 @@ def main():
                 unexpected.append((kind, path, st))
 
     samples = []
+    last_redis = None
     start = time.monotonic()
     deadline = start + a.seconds
     next_sample = start
@@ -117,6 +127,7 @@ def main():
                 rss = int(next(l for l in status.splitlines() if l.startswith("VmRSS:")).split()[1])
                 fds = len(os.listdir(f"/proc/{g.proc.pid}/fd"))
                 s = g.stats()
+                last_redis = s.get("redis")
                 samples.append((round(time.monotonic() - start), rss, fds, s["requests"]["total"]))
                 print(f"t={samples[-1][0]:>4}s rss={rss / 1024:7.1f} MiB fds={fds:>4} requests={s['requests']['total']:>8} "
                       f"unexpected={len(unexpected)}", flush=True)
@@ -127,6 +138,9 @@ def main():
         g.stop()
         for b in backends:
             b.stop()
+        if redis:
+            print("redis:", json.dumps(last_redis), flush=True)
+            redis.stop()
     total = sum(counts.values())
     warm = [s for s in samples if s[0] >= 120] or samples   # after the cache and nonce store filled
     growth = (warm[-1][1] - warm[0][1]) / 1024

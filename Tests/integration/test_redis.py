@@ -5,6 +5,7 @@ AUTH step is exercised too). Signed calls are made by examples/qw1_client.py (wr
 from spec/signature.md); the Redis contents are read back with the harness's own
 RESP client, not the gateway's.
 """
+import contextlib
 import json
 import os
 import signal
@@ -68,6 +69,19 @@ def make_gateway(redis, backend, on_failure="fail_closed", timeout="100ms"):
     g = Gateway(text, workers=2, env={"QW_TEST_REDIS_PASSWORD": REDIS_PASSWORD})
     wait_until(lambda: g.stats()["redis"]["connected"], timeout=10, what="redis links up")
     return g
+
+
+@contextlib.contextmanager
+def own_redis_and_gateway(backend, **gateway_options):
+    """A Redis of the test's own (it will be stopped or frozen) and one gateway on it."""
+    r = RedisServer(password=REDIS_PASSWORD)
+    g = make_gateway(r, backend, **gateway_options)
+    try:
+        yield r, g
+    finally:
+        r.resume()
+        assert g.stop() == 0, g.logs()
+        r.stop()
 
 
 def signed_headers(method, target, body=b""):
@@ -207,9 +221,7 @@ def test_password_is_never_shown(pair, redis):
 
 
 def test_redis_stopped_fail_closed_then_recovers(backend):
-    r = RedisServer(password=REDIS_PASSWORD)
-    g = make_gateway(r, backend, on_failure="fail_closed")
-    try:
+    with own_redis_and_gateway(backend, on_failure="fail_closed") as (r, g):
         r.stop()
         wait_until(lambda: not g.stats()["redis"]["connected"], timeout=5, what="link down")
         t0 = time.monotonic()
@@ -230,15 +242,10 @@ def test_redis_stopped_fail_closed_then_recovers(backend):
         links = s["links"]
         assert links == 4  # two workers, the admin loop, the purge subscriber
         assert s["disconnects"] == links and s["connects"] == 2 * links and s["links_up"] == links
-    finally:
-        assert g.stop() == 0, g.logs()
-        r.stop()
 
 
 def test_redis_stopped_fail_open_uses_the_local_store(backend):
-    r = RedisServer(password=REDIS_PASSWORD)
-    g = make_gateway(r, backend, on_failure="fail_open")
-    try:
+    with own_redis_and_gateway(backend, on_failure="fail_open") as (r, g):
         r.stop()
         wait_until(lambda: not g.stats()["redis"]["connected"], timeout=5, what="link down")
         headers = signed_headers("GET", "/signed/open")
@@ -246,15 +253,10 @@ def test_redis_stopped_fail_open_uses_the_local_store(backend):
         st, _, body = http_call(g, "GET", "/signed/open", headers)
         assert st == 401 and code(body) == "auth_replayed"
         assert g.stats()["redis"]["nonces"]["fail_open"] == 2
-    finally:
-        assert g.stop() == 0, g.logs()
-        r.stop()
 
 
 def test_a_stalled_redis_costs_at_most_the_timeout(backend):
-    r = RedisServer(password=REDIS_PASSWORD)
-    g = make_gateway(r, backend, on_failure="fail_closed", timeout="80ms")
-    try:
+    with own_redis_and_gateway(backend, on_failure="fail_closed", timeout="80ms") as (r, g):
         r.pause()
         for i in range(3):
             t0 = time.monotonic()
@@ -270,10 +272,6 @@ def test_a_stalled_redis_costs_at_most_the_timeout(backend):
         # The stuck connection is dropped and made again (or simply answers again).
         wait_until(lambda: http_call(g, "GET", "/signed/after", signed_headers("GET", "/signed/after"))[0] == 200,
                    timeout=10, interval=0.2, what="signed calls accepted after Redis resumed")
-    finally:
-        r.resume()
-        assert g.stop() == 0, g.logs()
-        r.stop()
 
 
 def test_reload_keeps_the_running_redis_settings_and_says_so(redis, backend):
