@@ -86,9 +86,7 @@ final class RedisLink {
             return
         }
         let me = Unmanaged.passUnretained(self).toOpaque()
-        let rc = command.bytes.withUnsafeBytes { b in
-            redisAsyncFormattedCommand(ctx, redisReplyCallback, me, b.baseAddress!.assumingMemoryBound(to: CChar.self), b.count)
-        }
+        let rc = command.withCString { redisAsyncFormattedCommand(ctx, redisReplyCallback, me, $0, $1) }
         guard rc == REDIS_OK else {
             stats.add(.unavailable)
             done(.unavailable("Redis refused the command (the connection is closing)"))
@@ -194,9 +192,7 @@ final class RedisLink {
         if let sub = subscription {
             // hiredis keeps this callback for every message on the channel (not in `pending`).
             let cmd = RedisCommand([Array("SUBSCRIBE".utf8), sub.channel])
-            _ = cmd.bytes.withUnsafeBytes { b in
-                redisAsyncFormattedCommand(ctx, redisMessageCallback, ctx.pointee.data, b.baseAddress!.assumingMemoryBound(to: CChar.self), b.count)
-            }
+            _ = cmd.withCString { redisAsyncFormattedCommand(ctx, redisMessageCallback, ctx.pointee.data, $0, $1) }
         }
         connectTimer = LoopTimer(base: base, afterMillis: max(1000, 4 * defaultTimeoutMillis)) { [unowned self] in
             self.connectTimer = nil

@@ -48,30 +48,44 @@ enum RedisReply {
 
 /// Redis commands in RESP form, built as bytes (`*N` then `$len` + argument for each).
 /// hiredis takes them ready-made through `redisAsyncFormattedCommand`.
+///
+/// The buffer ends with a NUL that is not part of the command: hiredis scans a
+/// formatted command with `strchr` to find its arguments (all of them for SUBSCRIBE),
+/// as it would its own NUL-terminated sds strings; without it that scan runs past the
+/// end (AddressSanitizer caught it in the soak).
 struct RedisCommand {
-    private(set) var bytes: [UInt8] = []
+    private var storage: [UInt8] = []
+
+    /// The command's bytes (without the terminating NUL).
+    var bytes: [UInt8] { Array(storage.dropLast()) }
+
+    /// Calls `body` with the command (NUL-terminated in memory, `length` without it).
+    func withCString<R>(_ body: (UnsafePointer<CChar>, Int) -> R) -> R {
+        storage.withUnsafeBytes { body($0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count - 1) }
+    }
 
     init(_ args: [[UInt8]]) {
-        bytes.reserveCapacity(args.reduce(16) { $0 + $1.count + 16 })
-        bytes.append(UInt8(ascii: "*"))
+        storage.reserveCapacity(args.reduce(16) { $0 + $1.count + 16 })
+        storage.append(UInt8(ascii: "*"))
         appendDecimal(args.count)
         for a in args { append(argument: a) }
+        storage.append(0)
     }
 
     init(_ args: String...) { self.init(args.map { Array($0.utf8) }) }
 
     private mutating func append(argument a: [UInt8]) {
-        bytes.append(UInt8(ascii: "$"))
+        storage.append(UInt8(ascii: "$"))
         appendDecimal(a.count)
-        bytes.append(contentsOf: a)
-        bytes.append(0x0D); bytes.append(0x0A)
+        storage.append(contentsOf: a)
+        storage.append(0x0D); storage.append(0x0A)
     }
 
     private mutating func appendDecimal(_ n: Int) {
         var digits: [UInt8] = []
         var v = n
         repeat { digits.append(UInt8(ascii: "0") + UInt8(v % 10)); v /= 10 } while v > 0
-        bytes.append(contentsOf: digits.reversed())
-        bytes.append(0x0D); bytes.append(0x0A)
+        storage.append(contentsOf: digits.reversed())
+        storage.append(0x0D); storage.append(0x0A)
     }
 }
