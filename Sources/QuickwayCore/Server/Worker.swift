@@ -56,12 +56,17 @@ final class Worker {
     private var pendingHandler: RequestHandler?
 
     private var mailbox: [() -> Void] = []
+    /// Set (under `pendingLock`) once the loop has ended and its base is freed: from then
+    /// on nothing may wake it, so posts are dropped.
+    private var loopClosed = false
 
     /// Runs `work` on this worker's loop, from any thread; wakes the loop at once.
+    /// After the loop has ended, `work` is dropped (whatever it answered is gone too).
     func post(_ work: @escaping () -> Void) {
         pendingLock.lock()
+        defer { pendingLock.unlock() }
+        guard !loopClosed else { return }
         mailbox.append(work)
-        pendingLock.unlock()
         event_active(controlEvent, EV_READ, 0)
     }
 
@@ -69,8 +74,9 @@ final class Worker {
     /// switches to it between requests. Requests already started keep their own.
     func install(_ h: RequestHandler) {
         pendingLock.lock()
+        defer { pendingLock.unlock() }
+        guard !loopClosed else { return }
         pendingHandler = h
-        pendingLock.unlock()
         event_active(controlEvent, EV_READ, 0)
     }
 
@@ -87,7 +93,12 @@ final class Worker {
         let thread = Thread { [self] in
             event_base_dispatch(base)
             accessLog?.flush()
+            // Order matters: connections still open (cut at the drain deadline) cancel
+            // their upstream calls while the upstream client exists; then the client, the
+            // Redis links and the probes free their events (onLoopExit); then the base.
+            for c in Array(connections.values) { c.closeNow() }
             onLoopExit?()
+            closeLoop()
             finished.signal()
         }
         thread.name = name
@@ -101,7 +112,22 @@ final class Worker {
     /// Asks the loop (from any thread) to stop accepting and finish what is in flight.
     func requestDrain() {
         qw_flag_store(&drainFlag, 1)
-        event_active(controlEvent, EV_READ, 0)
+        pendingLock.lock()
+        defer { pendingLock.unlock() }
+        if !loopClosed { event_active(controlEvent, EV_READ, 0) }
+    }
+
+    /// Frees the worker's own events and its event base once the loop has ended (loop
+    /// thread). Everything else on the base has freed its events by then.
+    private func closeLoop() {
+        pendingLock.lock()
+        loopClosed = true
+        mailbox.removeAll()
+        pendingLock.unlock()
+        for e in [listenEvent, sweepEvent, controlEvent, drainDeadlineEvent] { if let e { event_free(e) } }
+        listenEvent = nil; sweepEvent = nil; controlEvent = nil; drainDeadlineEvent = nil
+        if listenFD >= 0 { close(listenFD); listenFD = -1 }
+        event_base_free(base)
     }
 
     // MARK: loop-thread side
