@@ -195,6 +195,28 @@ def test_purge_reaches_redis_and_every_gateways_local_tier(pair, backend):
     assert backend.path_hits("/cached/keep/1") == 1
 
 
+def purge(g, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{g.admin_port}/cache/purge", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def test_purge_by_key_and_purge_all_reach_redis(pair, redis):
+    a, b = pair
+    for path in ("/cached/k/1", "/cached/k/2", "/cached/k/3"):
+        get(a, path)
+    keys = lambda: sorted(k for k in redis.command("KEYS", "quickway:c:*", db=3) if b"/cached/k/" in k)
+    wait_until(lambda: len(keys()) == 3, what="three entries in Redis")
+    out = purge(b, json.dumps({"key": "GET api.example.com/cached/k/2?"}).encode())
+    assert out["purged_redis"] == 1, out
+    assert keys() == [b"quickway:c:GET api.example.com/cached/k/1?", b"quickway:c:GET api.example.com/cached/k/3?"]
+    # A's local copy of k/2 went too (published), so A asks upstream again.
+    wait_until(lambda: get(a, "/cached/k/2")[1]["x-cache"] == "MISS", timeout=5, what="A's local k/2 purged")
+    out = purge(a, b"{}")
+    assert out["purged_redis"] >= 3 and redis.command("KEYS", "quickway:c:*", db=3) == []
+    wait_until(lambda: get(b, "/cached/k/1")[1]["x-cache"] == "MISS", timeout=5, what="B's local tier emptied")
+
+
 def test_merging_stays_per_gateway_and_the_leader_asks_redis_once(pair, backend):
     import concurrent.futures
     a, _ = pair
