@@ -19,10 +19,7 @@ parse_bench_options "$@"
 need_tools nginx:nginx-light wrk:wrk haproxy:haproxy varnishd:varnish
 scripts/setup.sh >/dev/null
 QW=$PWD/.build/release/quickway
-WORK=$(mktemp -d /tmp/qw-bench-cache.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
+bench_workdir cache
 
 BACKEND=127.0.0.2:18381; MERGE_BACKEND=127.0.0.3:18382
 P_QW=18380; P_QW_ADMIN=18390; P_NGINX=18383; P_HAPROXY=18384; P_VARNISH=18385

@@ -23,6 +23,13 @@ need_tools() {
   fi
 }
 
+# A work folder (/tmp/qw-bench-NAME.*) and PIDS, the processes started for the run:
+# on exit every one is stopped by its PID and the folder removed.
+bench_workdir() {
+  WORK=$(mktemp -d "/tmp/qw-bench-$1.XXXXXX"); PIDS=()
+  trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+}
+
 wait_up() { for _ in $(seq 150); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "bench: $1 did not come up" >&2; exit 1; }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

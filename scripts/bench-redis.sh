@@ -19,10 +19,7 @@ parse_bench_options "$@"
 need_tools nginx:nginx-light wrk:wrk redis-server:redis-server
 scripts/setup.sh >/dev/null
 QW=$PWD/.build/release/quickway
-WORK=$(mktemp -d /tmp/qw-bench-redis.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
+bench_workdir redis
 
 BACKEND=127.0.0.2:18481; REDIS_PORT=18489
 P_LOCAL=18480; P_LOCAL_ADMIN=18490; P_REDIS=18482; P_REDIS_ADMIN=18492; P_NGINX=18483

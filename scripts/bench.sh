@@ -40,8 +40,7 @@ parse_bench_options "$@"
 need_tools nginx:nginx-light wrk:wrk
 scripts/setup.sh >/dev/null
 if [ "$CASE" = routing ]; then
-  WORK=$(mktemp -d /tmp/qw-bench-routing.XXXXXX); PIDS=()
-  trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+  bench_workdir routing
   RPORT=18681
   cat > "$WORK/q.yaml" <<CONF
 listen: 127.0.0.1:18680
