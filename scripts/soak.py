@@ -71,7 +71,15 @@ def main():
     if a.redis:
         redis = harness.RedisServer()
         config += f"redis: {{ url: \"redis://127.0.0.1:{redis.port}/0\", timeout: 200ms }}\n"
-    g = harness.Gateway(config)
+    try:
+        g = harness.Gateway(config)
+    except BaseException:
+        # Nothing started here may outlive the run.
+        for b in backends:
+            b.stop()
+        if redis:
+            redis.stop()
+        raise
     expected = {"/c/": {200}, "/m/": {200}, "/s/ok": {200}, "/s/bad": {401}, "/o/": {200}, "/nope": {404}}
     counts, unexpected = {}, []
     lock = threading.Lock()

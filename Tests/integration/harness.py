@@ -364,7 +364,11 @@ class RedisServer:
             args += ["--requirepass", self.password]
         self.log = open(os.path.join(self.dir, "redis.log"), "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(lambda: _connectable("127.0.0.1", self.port), what=f"redis-server on {self.port}")
+        try:
+            wait_until(lambda: _connectable("127.0.0.1", self.port), what=f"redis-server on {self.port}")
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self):
         if self.proc and self.proc.poll() is None:

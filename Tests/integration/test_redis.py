@@ -67,7 +67,11 @@ def make_gateway(redis, backend, on_failure="fail_closed", timeout="100ms"):
     text = (CONFIG.replace("REDIS_PORT", str(redis.port)).replace("BACKEND_PORT", str(backend.server.server_address[1]))
             .replace("ON_FAILURE", on_failure).replace("TIMEOUT", timeout))
     g = Gateway(text, workers=2, env={"QW_TEST_REDIS_PASSWORD": REDIS_PASSWORD})
-    wait_until(lambda: g.stats()["redis"]["connected"], timeout=10, what="redis links up")
+    try:
+        wait_until(lambda: g.stats()["redis"]["connected"], timeout=10, what="redis links up")
+    except BaseException:
+        g.stop()
+        raise
     return g
 
 
@@ -75,13 +79,15 @@ def make_gateway(redis, backend, on_failure="fail_closed", timeout="100ms"):
 def own_redis_and_gateway(backend, **gateway_options):
     """A Redis of the test's own (it will be stopped or frozen) and one gateway on it."""
     r = RedisServer(password=REDIS_PASSWORD)
-    g = make_gateway(r, backend, **gateway_options)
+    g = None
     try:
+        g = make_gateway(r, backend, **gateway_options)
         yield r, g
     finally:
         r.resume()
-        assert g.stop() == 0, g.logs()
+        stopped = g.stop() if g else 0
         r.stop()
+        assert stopped == 0, g.logs()
 
 
 def signed_headers(method, target, body=b""):
@@ -117,7 +123,11 @@ def redis():
 @pytest.fixture(scope="module")
 def pair(redis, backend):
     a = make_gateway(redis, backend)
-    b = make_gateway(redis, backend)
+    try:
+        b = make_gateway(redis, backend)
+    except BaseException:
+        a.stop()
+        raise
     yield a, b
     assert a.stop() == 0, a.logs()
     assert b.stop() == 0, b.logs()
