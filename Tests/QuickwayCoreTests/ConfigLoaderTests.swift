@@ -96,7 +96,7 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertTrue(found.first?.message.hasPrefix("not valid YAML") ?? false)
     }
 
-    func testFeaturesNotBuiltAreRefusedNotIgnored() {
+    func testEverySpecSectionIsAcceptedAndBadValuesNamed() {
         let yaml = minimal.replacingOccurrences(of: "service: catalog", with: "service: catalog\n    coalesce: true\n    cache: { ttl: 10s }")
             + "\nredis:\n  url: redis://127.0.0.1:6379/0\n"
         let found = issues(yaml)
