@@ -56,8 +56,12 @@ class RawHandler(socketserver.BaseRequestHandler):
                     break
                 k, v = h.decode().split(":", 1)
                 headers[k.strip().lower()] = v.strip()
-            body = f.read(int(headers.get("content-length", 0)))
             method, path, _ = line.decode().split(" ")
+            if path == "/early":
+                # Answers before reading the body (as a server refusing an upload does),
+                # then reads it and keeps the connection for the next request.
+                s.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+            body = f.read(int(headers.get("content-length", 0)))
             with server.lock:
                 server.log.append({"conn": conn_id, "method": method, "path": path, "headers": headers, "body": body})
             served += 1
@@ -71,6 +75,8 @@ class RawHandler(socketserver.BaseRequestHandler):
             elif path == "/close-delimited":
                 s.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nread until the end")
                 return
+            elif path == "/early":
+                pass
             elif path in SCRIPTS:
                 s.sendall(SCRIPTS[path])
                 if path in ("/http10", "/http09"):
@@ -192,3 +198,15 @@ def test_large_request_body_is_written_whole_when_the_socket_fills(env):
     seen = last(raw, "/split")
     assert seen["headers"]["content-length"] == str(len(payload))
     assert hashlib.sha256(seen["body"]).hexdigest() == hashlib.sha256(payload).hexdigest()
+
+
+def test_answer_before_the_body_is_written_does_not_reuse_the_connection(env):
+    """An upstream that answers before reading the whole upload leaves part of the
+    request unwritten: that connection must not carry the next request."""
+    import os
+    g, raw = env
+    st, _, _ = http_call(g, "POST", "/early", {"Content-Type": "application/octet-stream"}, os.urandom(6 * 1024 * 1024), timeout=30)
+    assert st == 413
+    st, _, body = http_call(g, "GET", "/split", timeout=10)
+    assert (st, body) == (200, b"hello")
+    assert last(raw, "/split")["conn"] != last(raw, "/early")["conn"]

@@ -64,6 +64,10 @@ final class UpstreamConnection {
         return 0
     }
 
+    /// Part of the request is still unwritten (an upstream may answer before it has read
+    /// the whole body); such a connection cannot be reused.
+    var hasPendingOutput: Bool { outputOffset < output.count }
+
     fileprivate func writable() {
         let err = flush()
         if err != 0 { user?.connectionFailed(self, errno: err) }

@@ -373,7 +373,7 @@ final class UpstreamHTTPCall: UpstreamCall {
         timer = nil
         if let c = connection {
             connection = nil
-            if reuse { client.pool.put(c) } else { c.close() }
+            if reuse && !c.hasPendingOutput { client.pool.put(c) } else { c.close() }
         }
         requestBytes = []
         refusedBody = nil
