@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import Gateway, free_port, http_call
+from harness import Gateway, free_port, http_call, wait_until
 
 CONFIG = """
 listen: 127.0.0.1:{PORT}
@@ -61,6 +61,7 @@ class RawHandler(socketserver.BaseRequestHandler):
                 # Answers before reading the body (as a server refusing an upload does),
                 # then reads it and keeps the connection for the next request.
                 s.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+                time.sleep(0.3)   # the gateway sees the answer with most of the body unsent
             body = f.read(int(headers.get("content-length", 0)))
             with server.lock:
                 server.log.append({"conn": conn_id, "method": method, "path": path, "headers": headers, "body": body})
@@ -209,4 +210,5 @@ def test_answer_before_the_body_is_written_does_not_reuse_the_connection(env):
     assert st == 413
     st, _, body = http_call(g, "GET", "/split", timeout=10)
     assert (st, body) == (200, b"hello")
+    wait_until(lambda: any(r["path"] == "/early" for r in raw.log), what="the backend logged /early")
     assert last(raw, "/split")["conn"] != last(raw, "/early")["conn"]
