@@ -82,6 +82,8 @@ final class UpstreamHeadersTests: XCTestCase {
         let gzipOnly = head(["HTTP/1.1 200 OK", "Transfer-Encoding: gzip"])
         XCTAssertTrue(gzipOnly.hasTransferEncoding && !gzipOnly.isChunked, "not chunked last: read to the close")
         XCTAssertTrue(head(["HTTP/1.1 200 OK", "Transfer-Encoding: gzip, chunked"]).isChunked)
+        let both = head(["HTTP/1.1 200 OK", "Content-Length: 5", "Transfer-Encoding: chunked"])
+        XCTAssertTrue(both.isChunked && !both.allowsReuse, "chunked wins, then the connection closes")
     }
 
     func testPlainHTTPRequestBytes() {

@@ -22,8 +22,11 @@ public struct UpstreamResponseHead {
     public private(set) var framingError = false
 
     /// Whether the connection may carry another request after this response.
+    /// Not after both `Transfer-Encoding` and `Content-Length` (RFC 9112 6.3: the
+    /// coding wins, and the connection must be closed afterwards).
     public var allowsReuse: Bool {
         !framingError && !connectionClose && (minorVersion >= 1 || connectionKeepAlive)
+            && !(hasTransferEncoding && contentLength != nil)
     }
 
     public init() {}
