@@ -61,7 +61,7 @@ final class UpstreamHeadersTests: XCTestCase {
         XCTAssertEqual(String(decoding: r.reason, as: UTF8.self), "Created Now")
         XCTAssertEqual(r.contentLength, 12)
         XCTAssertEqual(String(decoding: r.linesToRelay(), as: UTF8.self), "Content-Type: text/plain\r\nSet-Cookie: a=1\r\n")
-        XCTAssertTrue(r.isChunked && r.hasTransferEncoding && r.allowsReuse)
+        XCTAssertTrue(r.isChunked && r.hasTransferEncoding && !r.allowsReuse, "both framings: closed after")
     }
 
     /// Framing and reuse as RFC 9112 sections 6.3 and 9.3 define them.
