@@ -17,7 +17,9 @@ Usage:
                                    (--curl: a ready curl command instead)
   quickway --help | --version
 
-Signals (serve): SIGTERM or SIGINT stop accepting, finish requests in flight, exit 0.
+Signals (serve): SIGTERM or SIGINT stop accepting, finish requests in flight, exit 0;
+SIGHUP reloads the config file; SIGUSR1 reopens the access log (rotation).
+Docs: README.md (configuration, signed calls, fastest IP, cache, Redis tier, deploying).
 """
 
 func fail(_ message: String, code: Int32 = 2) -> Never {
