@@ -91,6 +91,13 @@ class RawServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     request_queue_size = 64
 
+    def server_bind(self):
+        # A fixed, small receive buffer (inherited by accepted sockets, and it turns off
+        # autotuning, which here may grow to 32 MiB): with it, a 6 MiB upload cannot sit
+        # whole in kernel buffers while the backend is not reading.
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        super().server_bind()
+
 
 @pytest.fixture(scope="module")
 def env():
