@@ -3,11 +3,19 @@
 # (counts instructions, so it is repeatable on a noisy machine).
 # Starts a local nginx backend, runs Quickway (1 worker) under callgrind, sends a
 # bounded load with wrk, and prints instructions per request by library and the top
-# functions. Usage: scripts/profile.sh [--seconds N]
+# functions. With --signed every request goes to a QW1-signed route (pre-signed by
+# examples/qw1_client.py, each nonce once), to compare against the plain profile.
+# Usage: scripts/profile.sh [--seconds N] [--signed]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECONDS_RUN=8
-[ "${1:-}" = "--seconds" ] && SECONDS_RUN=$2
+SECONDS_RUN=8; SIGNED=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) SECONDS_RUN=$2; shift 2 ;;
+    --signed) SIGNED=1; shift ;;
+    *) echo "usage: scripts/profile.sh [--seconds N] [--signed]" >&2; exit 2 ;;
+  esac
+done
 for tool in valgrind nginx wrk; do
   command -v "$tool" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind nginx-light wrk >/dev/null; break; }
 done
@@ -28,19 +36,48 @@ workers: 1
 admin: { listen: 127.0.0.1:$APORT }
 log: { level: warn }
 services: { b: { host: backend.local, port: $BPORT, ips: [127.0.0.2] } }
-routes: [ { name: all, match: { path_prefix: / }, service: b } ]
+auth: { salt: prof-salt, keys: [ { id: prof-app, secret: prof-secret } ] }
+routes:
+  - { name: signed, match: { path_prefix: /signed/ }, service: b, auth: required }
+  - { name: all, match: { path_prefix: / }, service: b, auth: off }
 CONF
+WRK_ARGS=("http://127.0.0.1:$QPORT/")
+if [ "$SIGNED" = 1 ]; then
+  python3 - "$WORK/signed.txt" <<'PY'
+import os, sys, time, secrets
+sys.path.insert(0, os.path.join(os.getcwd(), "examples"))
+import qw1_client
+now, prefix = int(time.time()), secrets.token_hex(4)
+with open(sys.argv[1], "w") as f:
+    for i in range(100000):
+        path = f"/signed/items?id={i % 1000}"
+        f.write(path + "\t" + qw1_client.authorization("prof-app", "prof-secret", "prof-salt", "GET", path,
+                                                       timestamp=now, nonce=f"{prefix}-{i:08d}") + "\n")
+PY
+  cat > "$WORK/replay.lua" <<'LUA'
+local reqs, i = {}, 0
+function init(args)
+  for line in io.lines(args[1]) do
+    local path, auth = line:match("([^\t]+)\t(.*)")
+    reqs[#reqs + 1] = wrk.format("GET", path, { ["Authorization"] = auth })
+  end
+end
+function request() i = i + 1; if i > #reqs then i = 1 end; return reqs[i] end
+LUA
+  WRK_ARGS=(-s "$WORK/replay.lua" "http://127.0.0.1:$QPORT/" -- "$WORK/signed.txt")
+fi
 # valgrind 3.19 cannot read the DWARF of Swift 6 binaries: profile a copy without it.
 objcopy --strip-debug .build/release/quickway "$WORK/quickway"
 nginx -p "$WORK" -c "$WORK/backend.conf" & PIDS+=($!)
 valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" "$WORK/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/valgrind.log" & QW=$!; PIDS+=($QW)
 for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$QPORT/" && break; sleep 0.2; done
-wrk -t1 -c8 -d"${SECONDS_RUN}s" "http://127.0.0.1:$QPORT/" >/dev/null
+wrk -t1 -c8 -d"${SECONDS_RUN}s" "${WRK_ARGS[@]}" > "$WORK/wrk.txt"
+grep -q "Non-2xx" "$WORK/wrk.txt" && { echo "profile: some answers were not 2xx:"; cat "$WORK/wrk.txt"; }
 REQUESTS=$(curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"]["total"])')
 kill -INT "$QW"; wait "$QW" 2>/dev/null || true
 callgrind_annotate "$WORK/cg.out" > "$WORK/annotate.txt" 2>/dev/null
 python3 - "$WORK/annotate.txt" "$REQUESTS" <<'PY'
-import re, sys, collections
+import os, re, sys, collections
 text = open(sys.argv[1]).read()
 n = int(sys.argv[2])
 by_lib = collections.Counter()
@@ -60,6 +97,6 @@ print(f"{'library':<34}{'instr/request':>14}{'share':>8}")
 for lib, ir in by_lib.most_common(10):
     print(f"{lib:<34}{ir/n:>14,.0f}{ir/total:>8.1%}")
 print("\ntop functions (instr/request):")
-for ir, f, lib in sorted(funcs, reverse=True)[:15]:
+for ir, f, lib in sorted(funcs, reverse=True)[:int(os.environ.get("QW_PROFILE_TOP", "15"))]:
     print(f"{ir/n:>10,.0f}  {f}  [{lib}]")
 PY

@@ -21,6 +21,8 @@ public final class Authenticator: @unchecked Sendable {
 
     public let config: AuthConfig
     let keys: [String: Key]
+    /// The same keys as a list, for the byte comparison of `key(named:)`.
+    private let keyList: [Key]
     public let nonces: NonceStore
     let sigV4: SigV4Verifier
 
@@ -33,6 +35,7 @@ public final class Authenticator: @unchecked Sendable {
                             qw1: HMACKey(QW1Signer.signingKey(secret: key.secret, salt: config.salt)), secret: key.secret)
         }
         keys = k
+        keyList = Array(k.values)
         self.nonces = nonces ?? NonceStore(ttlMillis: config.nonceTTLMillis, capacity: config.nonceCapacity)
         sigV4 = SigV4Verifier(region: config.region, service: config.service)
     }
@@ -73,8 +76,9 @@ public final class Authenticator: @unchecked Sendable {
                     h.nonce = (h.nonce.lowerBound + value.lowerBound)..<(h.nonce.upperBound + value.lowerBound)
                     h.signature = (h.signature.lowerBound + value.lowerBound)..<(h.signature.upperBound + value.lowerBound)
                     h.timestampText = (h.timestampText.lowerBound + value.lowerBound)..<(h.timestampText.upperBound + value.lowerBound)
-                    let id = String(decoding: raw[h.key], as: UTF8.self)
-                    guard let key = keys[id], !key.disabled else { return .rejected(.unknownKey, "unknown or disabled key \(id)") }
+                    guard let key = key(named: UnsafeRawBufferPointer(rebasing: raw[h.key])), !key.disabled else {
+                        return .rejected(.unknownKey, "unknown or disabled key \(String(decoding: raw[h.key], as: UTF8.self))")
+                    }
                     if let problem = skewProblem(h.timestamp, now: nowSeconds) { return .rejected(.expired, problem) }
                     return .pending(PendingAuth(key: key, qw1: h, sigV4: nil, value: value))
                 }
@@ -91,6 +95,17 @@ public final class Authenticator: @unchecked Sendable {
                 }
             }
         }
+    }
+
+    /// The key whose id is `id`, compared as bytes (no String per request): a scan of
+    /// the list for a handful of keys, the dictionary beyond that.
+    private func key(named id: UnsafeRawBufferPointer) -> Key? {
+        guard !id.isEmpty else { return nil }
+        if keyList.count > 16 { return keys[String(decoding: id, as: UTF8.self)] }
+        for k in keyList where k.idBytes.count == id.count {
+            if k.idBytes.withUnsafeBytes({ memcmp($0.baseAddress!, id.baseAddress!, id.count) == 0 }) { return k }
+        }
+        return nil
     }
 
     var schemeName: String { config.scheme == .qw1 ? "QW1-HMAC-SHA256" : "AWS4-HMAC-SHA256" }
@@ -111,16 +126,30 @@ public final class Authenticator: @unchecked Sendable {
     /// Checks the signature over the request and its body hash, then the nonce.
     public func verify(_ p: PendingAuth, head: HTTPRequestHead, bodyHashHex: [UInt8], nowMillis: Int64) -> Verdict {
         switch verifySignature(p, head: head, bodyHashHex: bodyHashHex) {
-        case .verified(let nonce): return rememberNonce(p, nonce: nonce, nowMillis: nowMillis)
+        case .verified(let nonce): return rememberNonce(p, nonce: nonce, head: head, nowMillis: nowMillis)
         case let .rejected(r, message): return .rejected(r, message)
         }
     }
 
     public enum SignatureCheck {
-        /// The signature holds; `nonce` is the call's one-time value (the QW1 nonce, or
-        /// the SigV4 signature itself), still to be checked for replay.
-        case verified(nonce: [UInt8])
+        /// The signature holds; `nonce` is the call's one-time value, still to be
+        /// checked for replay.
+        case verified(nonce: OneTimeValue)
         case rejected(AuthRejection, String)
+    }
+
+    /// A verified call's one-time value: the QW1 nonce, where it lies in the head (no
+    /// copy), or the SigV4 signature itself.
+    public enum OneTimeValue {
+        case inHead(Range<Int>)
+        case bytes([UInt8])
+
+        func withBytes<R>(head: HTTPRequestHead, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+            switch self {
+            case .inHead(let r): return head.withBytes { body(UnsafeRawBufferPointer(rebasing: $0[r])) }
+            case .bytes(let b): return b.withUnsafeBytes(body)
+            }
+        }
     }
 
     /// The signature over the request and its body hash (no nonce check).
@@ -137,13 +166,13 @@ public final class Authenticator: @unchecked Sendable {
                 let expected = Crypto.hex(p.key.qw1.sign(canonical))
                 let ok = expected.withUnsafeBytes { Crypto.constantTimeEqual($0, UnsafeRawBufferPointer(rebasing: raw[h.signature])) }
                 guard ok else { return .rejected(.badSignature, "the signature does not match the request") }
-                return .verified(nonce: Array(raw[h.nonce]))
+                return .verified(nonce: .inHead(h.nonce))
             }
             guard let r = p.sigV4 else { return .rejected(.malformed, "no credentials") }
             switch sigV4.verify(r, secret: p.key.secret, bodyHashHex: bodyHashHex) {
             case .ok:
                 // SigV4 has no nonce: the signature itself is the one-time value.
-                return .verified(nonce: Array(r.signature.utf8))
+                return .verified(nonce: .bytes(Array(r.signature.utf8)))
             case .bad(let why):
                 return .rejected(.badSignature, why)
             }
@@ -151,9 +180,9 @@ public final class Authenticator: @unchecked Sendable {
     }
 
     /// Records the verified call's nonce in the local store (replay check).
-    public func rememberNonce(_ p: PendingAuth, nonce: [UInt8], nowMillis: Int64) -> Verdict {
+    public func rememberNonce(_ p: PendingAuth, nonce: OneTimeValue, head: HTTPRequestHead, nowMillis: Int64) -> Verdict {
         let outcome = p.key.idBytes.withUnsafeBytes { scope in
-            nonce.withUnsafeBytes { self.nonces.check(scope: scope, nonce: $0, nowMillis: nowMillis) }
+            nonce.withBytes(head: head) { self.nonces.check(scope: scope, nonce: $0, nowMillis: nowMillis) }
         }
         switch outcome {
         case .accepted: return .accepted(keyId: p.key.id)

@@ -24,10 +24,17 @@ public enum Crypto {
     static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     public static func hex(_ bytes: [UInt8]) -> [UInt8] {
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes { out.append(hexDigits[Int(b >> 4)]); out.append(hexDigits[Int(b & 15)]) }
-        return out
+        [UInt8](unsafeUninitializedCapacity: bytes.count * 2) { out, count in
+            bytes.withUnsafeBufferPointer { src in
+                hexDigits.withUnsafeBufferPointer { digits in
+                    for (i, b) in src.enumerated() {
+                        out[2 * i] = digits[Int(b >> 4)]
+                        out[2 * i + 1] = digits[Int(b & 15)]
+                    }
+                }
+            }
+            count = bytes.count * 2
+        }
     }
     public static func hexString(_ bytes: [UInt8]) -> String { String(decoding: hex(bytes), as: UTF8.self) }
 

@@ -51,14 +51,13 @@ public struct QW1Header: Equatable {
                 slot = value
                 return nil
             }
+            // Field names compared as bytes (case-sensitive), no String on this path.
             let problem: String?
-            switch String(decoding: v[name], as: UTF8.self) {
-            case "Key": problem = set(&key, "Key")
-            case "Timestamp": problem = set(&ts, "Timestamp")
-            case "Nonce": problem = set(&nonce, "Nonce")
-            case "Signature": problem = set(&sig, "Signature")
-            default: problem = "unknown field \(String(decoding: v[name], as: UTF8.self))"
-            }
+            if Self.named(v, name, "Key") { problem = set(&key, "Key") }
+            else if Self.named(v, name, "Timestamp") { problem = set(&ts, "Timestamp") }
+            else if Self.named(v, name, "Nonce") { problem = set(&nonce, "Nonce") }
+            else if Self.named(v, name, "Signature") { problem = set(&sig, "Signature") }
+            else { problem = "unknown field \(String(decoding: v[name], as: UTF8.self))" }
             if let problem { return .malformed(problem) }
         }
         guard let key, let ts, let nonce, let sig else { return .malformed("Key, Timestamp, Nonce and Signature are all required") }
@@ -69,6 +68,10 @@ public struct QW1Header: Equatable {
         var t: Int64 = 0
         for d in v[ts] { t = t * 10 + Int64(d - 0x30) }
         return .ok(QW1Header(key: key, timestamp: t, timestampText: ts, nonce: nonce, signature: sig))
+    }
+
+    private static func named(_ v: UnsafeRawBufferPointer, _ r: Range<Int>, _ label: StaticString) -> Bool {
+        r.count == label.utf8CodeUnitCount && memcmp(v.baseAddress! + r.lowerBound, label.utf8Start, r.count) == 0
     }
 
     static func isKeyByte(_ c: UInt8) -> Bool { HTTPSyntax.isAlnum(c) || c == UInt8(ascii: ".") || c == UInt8(ascii: "_") || c == UInt8(ascii: "-") }

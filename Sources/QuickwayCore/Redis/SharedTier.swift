@@ -33,12 +33,18 @@ final class SharedTier {
         case unavailable(String)
     }
 
-    func claimNonce(keyId: [UInt8], nonce: [UInt8], ttlMillis: Int64, _ done: @escaping (NonceClaim) -> Void) {
+    /// `<prefix>n:<key id>:<nonce>`.
+    func nonceKey(keyId: [UInt8], nonce: UnsafeRawBufferPointer) -> [UInt8] {
         var key = noncePrefix
         key.reserveCapacity(noncePrefix.count + keyId.count + 1 + nonce.count)
         key.append(contentsOf: keyId)
         key.append(UInt8(ascii: ":"))
         key.append(contentsOf: nonce)
+        return key
+    }
+
+    /// `SET key 1 NX PX ttl`: claimed if this is the first use anywhere.
+    func claimNonce(_ key: [UInt8], ttlMillis: Int64, _ done: @escaping (NonceClaim) -> Void) {
         let cmd = RedisCommand([Array("SET".utf8), key, [UInt8(ascii: "1")], Array("NX".utf8), Array("PX".utf8), Array(String(ttlMillis).utf8)])
         link.send(cmd) { reply in
             switch reply {

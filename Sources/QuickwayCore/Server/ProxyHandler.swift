@@ -97,24 +97,26 @@ final class ProxyHandler: RequestHandler {
             bodyHash = Crypto.hex(hasher.finish())
             exchange.bodyHasher = nil
         }
-        let nonce: [UInt8]
-        switch auth.verifySignature(p, head: exchange.head, bodyHashHex: bodyHash) {
+        let nonce: Authenticator.OneTimeValue
+        let head = exchange.head
+        switch auth.verifySignature(p, head: head, bodyHashHex: bodyHash) {
         case .verified(let n): nonce = n
         case let .rejected(r, message):
             return conclude(exchange, .rejected(r, message)) ? .proceed : .answered
         }
         let now = Int64(Clock.wallSeconds() * 1000)
         guard let tier = sharedTier, tier.config.nonces else {
-            return conclude(exchange, auth.rememberNonce(p, nonce: nonce, nowMillis: now)) ? .proceed : .answered
+            return conclude(exchange, auth.rememberNonce(p, nonce: nonce, head: head, nowMillis: now)) ? .proceed : .answered
         }
-        tier.claimNonce(keyId: p.key.idBytes, nonce: nonce, ttlMillis: auth.config.nonceTTLMillis) { [self] claim in
+        let claimKey = nonce.withBytes(head: head) { tier.nonceKey(keyId: p.key.idBytes, nonce: $0) }
+        tier.claimNonce(claimKey, ttlMillis: auth.config.nonceTTLMillis) { [self] claim in
             guard !exchange.isCancelled, !exchange.isFinished else { return }
             let verdict: Authenticator.Verdict
             switch claim {
             case .claimed:
                 tier.stats.add(.nonceClaims)
                 // Remembered locally too, so this gateway still knows it if Redis goes away.
-                let local = auth.rememberNonce(p, nonce: nonce, nowMillis: now)
+                let local = auth.rememberNonce(p, nonce: nonce, head: head, nowMillis: now)
                 verdict = local == .overloaded ? .accepted(keyId: p.key.id) : local
             case .replayed:
                 tier.stats.add(.nonceReplays)
@@ -126,7 +128,7 @@ final class ProxyHandler: RequestHandler {
                     return
                 }
                 tier.stats.add(.nonceFailOpen)
-                verdict = auth.rememberNonce(p, nonce: nonce, nowMillis: now)
+                verdict = auth.rememberNonce(p, nonce: nonce, head: head, nowMillis: now)
             }
             if self.conclude(exchange, verdict) { self.lookUp(exchange) }
         }
