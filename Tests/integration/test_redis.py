@@ -278,7 +278,9 @@ def test_redis_stopped_fail_closed_then_recovers(backend):
         s = g.stats()["redis"]
         links = s["links"]
         assert links == 4  # two workers, the admin loop, the purge subscriber
-        assert s["disconnects"] == links and s["connects"] == 2 * links and s["links_up"] == links
+        # Every link lost its connection and made a new one (a link may have needed more
+        # than one try while Redis was starting).
+        assert s["disconnects"] >= links and s["connects"] >= 2 * links and s["links_up"] == links
 
 
 def test_redis_stopped_fail_open_uses_the_local_store(backend):
