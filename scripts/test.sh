@@ -6,6 +6,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 QW_SKIP_BUILD=1 scripts/setup.sh || exit 1
 
+# The shared-tier tests start their own redis-server (Debian's) on loopback.
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "test: installing redis-server (the tests start their own; the system service is not used)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null; } \
+    || { echo "test: cannot install redis-server" >&2; exit 1; }
+fi
+
 # Python test dependencies (PyPI), as module:package: pytest; botocore (SigV4 signer),
 # cryptography (test CA), prometheus_client (reference /metrics parser), PyYAML (deploy files).
 for pair in pytest:pytest botocore:botocore cryptography:cryptography prometheus_client:prometheus_client yaml:PyYAML; do
