@@ -74,8 +74,6 @@ final class RedisLink {
         sub.onMessage(payload)
     }
 
-    var isUp: Bool { state == .up }
-
     /// Sends `command`; `done` runs on this loop with the reply, or `.unavailable` within
     /// the timeout. Commands sent while connecting wait for the connection (bounded by
     /// the same timeout); while down they are answered at once.

@@ -19,17 +19,17 @@ final class RedisTier: @unchecked Sendable {
         address = try Self.resolve(config.endpoint.host)
     }
 
-    func makeTier(base: OpaquePointer) -> SharedTier {
+    func makeTier(base: OpaquePointer) -> SharedTier { SharedTier(link: makeLink(base: base), config: config) }
+
+    private func makeLink(base: OpaquePointer) -> RedisLink {
         linkCount += 1
-        let link = RedisLink(base: base, endpoint: config.endpoint, address: address, timeoutMillis: config.timeoutMillis, stats: stats)
-        return SharedTier(link: link, config: config)
+        return RedisLink(base: base, endpoint: config.endpoint, address: address, timeoutMillis: config.timeoutMillis, stats: stats)
     }
 
     /// A link that only listens for purges published by any gateway (`PUBLISH` on
     /// `<prefix>purge`) and applies them to the local tier.
     func makePurgeSubscriber(base: OpaquePointer, cache: ResponseCache) -> RedisLink {
-        linkCount += 1
-        let link = RedisLink(base: base, endpoint: config.endpoint, address: address, timeoutMillis: config.timeoutMillis, stats: stats)
+        let link = makeLink(base: base)
         link.subscribe(SharedTier.purgeChannel(config)) { message in
             guard let what = SharedTier.decodePurge(message) else { return }
             let n = cache.purge(what)

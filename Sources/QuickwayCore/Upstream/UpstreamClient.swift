@@ -63,14 +63,21 @@ final class UpstreamClient {
     /// An easy handle with the options every transfer shares set once.
     func takeHandle() -> UnsafeMutableRawPointer {
         if let h = idleHandles.popLast() { return h }
-        let h = curl_easy_init()!
-        qw_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1)
-        qw_easy_setopt_ptr(h, CURLOPT_PROXY, "")          // no proxy environment look-ups
+        let h = Self.newEasyHandle()
         qw_easy_setopt_long(h, CURLOPT_PATH_AS_IS, 1)      // forward the path exactly
         qw_easy_setopt_long(h, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
-        qw_easy_setopt_long(h, CURLOPT_TCP_NODELAY, 1)
         qw_easy_setopt_datafn(h, CURLOPT_HEADERFUNCTION, upstreamHeaderCallback)
         qw_easy_setopt_datafn(h, CURLOPT_WRITEFUNCTION, upstreamWriteCallback)
+        return h
+    }
+
+    /// An easy handle with what every upstream connection shares: no signals, no proxy
+    /// environment look-ups, TCP_NODELAY.
+    static func newEasyHandle() -> UnsafeMutableRawPointer {
+        let h = curl_easy_init()!
+        qw_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1)
+        qw_easy_setopt_ptr(h, CURLOPT_PROXY, "")
+        qw_easy_setopt_long(h, CURLOPT_TCP_NODELAY, 1)
         return h
     }
 

@@ -121,13 +121,10 @@ final class UpstreamPool {
     static let maxIdlePerMember = 256
     static let idleTimeoutMillis: Int64 = 60_000
     private var idle: [ObjectIdentifier: [UpstreamConnection]] = [:]
-    private(set) var idleCount = 0
 
     func take(_ member: UpstreamMember) -> UpstreamConnection? {
         // Mutated in place (no copy of the list).
-        guard let c = idle[ObjectIdentifier(member)]?.popLast() else { return nil }
-        idleCount -= 1
-        return c
+        idle[ObjectIdentifier(member)]?.popLast()
     }
 
     func put(_ c: UpstreamConnection) {
@@ -137,14 +134,12 @@ final class UpstreamPool {
         guard (idle[c.memberKey]?.count ?? 0) < Self.maxIdlePerMember else { c.close(); return }
         c.idleSince = Clock.coarseMillis()
         idle[c.memberKey, default: []].append(c)
-        idleCount += 1
     }
 
     /// Drops an idle connection the upstream closed.
     func discard(_ c: UpstreamConnection) {
         if let i = idle[c.memberKey]?.firstIndex(where: { $0 === c }) {
             idle[c.memberKey]?.remove(at: i)
-            idleCount -= 1
         }
         c.close()
     }
@@ -155,7 +150,6 @@ final class UpstreamPool {
             let keep = list.filter { nowMillis - $0.idleSince < Self.idleTimeoutMillis }
             guard keep.count != list.count else { continue }
             for c in list where nowMillis - c.idleSince >= Self.idleTimeoutMillis { c.close() }
-            idleCount -= list.count - keep.count
             idle[key] = keep.isEmpty ? nil : keep
         }
     }
@@ -163,6 +157,5 @@ final class UpstreamPool {
     func closeAll() {
         for list in idle.values { for c in list { c.close() } }
         idle = [:]
-        idleCount = 0
     }
 }

@@ -34,14 +34,11 @@ final class UpstreamConnector: CurlTask {
 
     func start(service: ServiceRuntime, member: UpstreamMember, _ done: @escaping (Result<Int32, Failure>) -> Void) {
         self.done = done
-        let h = curl_easy_init()!
+        let h = UpstreamClient.newEasyHandle()
         easy = h
         let me = Unmanaged.passRetained(self)
         retained = me
         qw_easy_setopt_ptr(h, CURLOPT_PRIVATE, me.toOpaque())
-        qw_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1)
-        qw_easy_setopt_ptr(h, CURLOPT_PROXY, "")
-        qw_easy_setopt_long(h, CURLOPT_TCP_NODELAY, 1)
         qw_easy_setopt_long(h, CURLOPT_CONNECT_ONLY, 1)
         url = service.urlPrefix + Array("/".utf8) + [0]
         url.withUnsafeBufferPointer { qw_easy_setopt_ptr(h, CURLOPT_URL, $0.baseAddress) }

@@ -155,7 +155,7 @@ final class UpstreamHTTPCall: UpstreamCall {
         paused = false
         if let refused = refusedBody {
             refusedBody = nil
-            guard deliver(refused) else { return }
+            guard refused.withUnsafeBytes({ deliver($0) }) else { return }
             if decoder?.isComplete == true { complete(); return }
         }
         let input = unreadInput
@@ -260,7 +260,7 @@ final class UpstreamHTTPCall: UpstreamCall {
 
     private func consumeBody(_ input: UnsafeRawBufferPointer) {
         if readsToClose {
-            _ = deliverRaw(input)
+            _ = deliver(input)
             return
         }
         guard var d = decoder else { return }
@@ -277,8 +277,7 @@ final class UpstreamHTTPCall: UpstreamCall {
             decoder = d
             i += used
             if !decoded.isEmpty {
-                let piece = decoded
-                if !deliver(piece) {
+                if !decoded.withUnsafeBytes({ deliver($0) }) {
                     unreadInput.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i...]))
                     return
                 }
@@ -292,24 +291,14 @@ final class UpstreamHTTPCall: UpstreamCall {
         }
     }
 
-    /// Hands a piece of body to the delegate; false if it paused (the piece is kept).
-    private func deliver(_ piece: [UInt8]) -> Bool {
+    /// Hands a piece of body to the delegate; false if it paused. Only a refused piece
+    /// is copied (to be offered again on `resume()`).
+    private func deliver(_ piece: UnsafeRawBufferPointer) -> Bool {
         guard let d = delegate else { return true }
-        let taken = piece.withUnsafeBytes { d.upstreamBody(self, $0) }
-        if !taken && !done {
-            paused = true
-            refusedBody = piece
-            connection?.pauseReading()
-        }
-        return taken
-    }
-
-    private func deliverRaw(_ input: UnsafeRawBufferPointer) -> Bool {
-        guard let d = delegate else { return true }
-        if d.upstreamBody(self, input) { return true }
+        if d.upstreamBody(self, piece) { return true }
         if !done {
             paused = true
-            refusedBody = Array(input)
+            refusedBody = Array(piece)
             connection?.pauseReading()
         }
         return false
