@@ -20,8 +20,9 @@ enum FlightOutcome {
 /// client: if the leader's client leaves, the call goes on for the waiters, and it is
 /// cancelled (on the leader's worker) only when nobody is left waiting.
 ///
-/// Thread rule: the table and every flight's fields are guarded by `lock`; delivery
-/// closures run on their waiter's worker, never under the lock.
+/// Thread rule: the table and every flight's fields are guarded by `lock` (they are
+/// private to this file, so only the table's methods touch them); delivery closures run
+/// on their waiter's worker and the upstream cancel on the leader's, never under the lock.
 final class FlightTable: @unchecked Sendable {
     final class Flight {
         let key: [UInt8]
@@ -29,8 +30,10 @@ final class FlightTable: @unchecked Sendable {
         fileprivate var waiters: [(id: Int, worker: Worker, deliver: (FlightOutcome) -> Void)] = []
         fileprivate var leaderAttached = true
         fileprivate var done = false
-        /// Cancels the upstream call; posted to `leaderWorker`.
-        var cancelUpstream: (() -> Void)?
+        /// Ended with nobody left waiting (the leader's client and every waiter left).
+        fileprivate var orphaned = false
+        /// Cancels the upstream call; set by `setCancelUpstream`, posted to `leaderWorker`.
+        fileprivate var cancelUpstream: (() -> Void)?
         init(key: [UInt8], leaderWorker: Worker) { self.key = key; self.leaderWorker = leaderWorker }
     }
 
@@ -79,12 +82,27 @@ final class FlightTable: @unchecked Sendable {
         }
     }
 
+    /// How the flight's upstream call is cancelled once nobody waits for it any more;
+    /// `cancel` runs on the leader's worker (posted there, whichever thread the last
+    /// waiter leaves on). Called by the leader when its call starts. If everybody has
+    /// already left by then, `cancel` is posted at once.
+    func setCancelUpstream(_ f: Flight, _ cancel: @escaping () -> Void) {
+        lock.lock()
+        let orphaned = f.orphaned
+        if !orphaned { f.cancelUpstream = cancel }
+        lock.unlock()
+        if orphaned { f.leaderWorker.post(cancel) }
+    }
+
     /// The leader's client left. Returns true when waiters remain (the call goes on).
     func leaderLeft(_ f: Flight) -> Bool {
         lock.lock()
         defer { lock.unlock() }
         f.leaderAttached = false
         if f.waiters.isEmpty {
+            // The caller cancels the call itself (it is on the leader's worker).
+            f.orphaned = !f.done
+            f.cancelUpstream = nil
             f.done = true
             if flights[f.key] === f { flights.removeValue(forKey: f.key) }
             return false
@@ -100,9 +118,11 @@ final class FlightTable: @unchecked Sendable {
         let orphaned = f.waiters.isEmpty && !f.leaderAttached && !f.done
         if orphaned {
             f.done = true
+            f.orphaned = true
             if flights[f.key] === f { flights.removeValue(forKey: f.key) }
         }
         let cancel = orphaned ? f.cancelUpstream : nil
+        if orphaned { f.cancelUpstream = nil }
         lock.unlock()
         if let cancel { f.leaderWorker.post(cancel) }
     }

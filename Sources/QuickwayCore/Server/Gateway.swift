@@ -22,7 +22,13 @@ public final class Gateway {
     private var clients: [UpstreamClient] = []
     private var admin: Worker!
     private let startedNanos = Clock.monotonicNanos()
-    private var drainingFlag: Int32 = 0
+    /// Set once a stop began. An allocated cell: the atomic helpers need a stable
+    /// address, which `&storedProperty` is not.
+    private let drainingFlag: UnsafeMutablePointer<Int32> = {
+        let p = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        p.initialize(to: 0)
+        return p
+    }()
     private let routeSlots = RouteStatSlots()
     /// The cache and the flight table: one for all workers, kept across reloads.
     private let shared: SharedStages
@@ -92,6 +98,8 @@ public final class Gateway {
         admin.onLoopExit = { aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); cp.client.shutdown() }
     }
 
+    deinit { drainingFlag.deallocate() }
+
     private static func buildServices(_ config: GatewayConfig, previous: [String: ServiceRuntime]) -> [String: ServiceRuntime] {
         var out: [String: ServiceRuntime] = [:]
         for s in config.services {
@@ -108,7 +116,7 @@ public final class Gateway {
         return Authenticator(config: auth, nonces: nonceStore!)
     }
 
-    var isDraining: Bool { qw_flag_load(&drainingFlag) == 1 }
+    var isDraining: Bool { qw_flag_load(drainingFlag) == 1 }
 
     func statsSnapshot() -> StatsSnapshot {
         let routes = config.routes.map { ($0.name, routeSlots.slot(for: $0.name)) }
@@ -157,7 +165,8 @@ public final class Gateway {
         // Settings bound to sockets and threads stay until a restart.
         if new.listen != old.listen || new.workers != old.workers || new.admin.listen != old.admin.listen {
             changes.append("listen, admin.listen and workers changes need a restart (kept: \(old.listen), \(old.workers) worker(s))")
-            applied.listen = old.listen; applied.workers = old.workers; applied.admin = old.admin
+            // (admin.token_env is not bound to the socket: a new token applies at once.)
+            applied.listen = old.listen; applied.workers = old.workers; applied.admin.listen = old.admin.listen
         }
         if new.cache.maxBytes != old.cache.maxBytes || new.cache.maxObjectBytes != old.cache.maxObjectBytes {
             changes.append("cache.max_bytes and max_object_bytes changes need a restart (the cache is kept)")
@@ -269,7 +278,7 @@ public final class Gateway {
             Log.info("signal \(sig == SIGTERM ? "SIGTERM" : "SIGINT"): draining (up to \(Units.formatMillis(config.limits.drainTimeoutMillis)))")
             break
         }
-        qw_flag_store(&drainingFlag, 1)
+        qw_flag_store(drainingFlag, 1)
         for w in workers { w.requestDrain() }
         for w in workers { w.join() }
         admin.requestDrain()

@@ -23,8 +23,13 @@ final class Worker {
     private var controlEvent: OpaquePointer?
     private var drainDeadlineEvent: OpaquePointer?
     private var connections: [ObjectIdentifier: Connection] = [:]
-    /// Set by another thread to ask for a graceful stop (read on the loop).
-    private var drainFlag: Int32 = 0
+    /// Set by another thread to ask for a graceful stop (read on the loop). An allocated
+    /// cell: the atomic helpers need a stable address, which `&storedProperty` is not.
+    private let drainFlag: UnsafeMutablePointer<Int32> = {
+        let p = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        p.initialize(to: 0)
+        return p
+    }()
     private(set) var isDraining = false
     private var finished = DispatchSemaphore(value: 0)
     /// Runs once the loop exits (frees the handler's resources on the loop thread).
@@ -48,6 +53,8 @@ final class Worker {
         requestIdPrefix = Array(String(seed, radix: 16).utf8) + Array("-\(id)-".utf8)
         listenFD = try ListeningSocket.open(listen)
     }
+
+    deinit { drainFlag.deallocate() }
 
     /// Installs the handler (it usually needs the worker, hence not in `init`).
     func setHandler(_ h: RequestHandler) { handler = h }
@@ -111,7 +118,7 @@ final class Worker {
 
     /// Asks the loop (from any thread) to stop accepting and finish what is in flight.
     func requestDrain() {
-        qw_flag_store(&drainFlag, 1)
+        qw_flag_store(drainFlag, 1)
         pendingLock.lock()
         defer { pendingLock.unlock() }
         if !loopClosed { event_active(controlEvent, EV_READ, 0) }
@@ -199,7 +206,7 @@ final class Worker {
         mailbox.removeAll()
         pendingLock.unlock()
         for w in work { w() }
-        if qw_flag_load(&drainFlag) == 1 && !isDraining { beginDrain() }
+        if qw_flag_load(drainFlag) == 1 && !isDraining { beginDrain() }
     }
 
     private func beginDrain() {

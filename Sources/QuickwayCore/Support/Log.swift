@@ -19,14 +19,20 @@ public enum Log {
         l.logLevel = .trace   // filtering is done by `level` below
         return l
     }()
-    nonisolated(unsafe) private static var levelRank: Int32 = Int32(LogLevel.info.rank)
+    /// An allocated cell (never freed): the atomic helpers need a stable address, and
+    /// `&staticVar` is formally an exclusive access, a race between threads.
+    nonisolated(unsafe) private static let levelRank: UnsafeMutablePointer<Int32> = {
+        let p = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        p.initialize(to: Int32(LogLevel.info.rank))
+        return p
+    }()
 
     public static var level: LogLevel {
-        get { LogLevel.allCases[Int(qw_flag_load(&levelRank))] }
-        set { qw_flag_store(&levelRank, Int32(newValue.rank)) }
+        get { LogLevel.allCases[Int(qw_flag_load(levelRank))] }
+        set { qw_flag_store(levelRank, Int32(newValue.rank)) }
     }
 
-    @inline(__always) private static func enabled(_ l: LogLevel) -> Bool { Int32(l.rank) >= qw_flag_load(&levelRank) }
+    @inline(__always) private static func enabled(_ l: LogLevel) -> Bool { Int32(l.rank) >= qw_flag_load(levelRank) }
 
     public static func debug(_ m: @autoclosure () -> String) { if enabled(.debug) { logger.debug("\(m())") } }
     public static func info(_ m: @autoclosure () -> String) { if enabled(.info) { logger.info("\(m())") } }

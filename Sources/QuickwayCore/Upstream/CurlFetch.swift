@@ -70,14 +70,16 @@ final class CurlFetch: CurlTask {
         qw_easy_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
         var seconds = 0.0
         qw_easy_getinfo_double(h, connectOnly ? CURLINFO_CONNECT_TIME : CURLINFO_STARTTRANSFER_TIME, &seconds)
-        client.remove(h)
-        curl_easy_cleanup(h)
+        // Curl reported the transfer done (outside its callbacks), so removal works; if it
+        // ever does not, curl still points at the handle and at this fetch: keep both.
+        let removed = client.remove(h)
+        if removed { curl_easy_cleanup(h) }
         easy = nil
         let result = Result(code: code, status: status, latencyMillis: seconds * 1000, body: body)
         let me = retained
-        retained = nil
+        if removed { retained = nil }
         done(result)
-        me?.release()
+        if removed { me?.release() }
     }
 }
 

@@ -8,6 +8,12 @@ import Glibc
 /// (`CURLMOPT_TIMERFUNCTION`); libevent tells curl what happened through
 /// `curl_multi_socket_action`. Keep-alive connections to upstreams are pooled in the
 /// multi handle, per host and `CONNECT_TO` target. Easy handles are reused.
+///
+/// Callbacks: libcurl runs our header, write and read callbacks from inside
+/// `curl_multi_socket_action` and `curl_easy_pause`, and refuses
+/// `curl_multi_remove_handle` from there (`CURLM_RECURSIVE_API_CALL`). Whatever a
+/// callback ends (a client that hung up cancels its call) is therefore only marked there;
+/// `afterCurlReturns` runs the removal once the outermost libcurl call has returned.
 /// Thread rule: one worker thread only.
 final class UpstreamClient {
     let base: OpaquePointer
@@ -20,6 +26,11 @@ final class UpstreamClient {
     /// Where plain-HTTP calls read into (one read at a time on this loop).
     let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     private var sweepEvent: OpaquePointer?
+    /// How many libcurl calls that can run our callbacks are under way (nested calls are
+    /// possible: a callback may resume another transfer).
+    private var curlDepth = 0
+    /// Work held back until libcurl has returned (see the type's comment).
+    private var afterCurl: [() -> Void] = []
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
@@ -51,6 +62,7 @@ final class UpstreamClient {
 
     /// Frees curl state; call on the loop thread after the loop stopped.
     func shutdown() {
+        runAfterCurl()
         pool.closeAll()
         if let e = sweepEvent { event_free(e); sweepEvent = nil }
         readBuffer.deallocate()
@@ -85,9 +97,46 @@ final class UpstreamClient {
         if idleHandles.count < 256 { idleHandles.append(h) } else { curl_easy_cleanup(h) }
     }
 
-    func add(_ h: UnsafeMutableRawPointer) { curl_multi_add_handle(multi, h) }
+    /// Puts `h` on the multi handle (once curl has returned, if called from a callback:
+    /// curl refuses it there too).
+    func add(_ h: UnsafeMutableRawPointer) {
+        guard curlDepth == 0 else { return afterCurl.append { [self] in add(h) } }
+        let rc = curl_multi_add_handle(multi, h)
+        if rc != CURLM_OK { Log.error("libcurl refused a transfer: \(String(cString: curl_multi_strerror(rc)))") }
+    }
 
-    func remove(_ h: UnsafeMutableRawPointer) { curl_multi_remove_handle(multi, h) }
+    /// Takes `h` off the multi handle. False when libcurl refused (never pool or free such
+    /// a handle: libcurl still uses it and the pointers it was given).
+    @discardableResult
+    func remove(_ h: UnsafeMutableRawPointer) -> Bool {
+        let rc = curl_multi_remove_handle(multi, h)
+        if rc == CURLM_OK { return true }
+        Log.error("libcurl refused to remove a transfer: \(String(cString: curl_multi_strerror(rc)))")
+        return false
+    }
+
+    /// Runs `work` on this loop as soon as no libcurl call is on the stack: at once when
+    /// none is, else right after the outermost one returns. Removing a handle or freeing
+    /// what curl's callbacks point at goes through here.
+    func afterCurlReturns(_ work: @escaping () -> Void) {
+        if curlDepth == 0 { work() } else { afterCurl.append(work) }
+    }
+
+    /// `curl_easy_pause`, which may run `h`'s callbacks at once.
+    func pause(_ h: UnsafeMutableRawPointer, _ bitmask: Int32) {
+        curlDepth += 1
+        curl_easy_pause(h, bitmask)
+        curlDepth -= 1
+        if curlDepth == 0 { runAfterCurl() }
+    }
+
+    private func runAfterCurl() {
+        while !afterCurl.isEmpty {
+            let work = afterCurl
+            afterCurl.removeAll()
+            for w in work { w() }
+        }
+    }
 
     // MARK: curl -> libevent
 
@@ -126,12 +175,20 @@ final class UpstreamClient {
         var action: Int32 = 0
         if events & Int16(EV_READ) != 0 { action |= CURL_CSELECT_IN }
         if events & Int16(EV_WRITE) != 0 { action |= CURL_CSELECT_OUT }
-        curl_multi_socket_action(multi, fd, action, &running)
-        collectFinished()
+        socketAction(fd, action)
     }
 
     fileprivate func timerFired() {
-        curl_multi_socket_action(multi, -1 /* CURL_SOCKET_TIMEOUT */, 0, &running)
+        socketAction(-1 /* CURL_SOCKET_TIMEOUT */, 0)
+    }
+
+    /// Drives curl, then finishes what its callbacks ended, then what curl reports done.
+    private func socketAction(_ fd: curl_socket_t, _ action: Int32) {
+        curlDepth += 1
+        curl_multi_socket_action(multi, fd, action, &running)
+        curlDepth -= 1
+        guard curlDepth == 0 else { return }
+        runAfterCurl()
         collectFinished()
     }
 

@@ -8,6 +8,11 @@ import Glibc
 /// Ownership: while the call runs, the transfer keeps itself alive (a retained pointer
 /// in `CURLOPT_PRIVATE` and the callbacks' user data), released when it finishes or is
 /// cancelled. It holds its delegate strongly until then. Thread rule: one worker.
+///
+/// Cancelling from inside one of curl's callbacks (the delegate writes to a client that
+/// has hung up) only marks the transfer: its callbacks then tell curl to abort, and the
+/// handle is removed, pooled and the transfer released once curl has returned
+/// (`UpstreamClient.afterCurlReturns`). Until then curl may still call us.
 final class UpstreamTransfer: CurlTask, UpstreamCall {
     private let client: UpstreamClient
     private let service: ServiceRuntime
@@ -24,6 +29,9 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     private var headMillis: Double?
     /// Set once the outcome has been reported to the service's health.
     private var reported = false
+    /// Cancelled or finished: the delegate is gone, callbacks tell curl to abort, and all
+    /// that is left is taking the handle off the multi handle.
+    fileprivate private(set) var isEnded = false
 
     init(client: UpstreamClient, service: ServiceRuntime, member: UpstreamMember) {
         self.client = client
@@ -100,17 +108,26 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     /// Stops the call (the client left). The upstream connection is closed by curl if
     /// the response was not complete. The delegate is not called again.
     func cancel() {
-        guard let h = easy else { return }
+        guard easy != nil, !isEnded else { return }
         report(error: false)  // the client left: not the upstream's fault
         delegate = nil
-        client.remove(h)
-        release(h)
+        isEnded = true
+        // Inside a curl callback the handle cannot be removed: wait until curl returns.
+        client.afterCurlReturns { [self] in detach() }
     }
 
     /// Continues a transfer the delegate paused.
     func resume() {
-        guard let h = easy else { return }
-        curl_easy_pause(h, CURLPAUSE_CONT)
+        guard let h = easy, !isEnded else { return }
+        client.pause(h, CURLPAUSE_CONT)
+    }
+
+    /// Takes the handle off the multi handle, then pools it and lets the transfer go. If
+    /// curl refuses, both stay as they are (curl still points at them): `finished` tries
+    /// again when curl reports the transfer done.
+    private func detach() {
+        guard let h = easy, client.remove(h) else { return }
+        release(h)
     }
 
     fileprivate func headerLine(_ bytes: UnsafeRawBufferPointer) {
@@ -148,12 +165,14 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     /// Called by the client when curl reports the transfer done.
     override func finished(_ code: CURLcode) {
         guard let h = easy else { return }
+        if isEnded { detach(); return }
         let outcome = outcome(of: code, handle: h)
         if case .failed = outcome { report(error: true) } else { report(error: [500, 502, 503, 504].contains(head.status)) }
         let d = delegate
         delegate = nil
-        client.remove(h)
-        release(h)
+        isEnded = true
+        // Called once curl has returned, so the removal works (if not, nothing is freed).
+        detach()
         d?.upstreamFinished(self, outcome)
     }
 
@@ -199,17 +218,27 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     Unmanaged<UpstreamTransfer>.fromOpaque(p!).takeUnretainedValue()
 }
 
+// Each callback aborts the transfer once it has ended, including when the delegate
+// cancelled it during this very callback (the transfer stays alive until curl returns).
 let upstreamHeaderCallback: curl_write_callback = { buf, size, n, user in
     let count = size * n
-    transfer(user).headerLine(UnsafeRawBufferPointer(start: buf, count: count))
-    return count
+    let t = transfer(user)
+    guard !t.isEnded else { return Int(CURL_WRITEFUNC_ERROR) }
+    t.headerLine(UnsafeRawBufferPointer(start: buf, count: count))
+    return t.isEnded ? Int(CURL_WRITEFUNC_ERROR) : count
 }
 
 let upstreamWriteCallback: curl_write_callback = { buf, size, n, user in
     let count = size * n
-    return transfer(user).bodyData(UnsafeRawBufferPointer(start: buf, count: count)) ? count : Int(CURL_WRITEFUNC_PAUSE)
+    let t = transfer(user)
+    guard !t.isEnded else { return Int(CURL_WRITEFUNC_ERROR) }
+    let accepted = t.bodyData(UnsafeRawBufferPointer(start: buf, count: count))
+    if t.isEnded { return Int(CURL_WRITEFUNC_ERROR) }
+    return accepted ? count : Int(CURL_WRITEFUNC_PAUSE)
 }
 
 let upstreamReadCallback: curl_write_callback = { buf, size, n, user in
-    transfer(user).readBody(into: UnsafeMutableRawBufferPointer(start: buf, count: size * n))
+    let t = transfer(user)
+    guard !t.isEnded else { return Int(CURL_READFUNC_ABORT) }
+    return t.readBody(into: UnsafeMutableRawBufferPointer(start: buf, count: size * n))
 }
