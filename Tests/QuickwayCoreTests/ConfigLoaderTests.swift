@@ -190,6 +190,107 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertTrue(found.contains { $0.path == "services.catalog.ips[1]" }, "\(found)")
         XCTAssertTrue(found.contains { $0.path == "listen" && $0.line == 1 })
     }
+
+    // MARK: admin.token_env (spec/admin-and-errors.md)
+
+    func testAdminTokenEnvIsReadAndNeverShown() throws {
+        let yaml = minimal + "\nadmin:\n  listen: 127.0.0.1:9902\n  token_env: QW_ADMIN_TOKEN\n"
+        let c = try ConfigLoader.load(yaml: yaml, environment: ["QW_ADMIN_TOKEN": "s3cret-admin-token"])
+        XCTAssertEqual(c.admin.tokenDigest, Crypto.sha256("s3cret-admin-token"))
+        XCTAssertEqual(c.admin.listen.description, "127.0.0.1:9902")
+        XCTAssertFalse("\(c)".contains("s3cret-admin-token"), "only a digest of the token is kept")
+        XCTAssertNil(try ConfigLoader.load(yaml: minimal).admin.tokenDigest, "no token_env: no token")
+    }
+
+    func testUnsetOrEmptyAdminTokenEnvIsAnErrorWithPathAndLine() {
+        let yaml = minimal + "\nadmin:\n  listen: 127.0.0.1:9902\n  token_env: QW_ADMIN_TOKEN\n"
+        for env in [[:], ["QW_ADMIN_TOKEN": ""]] {
+            let found = issues(yaml, env: env)
+            XCTAssertEqual(found.count, 1, "\(found)")
+            XCTAssertEqual(found.first?.path, "admin.token_env")
+            XCTAssertEqual(found.first?.line, 13)
+            XCTAssertTrue(found.first?.message.contains("QW_ADMIN_TOKEN is not set") ?? false, "\(found)")
+        }
+        let spaced = issues(yaml, env: ["QW_ADMIN_TOKEN": "two words"])
+        XCTAssertEqual(spaced.map(\.path), ["admin.token_env"])
+        XCTAssertFalse(spaced.contains { $0.message.contains("two words") }, "the token is never quoted")
+    }
+
+    // MARK: bounded YAML (a file nested 20,000 deep crashed the parser)
+
+    func assertRefused(_ yaml: String, line: Int, message: String, file: StaticString = #filePath, lineNo: UInt = #line) {
+        let found = issues(yaml)
+        XCTAssertEqual(found, [ConfigIssue(path: "", line: line, message: message)], file: file, line: lineNo)
+    }
+
+    func testDeeplyNestedFlowCollectionsAreRefusedWithALine() {
+        let deep = "config nests deeper than 64 levels"
+        assertRefused(String(repeating: "[", count: 20_000), line: 1, message: deep)
+        assertRefused(String(repeating: "{", count: 20_000), line: 1, message: deep)
+        assertRefused(String(repeating: "{a: [", count: 10_000), line: 1, message: deep)
+        assertRefused(minimal + "\nx: " + String(repeating: "[\n", count: 20_000), line: 11 + 63, message: deep)
+        // Brackets in quoted scalars, comments and block scalars are text, not nesting.
+        let text = String(repeating: "[{", count: 100)
+        let quoted = minimal + "\nextra1: '\(text)'\nextra2: \"\(text)\" # \(text)\nextra3: |\n  \(text)\n  \(text)\n"
+        let found = issues(quoted)
+        XCTAssertFalse(found.contains { $0.message.contains("nests") }, "\(found)")
+        XCTAssertEqual(Set(found.map(\.path)), ["extra1", "extra2", "extra3"])
+    }
+
+    func testDeeplyNestedBlockCollectionsAreRefusedWithALine() {
+        let deep = "config nests deeper than 64 levels"
+        assertRefused(String(repeating: "- ", count: 20_000) + "x", line: 1, message: deep)
+        assertRefused(String(repeating: "? ", count: 20_000) + "x", line: 1, message: deep)
+        // One mapping per line, each indented one more: level 65 is on line 65.
+        let mappings = (0..<20_000).map { String(repeating: " ", count: $0 % 200) + "k\($0):" }.joined(separator: "\n")
+        assertRefused(mappings, line: 65, message: deep)
+        let lists = (0..<20_000).map { String(repeating: " ", count: $0 * 2 % 400) + "- " }.joined(separator: "\n")
+        assertRefused(lists, line: 65, message: deep)
+        // 64 levels are fine (then the schema complains, as for any unknown key).
+        let ok = (0..<63).map { String(repeating: " ", count: $0) + "k\($0):" }.joined(separator: "\n") + " [x]"
+        XCTAssertFalse(issues(ok).contains { $0.message.contains("nests") })
+        XCTAssertTrue(issues(ok).contains { $0.path == "k0" && $0.message == "unknown key" })
+    }
+
+    func testAliasesAreBounded() {
+        // Yams shares an alias's node (no expansion), but a chain of aliases builds a tree as
+        // deep as the chain, which is freed recursively: more than 64 aliases are refused.
+        let chain = "a0: &a0 [x]\n" + (1..<20_000).map { "a\($0): &a\($0) [*a\($0 - 1)]" }.joined(separator: "\n")
+        assertRefused(chain, line: 66, message: "the config uses more than 64 YAML aliases (*name)")
+        // A few levels of "billion laughs" within the bound load quickly (nothing expands them).
+        var laughs = "l0: &l0 lol\n"
+        for i in 1...9 { laughs += "l\(i): &l\(i) [" + Array(repeating: "*l\(i - 1)", count: 7).joined(separator: ",") + "]\n" }
+        let started = Date()
+        XCTAssertTrue(issues(laughs + "routes: *l9\n").contains { $0.path == "routes[0]" })
+        XCTAssertLessThan(Date().timeIntervalSince(started), 2)
+        // Ordinary use of an anchor still works.
+        let shared = minimal.replacingOccurrences(of: "ips: [127.0.0.2, \"::1\"]", with: "ips: &pool [127.0.0.2, \"::1\"]")
+            + "\n  - name: other\n    match: { path_prefix: /other/, methods: *m }\n    service: catalog\n"
+        XCTAssertEqual(issues(shared.replacingOccurrences(of: "methods: [get, HEAD]", with: "methods: &m [get, HEAD]")), [])
+    }
+
+    func testFilesOverTheSizeLimitAreRefusedBeforeParsing() throws {
+        let huge = String(repeating: "# a comment line that pads the file out\n", count: 110_000)   // 4.4 MB
+        XCTAssertGreaterThan(huge.utf8.count, 4 << 20)
+        assertRefused(huge, line: 4 * 1024 * 1024 / 40 + 1, message: "the config file is larger than 4MiB; refusing to parse it")
+        let path = NSTemporaryDirectory() + "quickway-huge-\(getpid()).yaml"
+        try (huge + String(repeating: "x", count: 1 << 20)).write(toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        do {
+            _ = try ConfigLoader.load(file: path, environment: [:])
+            XCTFail("accepted")
+        } catch let e as ConfigError {
+            XCTAssertEqual(e.issues, [ConfigIssue(path: "", line: 4 * 1024 * 1024 / 40 + 1, message: "the config file is larger than 4MiB; refusing to parse it")])
+        }
+    }
+
+    func testOrdinaryFilesStillLoad() throws {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../config.yaml").path
+        XCTAssertNoThrow(try ConfigLoader.load(file: file, environment: [:]))
+        let c = try ConfigLoader.load(yaml: minimal.replacingOccurrences(of: "\n", with: "\r\n"))
+        XCTAssertEqual(c.routes.count, 1)
+        XCTAssertNoThrow(try ConfigLoader.load(yaml: "%YAML 1.1\n---\n" + minimal + "\n...\n"))
+    }
 }
 
 final class UnitsTests: XCTestCase {

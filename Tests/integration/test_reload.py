@@ -156,3 +156,57 @@ def test_reloads_under_load_lose_no_request(backend):
         assert g.stop() == 0
     assert len(results) > 200
     assert set(results) == {200}, {s: results.count(s) for s in set(results)}
+
+
+# A config nested 20,000 levels deep overflowed the YAML parser's stack and killed the
+# gateway on reload (and `quickway check`). It must be refused like any invalid file.
+DEEP_FILES = {
+    "flow sequences": "[" * 20000 + "\n",
+    "flow mappings": "{" * 20000 + "\n",
+    "block sequences": "- " * 20000 + "x\n",
+    "block mappings": "".join(" " * i + f"k{i}:\n" for i in range(100)) + " " * 100 + "x\n",
+}
+
+
+def test_reload_refuses_a_deeply_nested_file_and_keeps_serving(backend):
+    port = backend.server.server_address[1]
+    good = config(port, [("app-a", "sa", False)])
+    g = Gateway(good)
+    try:
+        for shape, text in DEEP_FILES.items():
+            write(g, text)
+            st, doc = admin_post(g, "/reload")
+            assert st == 400 and doc["error"]["code"] == "invalid_config", (shape, st, doc)
+            issue = doc["error"]["issues"][0]
+            assert issue["message"] == "config nests deeper than 64 levels", (shape, doc)
+            assert issue["line"] == (65 if shape == "block mappings" else 1), (shape, doc)
+            assert g.proc.poll() is None, f"gateway died on {shape}"
+            assert call(g, "/open/still")[0] == 200
+            assert call(g, "/signed/x", "app-a", "sa")[0] == 200
+        # SIGHUP with a deep file: logged, kept.
+        write(g, DEEP_FILES["flow sequences"])
+        g.signal(signal.SIGHUP)
+        wait_until(lambda: "nests deeper than 64 levels" in g.logs(), what="SIGHUP reload refused")
+        assert g.proc.poll() is None and call(g, "/open/after-sighup")[0] == 200
+        # A file over the size limit is refused too, and a good file applies again.
+        write(g, "# padding\n" * (500 * 1024))
+        st, doc = admin_post(g, "/reload")
+        assert st == 400 and "larger than 4MiB" in doc["error"]["issues"][0]["message"], doc
+        write(g, good.replace("    auth: off\n", "    auth: off\n  - name: back\n    match: { path_prefix: /back/ }\n    service: api\n    auth: off\n", 1))
+        st, doc = admin_post(g, "/reload")
+        assert st == 200 and "route back added" in doc["changes"], doc
+        assert call(g, "/back/x")[0] == 200
+    finally:
+        assert g.stop() == 0, g.logs()
+
+
+@pytest.mark.parametrize("shape", sorted(DEEP_FILES))
+def test_check_refuses_a_deeply_nested_file(shape, tmp_path):
+    import subprocess
+    from harness import quickway_binary
+    path = tmp_path / "deep.yaml"
+    path.write_text(DEEP_FILES[shape])
+    r = subprocess.run([quickway_binary(), "check", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
+    line = 65 if shape == "block mappings" else 1
+    assert f"{path}:{line}: config nests deeper than 64 levels" in r.stderr, r.stderr[-2000:]

@@ -24,6 +24,9 @@ enum ConfigDiff {
         }
         for k in old.auth?.keys ?? [] where newKeys[k.id] == nil { out.append("key \(k.id) removed") }
         if (old.auth == nil) != (new.auth == nil) { out.append(new.auth == nil ? "auth removed" : "auth added") }
+        if old.admin.tokenDigest != new.admin.tokenDigest {
+            out.append(new.admin.tokenDigest == nil ? "admin token removed" : old.admin.tokenDigest == nil ? "admin token set" : "admin token changed")
+        }
         if old.log.level != new.log.level { out.append("log.level \(old.log.level.rawValue) -> \(new.log.level.rawValue)") }
         return out
     }

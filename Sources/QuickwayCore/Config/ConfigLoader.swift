@@ -6,17 +6,27 @@ import Yams
 /// does not know are refused as "unknown key", never silently ignored.
 public enum ConfigLoader {
     public static func load(file: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> GatewayConfig {
-        let text: String
+        // At most one byte over the limit is read, so a huge file (or /dev/zero) costs nothing.
+        let data: Data
         do {
-            text = try String(contentsOfFile: file, encoding: .utf8)
+            let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: file))
+            defer { try? handle.close() }
+            data = try handle.read(upToCount: YAMLLimits.maxBytes + 1) ?? Data()
         } catch {
             throw ConfigError(file: file, issues: [ConfigIssue(path: "", line: nil, message: "cannot read the file (\(error.localizedDescription))")])
+        }
+        if let issue = YAMLLimits.sizeIssue(data) { throw ConfigError(file: file, issues: [issue]) }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw ConfigError(file: file, issues: [ConfigIssue(path: "", line: nil, message: "cannot read the file (it is not UTF-8 text)")])
         }
         return try load(yaml: text, file: file, environment: environment)
     }
 
     public static func load(yaml: String, file: String = "config.yaml", environment: [String: String] = [:]) throws -> GatewayConfig {
         let sink = ConfigIssueSink()
+        // Yams recurses once per nesting level: a file nested thousands deep would
+        // overflow the stack (and end the process) instead of being refused.
+        if let issue = YAMLLimits.check(yaml) { throw ConfigError(file: file, issues: [issue]) }
         let root: Node?
         do {
             root = try Yams.compose(yaml: yaml)
@@ -58,6 +68,16 @@ public enum ConfigLoader {
         var admin = AdminConfig(listen: ListenAddress(host: "127.0.0.1", port: 9901))
         if let a = top.map("admin") {
             if let l = a.value("listen", "expected an address host:port", ListenAddress.parse) { admin.listen = l }
+            if let name = a.string("token_env") {
+                // The token itself is never quoted in a message.
+                if let v = environment[name], !v.isEmpty {
+                    if v.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) { admin.tokenDigest = Crypto.sha256(v) } else {
+                        a.report("token_env", "the token in \(name) must be printable ASCII without spaces (it is sent as Authorization: Bearer <token>)")
+                    }
+                } else {
+                    a.report("token_env", "the environment variable \(name) is not set (or empty)")
+                }
+            }
             a.finish()
         }
         if admin.listen == listen { top.report("admin", "admin.listen must differ from listen") }
@@ -72,6 +92,7 @@ public enum ConfigLoader {
             if let v = positive(l, "client_header_timeout") { limits.clientHeaderTimeoutMillis = v }
             if let v = positive(l, "client_idle_timeout") { limits.clientIdleTimeoutMillis = v }
             if let v = positive(l, "drain_timeout") { limits.drainTimeoutMillis = v }
+            if let v = l.bool("underscores_in_headers") { limits.underscoresInHeaders = v }
             l.finish()
         }
 
@@ -309,6 +330,7 @@ public enum ConfigLoader {
         } else if serviceName == nil { m.report("service", "is required") }
         var r = RouteConfig(name: name ?? "", pathPrefix: prefix ?? "/", methods: methods, service: serviceName ?? "")
         if let v = m.bool("strip_prefix") { r.stripPrefix = v }
+        if let v = m.bool("allow_encoded_slashes") { r.allowEncodedSlashes = v }
         r.auth = authConfigured ? .required : .off
         if let v = m.choice("auth", RouteAuth.self, ["required", "optional", "off"]) {
             r.auth = v
@@ -323,6 +345,7 @@ public enum ConfigLoader {
                 r.vary = v.map { $0.lowercased() }
             }
             if let v = c.bool("allow_set_cookie") { r.allowSetCookie = v }
+            if let v = c.bool("shared_across_keys") { r.sharedAcrossKeys = v }
             c.finish()
         }
         if let v = m.bool("coalesce") { r.coalesce = v }

@@ -68,7 +68,18 @@ public enum IPAddressSyntax {
     public static func isIP(_ s: String) -> Bool { isIPv4(s) || isIPv6(s) }
 }
 
-public struct AdminConfig: Sendable { public var listen: ListenAddress }
+public struct AdminConfig: Sendable {
+    public var listen: ListenAddress
+    /// `admin.token_env`: SHA-256 of the bearer token the `POST` endpoints require (nil:
+    /// none). Only the digest is kept, so the token cannot end up in a log or `/stats`,
+    /// and comparing digests takes the same time whatever the token's length.
+    public var tokenDigest: [UInt8]?
+
+    public init(listen: ListenAddress, tokenDigest: [UInt8]? = nil) {
+        self.listen = listen
+        self.tokenDigest = tokenDigest
+    }
+}
 
 public struct LimitsConfig: Sendable, Equatable {
     public var maxHeaderBytes = 16 * 1024
@@ -78,6 +89,9 @@ public struct LimitsConfig: Sendable, Equatable {
     public var clientIdleTimeoutMillis: Int64 = 60_000
     /// Added field: how long a graceful stop waits for requests in flight.
     public var drainTimeoutMillis: Int64 = 30_000
+    /// Added field (`underscores_in_headers`, as nginx's): keep and forward request
+    /// header lines whose names hold `_`. Off: they are dropped and counted.
+    public var underscoresInHeaders = false
 }
 
 public enum LogLevel: String, Sendable, CaseIterable, Comparable {
@@ -255,6 +269,12 @@ public struct RouteConfig: Sendable, Equatable {
     public var vary: [String] = []
     /// Added field (`cache.allow_set_cookie`): store answers that set cookies.
     public var allowSetCookie = false
+    /// `cache.shared_across_keys`: on routes with `auth`, callers with different verified
+    /// keys (and anonymous ones) share entries and flights. Off: the key id is in the key.
+    public var sharedAcrossKeys = false
+    /// Added field: accept `%2F` and `%5C` in the path (refused with 400 otherwise, since
+    /// a backend that decodes them sees another path than the one routed).
+    public var allowEncodedSlashes = false
     public var coalesce = false
     /// Added fields: at most this many requests wait on one flight ...
     public var coalesceMaxWaiters = 1000

@@ -24,11 +24,16 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
     case authExpired = "auth_expired"
     case authReplayed = "auth_replayed"
     case authBadSignature = "auth_bad_signature"
+    /// An admin `POST` without the bearer token of `admin.token_env`, or with a wrong one.
+    case adminUnauthorized = "admin_unauthorized"
+    /// An admin `POST` carrying an `Origin` header (a browser, maybe driven by a web page).
+    case forbidden
 
     public var status: Int {
         switch self {
         case .badRequest: return 400
-        case .authMissing, .authMalformed, .authUnknownKey, .authExpired, .authReplayed, .authBadSignature: return 401
+        case .authMissing, .authMalformed, .authUnknownKey, .authExpired, .authReplayed, .authBadSignature, .adminUnauthorized: return 401
+        case .forbidden: return 403
         case .noRoute, .notFound: return 404
         case .methodNotAllowed: return 405
         case .requestTimeout: return 408

@@ -1,8 +1,9 @@
 import Foundation
 
-/// The admin listener's API (`spec/admin-and-errors.md`): `GET /health`,
-/// `GET /stats` and `POST /reload` so far. Runs on the admin loop; reads worker
-/// counters without stopping them.
+/// The admin listener's API (`spec/admin-and-errors.md`): `GET /health`, `/stats`,
+/// `/metrics`, `/dashboard` (open: read-only), `POST /reload` and `/cache/purge` (refused
+/// with an `Origin` header, and without the bearer token when `admin.token_env` is set).
+/// Runs on the admin loop; reads worker counters without stopping them.
 final class AdminHandler: RequestHandler {
     private unowned let gateway: Gateway
 
@@ -17,10 +18,40 @@ final class AdminHandler: RequestHandler {
             return exchange.head.methodIs("GET") || exchange.head.methodIs("HEAD") ? nil
                 : (.methodNotAllowed, "\(path) answers GET")
         case "/reload", "/cache/purge":
-            return exchange.head.methodIs("POST") ? nil : (.methodNotAllowed, "\(path) answers POST")
+            guard exchange.head.methodIs("POST") else { return (.methodNotAllowed, "\(path) answers POST") }
+            return refusal(exchange)
         default:
             return (.notFound, "the admin listener has no \(path)")
         }
+    }
+
+    /// Why a `POST` (a change) is refused, if it is (`spec/admin-and-errors.md`): browsers
+    /// send `Origin` on every cross-site POST and scripts do not, so any `Origin` means a
+    /// web page may be driving the request (403, even with the right token). With
+    /// `admin.token_env`, `Authorization: Bearer <token>` must match (401 otherwise).
+    private func refusal(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
+        let head = exchange.head
+        let origins = head.withBytes { raw in head.fields.filter { HTTPSyntax.equalsLowercase(raw, $0.name, "origin") }.count }
+        if origins > 0 {
+            return (.forbidden, "requests carrying an Origin header (sent by browsers) cannot change the gateway; use curl or a script")
+        }
+        guard let expected = gateway.config.admin.tokenDigest else { return nil }
+        exchange.authChallenge = "Bearer"
+        let values = head.withBytes { raw in head.fields.filter { HTTPSyntax.equalsLowercase(raw, $0.name, "authorization") }.map(\.value) }
+        guard values.count == 1 else {
+            return (.adminUnauthorized, values.isEmpty ? "this endpoint needs Authorization: Bearer <admin token>" : "send one Authorization header")
+        }
+        // "Bearer" (any case), spaces, the token.
+        let v = Array(head.bytes[values[0]])
+        let scheme = Array("bearer".utf8)
+        var i = scheme.count
+        guard v.count > i, zip(v[..<i], scheme).allSatisfy({ $0 | 0x20 == $1 }), v[i] == 0x20 else {
+            return (.adminUnauthorized, "this endpoint needs Authorization: Bearer <admin token>")
+        }
+        while i < v.count && v[i] == 0x20 { i += 1 }
+        let presented = Crypto.sha256(Array(v[i...]))
+        let same = presented.withUnsafeBytes { a in expected.withUnsafeBytes { b in Crypto.constantTimeEqual(a, b) } }
+        return same ? nil : (.adminUnauthorized, "the admin token is wrong")
     }
 
     func handle(_ exchange: Exchange) {
