@@ -70,6 +70,22 @@ class FaultyHandler(socketserver.BaseRequestHandler):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         elif path.endswith("/truncated-chunked"):
             s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        elif path.endswith("/huge-chunk-extension"):
+            # A chunked answer whose first size line carries a 4 MiB extension.
+            try:
+                s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;e=")
+                for _ in range(64):
+                    s.sendall(b"e" * 65536)
+                s.sendall(b"\r\nhello\r\n0\r\n\r\n")
+            except OSError:
+                pass
+        elif path.endswith("/many-trailers"):
+            # A chunked answer with 5000 short trailer lines (about 60 KB).
+            try:
+                s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
+                          + b"X-Trailer: v\r\n" * 5000 + b"\r\n")
+            except OSError:
+                pass
         elif path.endswith("/huge"):
             s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 200000000\r\n\r\n")
             block = b"z" * 65536
@@ -333,3 +349,247 @@ def test_drain_under_load_completes_accepted_requests():
         stop.set()
         g.stop()
         b.stop()
+
+
+# --- Request integrity: bounded chunked framing, and pipelined reads that resume ---------
+
+ROOMY_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 1
+admin: { listen: 127.0.0.1:{ADMIN} }
+limits:
+  max_header_bytes: 4KiB
+  max_body_bytes: 1MiB
+  client_header_timeout: 10s
+  client_idle_timeout: 20s
+services:
+  api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2], retries: 0, timeouts: { connect: 300ms, response: 5s } }
+routes:
+  - { name: api, match: { path_prefix: /api/ }, service: api, strip_prefix: true, auth: off }
+"""
+
+
+@pytest.fixture(scope="module")
+def roomy():
+    """A gateway with a 1 MiB body limit and a 10 s header/body timeout, so that an
+    answer within a couple of seconds cannot be the 408 sweep."""
+    backend = Backend("127.0.0.2", free_port("127.0.0.2"))
+    g = Gateway(ROOMY_CONFIG.replace("BACKEND_PORT", str(backend.server.server_address[1])))
+    yield g, backend
+    g.stop()
+    backend.stop()
+
+
+class _Responses:
+    """Reads Content-Length-framed responses from one socket, keeping whatever arrived
+    past the current one for the next."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+
+    def _fill(self, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        self.sock.settimeout(left)
+        try:
+            b = self.sock.recv(65536)
+        except (socket.timeout, ConnectionResetError, BrokenPipeError):
+            return False
+        if not b:
+            return False
+        self.buf += b
+        return True
+
+    def next(self, deadline):
+        """(status, headers, body); status 0 if no whole head came by `deadline` or
+        before the close (the body may then be short)."""
+        while b"\r\n\r\n" not in self.buf:
+            if not self._fill(deadline):
+                return 0, {}, self.buf
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+        need = int(headers.get("content-length", "0"))
+        while len(self.buf) < need and self._fill(deadline):
+            pass
+        body, self.buf = self.buf[:need], self.buf[need:]
+        return int(head.split()[1]), headers, body
+
+
+def _post_while_reading(port, head, pieces, timeout=5.0):
+    """Sends `head` and then `pieces` from a thread (stopping at the first error: the
+    gateway may refuse and close early) while reading the answer. Returns
+    (status, headers, body, seconds to the answer, bytes sent)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    stop = threading.Event()
+    sent = [0]
+
+    def sender():
+        try:
+            s.sendall(head)
+            for p in pieces:
+                if stop.is_set():
+                    return
+                s.sendall(p)
+                sent[0] += len(p)
+        except OSError:     # BrokenPipe / ConnectionReset / timeout once the gateway gave up
+            pass
+
+    t = threading.Thread(target=sender, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    try:
+        status, headers, body = _Responses(s).next(t0 + timeout)
+        return status, headers, body, time.monotonic() - t0, sent[0]
+    finally:
+        stop.set()
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        t.join(5)
+        s.close()
+
+
+def _assert_json_error(status, headers, body, want_status, want_code):
+    assert status == want_status, (status, body[:300])
+    assert headers.get("content-type", "").startswith("application/json")
+    assert json.loads(body)["error"]["code"] == want_code
+
+
+def test_huge_chunk_extension_is_refused_early(roomy):
+    """RFC 9112 7.1.1: chunk extensions are unbounded in the grammar; a server must bound
+    them. 8 MiB of extension on a 1-byte chunk, body limit 1 MiB: a quick JSON 400, the
+    gateway stops long before the end, and the backend never sees the request."""
+    g, backend = roomy
+    head = b"POST /api/ext-huge HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;e="
+    pieces = [b"e" * 65536] * 128 + [b"\r\nx\r\n0\r\n\r\n"]
+    status, headers, body, took, _ = _post_while_reading(g.port, head, pieces)
+    _assert_json_error(status, headers, body, 400, "bad_request")
+    assert b"chunk extension" in body
+    assert took < 3, f"answered after {took:.1f}s"
+    time.sleep(0.2)
+    assert backend.path_hits("/ext-huge") == 0
+
+
+def test_chunk_extension_overhead_counts_toward_body_limit(roomy):
+    """Each size line under the line cap, but 300 of them with 4000-byte extensions carry
+    1.2 MB of overhead for 300 bytes of data: over the 1 MiB limit, so 413."""
+    g, backend = roomy
+    head = b"POST /api/ext-many HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    pieces = [b"1;" + b"e" * 3999 + b"\r\nx\r\n"] * 300 + [b"0\r\n\r\n"]
+    status, headers, body, took, _ = _post_while_reading(g.port, head, pieces)
+    _assert_json_error(status, headers, body, 413, "body_too_large")
+    assert took < 3
+    time.sleep(0.2)
+    assert backend.path_hits("/ext-many") == 0
+
+
+def test_many_trailer_lines_are_refused(roomy):
+    """5000 short trailer lines (each far under a per-line cap; 70 KB in all): the trailer
+    section is bounded as a whole, so a JSON 400, and nothing reaches the backend."""
+    g, backend = roomy
+    head = b"POST /api/trailers HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
+    pieces = [b"X-Trailer-Line: v\r\n" * 500] * 10 + [b"\r\n"]
+    status, headers, body, took, _ = _post_while_reading(g.port, head, pieces)
+    _assert_json_error(status, headers, body, 400, "bad_request")
+    assert b"trailer" in body
+    assert took < 3
+    time.sleep(0.2)
+    assert backend.path_hits("/trailers") == 0
+    # A small trailer section is still fine (and dropped), on a connection of its own.
+    status, _, body, _, _ = _post_while_reading(
+        g.port, b"POST /api/trailers-ok HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+        [b"5;a=b\r\nhello\r\n0\r\nX-Checksum: 1\r\nX-Other: 2\r\n\r\n"])
+    assert status == 200 and json.loads(body)["body"] == "hello"
+
+
+def test_upstream_chunk_extension_and_trailers_are_bounded(env):
+    """The same caps hold on upstream answers: a 4 MiB chunk extension or 5000 trailer
+    lines is a bad response (502), not something read to the end; normal chunked
+    answers still stream through."""
+    g, _ = env
+    for path in ("/faulty/huge-chunk-extension", "/faulty/many-trailers"):
+        try:
+            with urllib.request.urlopen(g.url(path), timeout=5) as r:
+                pytest.fail(f"{path} answered {r.status}: {r.read()[:100]!r}")
+        except urllib.error.HTTPError as e:
+            assert e.code == 502, path
+            assert json.loads(e.read())["error"]["code"] == "upstream_bad_response"
+    with urllib.request.urlopen(g.url("/api/ok"), timeout=5) as r:
+        assert r.status == 200
+
+
+# A pipelining client: while a response is pending the gateway reads only a bounded
+# amount ahead (max_header_bytes + 64 KiB), then stops reading. When that answer is done
+# and the buffered bytes end inside the next request's head or body, reading must
+# resume: the rest of that request has to be read at once, not left in the kernel until
+# the 408 sweep.
+
+SLOW = b"GET /api/delay/300 HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def _pipelined(g, backend, first, rest, expect):
+    """Sends the slow request; once the backend has it (the gateway is responding),
+    sends `first` (well past the read-ahead bound) in one write; reads the slow answer,
+    then sends `rest`. Each of the `expect` further answers must come within 2 s of the
+    one before (of `rest` for the first); the config's client_header_timeout is 10 s,
+    so a stalled read shows as a missing answer, not a slow 408. Returns their
+    (status, body)."""
+    s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+    try:
+        hits = backend.path_hits("/delay/300")
+        s.sendall(SLOW)
+        wait_until(lambda: backend.path_hits("/delay/300") > hits, timeout=5, what="the slow request upstream")
+        s.sendall(first)
+        r = _Responses(s)
+        status, _, _ = r.next(time.monotonic() + 5)
+        assert status == 200, "the slow first request"
+        t0 = time.monotonic()
+        s.sendall(rest)
+        out = []
+        for i in range(expect):
+            status, _, body = r.next(t0 + 2.0)
+            assert status != 0, f"answer {i + 2} of {expect + 1} did not come within 2 s: reading stalled"
+            out.append((status, body))
+            t0 = time.monotonic()
+        return out
+    finally:
+        s.close()
+
+
+def test_pipelined_request_whose_body_was_cut_by_the_read_bound(roomy):
+    g, backend = roomy
+    body = b"0123456789abcdef" * 25_000                 # 400000 bytes
+    req2 = b"POST /api/cl-body HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    # 250 KB: past the read-ahead bound (4 KiB + 64 KiB, which the gateway's doubling
+    # input buffer overshoots up to 128 KiB), so part of it waits in the kernel.
+    cut = 250_000
+    out = _pipelined(g, backend, req2[:cut], req2[cut:], 1)
+    assert out[0][0] == 200
+    assert json.loads(out[0][1])["body"].encode() == body
+
+
+def test_pipelined_chunked_body_cut_by_the_read_bound(roomy):
+    g, backend = roomy
+    data = b"0123456789abcdef" * 25_000
+    chunked = b"".join(b"%x;n=%d\r\n%s\r\n" % (len(data[i:i + 9000]), i, data[i:i + 9000]) for i in range(0, len(data), 9000))
+    req2 = b"POST /api/chunked-body HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked + b"0\r\n\r\n"
+    cut = 250_000
+    out = _pipelined(g, backend, req2[:cut], req2[cut:], 1)
+    assert out[0][0] == 200
+    assert json.loads(out[0][1])["body"].encode() == data
+
+
+def test_pipelined_heads_cut_by_the_read_bound(roomy):
+    """Only heads (no bodies): 60 pipelined GETs of about 3 KB each, then part of one
+    more. Whatever the read bound cut, the buffered bytes end inside a head."""
+    g, backend = roomy
+    heads = b"".join(b"GET /api/h/%d HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n" % (i, b"p" * (2989 + i))
+                     for i in range(60))
+    last = b"GET /api/h/last HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"q" * 1500 + b"\r\n\r\n"
+    out = _pipelined(g, backend, heads + last[:700], last[700:], 61)
+    assert [st for st, _ in out] == [200] * 61
+    assert json.loads(out[-1][1])["path"] == "/h/last"

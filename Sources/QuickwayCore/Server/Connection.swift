@@ -45,7 +45,8 @@ final class Connection {
         self.peer = peer
         self.peerBytes = Array(peer.utf8)
         self.worker = worker
-        parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes)
+        parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
+                                   allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
         let me = Unmanaged.passUnretained(self).toOpaque()
         readEvent = event_new(worker.base, fd, Int16(EV_READ | EV_PERSIST), connectionReadCallback, me)
         writeEvent = event_new(worker.base, fd, Int16(EV_WRITE | EV_PERSIST), connectionWriteCallback, me)
@@ -123,6 +124,11 @@ final class Connection {
                         headTimerRunning = true
                         deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
                     }
+                    // Waiting for the client: reading may still be paused by the
+                    // read-ahead bound of the previous (pipelined) response, with the
+                    // rest of this head already in the kernel. Resume it here, at every
+                    // point that waits for more bytes, or it stalls until the 408 sweep.
+                    enableReading()
                     return
                 case let .head(head, consumed):
                     input.consume(consumed)
@@ -131,7 +137,7 @@ final class Connection {
                 }
             case .body:
                 guard let ex = exchange, var dec = decoder else { return }
-                if input.isEmpty { return }
+                if input.isEmpty { enableReading(); return }   // see `.needMore` above
                 do {
                     let before = ex.body.count
                     let used = try dec.decode(input.readable, into: &ex.body)
@@ -149,6 +155,7 @@ final class Connection {
                     dispatch(ex)
                 } else {
                     deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
+                    enableReading()   // see `.needMore` above
                     return
                 }
             case .responding, .closing:
@@ -165,6 +172,7 @@ final class Connection {
         phase = .responding
         deadline = 0
         worker.stats.requestStarted()
+        if head.droppedUnderscoreFields > 0 { worker.stats.underscoreHeadersDropped(head.droppedUnderscoreFields) }
         if !head.keepAlive || worker.isDraining { closeAfterResponse = true }
         ex.handler = worker.handler
         if let (code, message) = worker.handler.preflight(ex) {
