@@ -29,8 +29,9 @@ let package = Package(
             name: "QuickwayCore",
             dependencies: ["CLibevent", "CCurl", "COpenSSL", "CQuickwayShims",
                            .product(name: "Yams", package: "Yams"),
-                           .product(name: "Logging", package: "swift-log")],
-            swiftSettings: [.unsafeFlags(["-Ounchecked"], .when(configuration: .release))]
+                           .product(name: "Logging", package: "swift-log")]
+            // Release builds use SwiftPM's -O: bounds and overflow checks stay on in the
+            // shipped binary, the same checked build that is fuzzed (not -Ounchecked).
         ),
         .executableTarget(name: "quickway", dependencies: ["QuickwayCore"]),
         // Config-loader fuzz harness (scripts/fuzz.sh builds it with libFuzzer).
