@@ -1,8 +1,9 @@
-// libFuzzer harness: the HTTP/1.1 request parser and body decoder.
-// Built by scripts/fuzz.sh with `swiftc -sanitize=fuzzer,address` together with the
-// parser's own source files. Besides crashes, it checks properties: parsing the input
-// in one go and byte by byte must agree, and every range a head reports must lie within
-// its bytes.
+// libFuzzer harness: the HTTP/1.1 request parser, the target normaliser and the body
+// decoder. Built by scripts/fuzz.sh with `swiftc -sanitize=fuzzer,address` together with
+// the parser's own source files. Besides crashes, it checks properties: parsing the input
+// in one go and byte by byte must agree; every range a head reports must lie within its
+// bytes; a normalised target normalises to itself (one meaning, decided once) and holds
+// no `#`, `\`, `%00` or dot segment; a target left unchanged is its own signed target.
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzHTTP(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
@@ -32,7 +33,19 @@ func parse(_ input: [UInt8], step: Int) -> String {
             for f in head.fields {
                 precondition(f.name.upperBound <= head.bytes.count && f.value.upperBound <= head.bytes.count)
             }
-            precondition(head.target.upperBound <= head.bytes.count)
+            precondition(head.target.upperBound <= head.bytes.count && head.signedTarget.upperBound <= head.bytes.count)
+            let target = Array(head.bytes[head.target])
+            let again = target.withUnsafeBytes { raw in
+                Result { () throws(HTTPParseError) -> RequestTargetNormalizer.Result in try RequestTargetNormalizer.normalize(raw) }
+            }
+            guard case .success(let n) = again, n.rewritten == nil else {
+                fatalError("normalised target \(head.targetString) does not normalise to itself: \(again)")
+            }
+            precondition(!target.contains(UInt8(ascii: "#")) && !target.contains(UInt8(ascii: "\\")))
+            if head.signedTarget != head.target {
+                // The raw target is kept after the head, never overlapping a field.
+                precondition(head.signedTarget.lowerBound >= (head.fields.last?.value.upperBound ?? head.target.upperBound))
+            }
             var d = HTTPBodyDecoder(framing: head.body, maxBodyBytes: 65536)
             var body: [UInt8] = []
             let rest = Array(input[consumed...])

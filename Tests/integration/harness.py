@@ -106,6 +106,14 @@ class BackendHandler(BaseHTTPRequestHandler):
             # Answers with the response headers given in the query (Cache-Control=..., Set-Cookie=...).
             payload = json.dumps({"path": self.path, "n": server.path_hits[self.path.split("?")[0]]}).encode()
             return self._send(int(query.pop("status", 200)), payload, extra=query)
+        if kind == "etag":
+            # 304 to a request whose If-None-Match names the current ETag, else the whole answer.
+            if self.headers.get("If-None-Match") == '"v1"':
+                self.send_response(304)
+                self.send_header("ETag", '"v1"')
+                self.end_headers()
+                return
+            return self._send(200, json.dumps({"n": server.path_hits[self.path.split("?")[0]]}).encode(), extra={"ETag": '"v1"'})
         if kind == "lang":
             return self._send(200, json.dumps({"lang": self.headers.get("Accept-Language", "")}).encode())
         if kind == "flaky":

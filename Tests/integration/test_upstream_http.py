@@ -162,15 +162,19 @@ def test_close_delimited_and_http10_answers_are_whole_and_not_reused(env):
         assert raw.connections >= before
 
 
-def test_head_request_gets_no_body_and_keeps_the_connection(env):
+def test_head_request_gets_no_body_and_closes_the_connection(env):
+    """A HEAD answer has no body whatever its framing says. The connection is not reused
+    after it: a server that writes a body after a HEAD answer anyway would leave it for
+    the next call (issue 12; test_request_integrity shows the poisoning)."""
     g, raw = env
     http_call(g, "GET", "/split")
     conn = last(raw, "/split")["conn"]
     st, h, body = http_call(g, "HEAD", "/split")
     assert (st, body, h["content-length"]) == (200, b"", "5")
     assert last(raw, "/split")["method"] == "HEAD"
+    assert last(raw, "/split")["conn"] == conn, "the HEAD itself may use the pooled connection"
     http_call(g, "GET", "/split")
-    assert last(raw, "/split")["conn"] == conn
+    assert last(raw, "/split")["conn"] != conn, "the connection that carried the HEAD was reused"
 
 
 def test_invalid_framing_is_a_clean_502(env):
@@ -182,16 +186,24 @@ def test_invalid_framing_is_a_clean_502(env):
 
 def test_stale_pooled_connection_is_replaced_without_an_error(env):
     """The backend closes a kept-alive connection when the next request arrives on it
-    (as a server whose keep-alive timeout just ran out): the request never reached the
-    application, so the gateway sends it again on a fresh connection, even a POST."""
+    (as a server whose keep-alive timeout just ran out). An idempotent request is sent
+    again on a fresh connection; a POST is not (the backend may have processed it: RFC
+    9110 9.2.2), and gets a 502 instead of running twice."""
     g, raw = env
     assert http_call(g, "GET", "/drop-second")[0] == 200
     first = last(raw, "/drop-second")["conn"]
-    st, _, body = http_call(g, "POST", "/drop-second", body=b"once")
+    st, _, body = http_call(g, "PUT", "/drop-second", body=b"once")
     assert (st, body) == (200, b"hello")
     with raw.lock:
         seen = [r["conn"] for r in raw.log if r["path"] == "/drop-second"]
     assert seen[-2] == first and seen[-1] != first, seen
+    # Now a POST on the connection the PUT left in the pool.
+    second = seen[-1]
+    st, _, body = http_call(g, "POST", "/drop-second", body=b"once")
+    assert st == 502 and b"upstream_bad_response" in body, body
+    with raw.lock:
+        posts = [r["conn"] for r in raw.log if r["path"] == "/drop-second" and r["method"] == "POST"]
+    assert posts == [second], posts
 
 
 def test_large_request_body_is_written_whole_when_the_socket_fills(env):

@@ -156,8 +156,10 @@ public final class Authenticator: @unchecked Sendable {
     public func verifySignature(_ p: PendingAuth, head: HTTPRequestHead, bodyHashHex: [UInt8]) -> SignatureCheck {
         head.withBytes { raw -> SignatureCheck in
             if let h = p.qw1 {
-                let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
-                let path = UnsafeRawBufferPointer(rebasing: raw[head.path])
+                // The target exactly as the client sent (and signed) it; the forwarded one
+                // differs only by decoded unreserved bytes (`HTTPRequestHead`).
+                let target = UnsafeRawBufferPointer(rebasing: raw[head.signedTarget])
+                let path = UnsafeRawBufferPointer(rebasing: raw[head.signedPath])
                 let query = CanonicalQuery.rawQuery(ofTarget: target)
                 let canonical = QW1Signer.canonicalString(
                     method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path, rawQuery: query,

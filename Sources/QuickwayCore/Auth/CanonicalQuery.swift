@@ -4,28 +4,45 @@
 /// with RFC 3986 (unreserved bytes as they are, all others `%XX` upper case), sort by
 /// name then value comparing bytes, and join with `&`.
 public enum CanonicalQuery {
-    public static func canonicalize(_ query: UnsafeRawBufferPointer) -> [UInt8] {
+    /// Which canonical form: the signature's (spec/signature.md), or the cache and flight
+    /// key's, which keeps apart what backends read differently: a raw `+` stays `+`
+    /// (form decoders read a space) while `%2B` is a plus, and values of one name keep
+    /// their order (`a=1&a=2` is not `a=2&a=1` to a backend that takes the first).
+    public enum Form: Sendable { case signature, cacheKey }
+
+    public static func canonicalize(_ query: UnsafeRawBufferPointer, form: Form = .signature) -> [UInt8] {
         if query.isEmpty { return [] }
         var pairs: [(name: [UInt8], value: [UInt8])] = []
         var start = 0
         let n = query.count
         var i = 0
+        let keepPlus = form == .cacheKey
         while i <= n {
             if i == n || query[i] == UInt8(ascii: "&") {
                 if i > start {
                     var eq = start
                     while eq < i && query[eq] != UInt8(ascii: "=") { eq += 1 }
-                    let name = encode(decode(UnsafeRawBufferPointer(rebasing: query[start..<eq])))
-                    let value = eq < i ? encode(decode(UnsafeRawBufferPointer(rebasing: query[(eq + 1)..<i]))) : []
+                    let name = reencode(UnsafeRawBufferPointer(rebasing: query[start..<eq]), keepRawPlus: keepPlus)
+                    let value = eq < i ? reencode(UnsafeRawBufferPointer(rebasing: query[(eq + 1)..<i]), keepRawPlus: keepPlus) : []
                     pairs.append((name, value))
                 }
                 start = i + 1
             }
             i += 1
         }
-        pairs.sort { a, b in
-            if a.name != b.name { return a.name.lexicographicallyPrecedes(b.name) }
-            return a.value.lexicographicallyPrecedes(b.value)
+        switch form {
+        case .signature:
+            pairs.sort { a, b in
+                if a.name != b.name { return a.name.lexicographicallyPrecedes(b.name) }
+                return a.value.lexicographicallyPrecedes(b.value)
+            }
+        case .cacheKey:
+            // Stable by name only: values of one name keep the order they were sent in.
+            let indexed = pairs.enumerated().sorted { a, b in
+                if a.element.name != b.element.name { return a.element.name.lexicographicallyPrecedes(b.element.name) }
+                return a.offset < b.offset
+            }
+            pairs = indexed.map { $0.element }
         }
         var out: [UInt8] = []
         out.reserveCapacity(n + 16)
@@ -34,6 +51,32 @@ public enum CanonicalQuery {
             out.append(contentsOf: p.name)
             out.append(UInt8(ascii: "="))
             out.append(contentsOf: p.value)
+        }
+        return out
+    }
+
+    /// Percent-decodes (`%XX` only; a stray `%` is literal) and re-encodes with RFC 3986
+    /// in one pass. `keepRawPlus`: a raw `+` stays `+` (the encoded form never holds one
+    /// otherwise, so it cannot meet a decoded `%2B`, which becomes `%2B`).
+    static func reencode(_ s: UnsafeRawBufferPointer, keepRawPlus: Bool) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(s.count + 8)
+        var i = 0
+        while i < s.count {
+            var c = s[i]
+            if c == UInt8(ascii: "%"), i + 2 < s.count,
+               let h = HTTPSyntax.hexValue(s[i + 1]), let l = HTTPSyntax.hexValue(s[i + 2]) {
+                c = UInt8(h * 16 + l)
+                i += 3
+            } else {
+                i += 1
+                if keepRawPlus && c == UInt8(ascii: "+") { out.append(c); continue }
+            }
+            if isUnreserved(c) { out.append(c) } else {
+                out.append(UInt8(ascii: "%"))
+                out.append(upperHex[Int(c >> 4)])
+                out.append(upperHex[Int(c & 15)])
+            }
         }
         return out
     }
@@ -51,24 +94,6 @@ public enum CanonicalQuery {
         var end = q + 1
         while end < t.count && t[end] != UInt8(ascii: "#") { end += 1 }
         return UnsafeRawBufferPointer(rebasing: t[(q + 1)..<end])
-    }
-
-    static func decode(_ s: UnsafeRawBufferPointer) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(s.count)
-        var i = 0
-        while i < s.count {
-            let c = s[i]
-            if c == UInt8(ascii: "%"), i + 2 < s.count,
-               let h = HTTPSyntax.hexValue(s[i + 1]), let l = HTTPSyntax.hexValue(s[i + 2]) {
-                out.append(UInt8(h * 16 + l))
-                i += 3
-            } else {
-                out.append(c)
-                i += 1
-            }
-        }
-        return out
     }
 
     static let upperHex: [UInt8] = Array("0123456789ABCDEF".utf8)

@@ -51,8 +51,8 @@ public final class SigV4Verifier: @unchecked Sendable {
     /// From a parsed HTTP head (the gateway's path).
     public func parse(head: HTTPRequestHead, authorization: Range<Int>) -> ParseResult {
         let input = head.withBytes { raw -> SigV4Input in
-            let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
-            return SigV4Input(method: Array(raw[head.method]), path: Array(raw[head.path]),
+            let target = UnsafeRawBufferPointer(rebasing: raw[head.signedTarget])
+            return SigV4Input(method: Array(raw[head.method]), path: Array(raw[head.signedPath]),
                               rawQuery: Array(CanonicalQuery.rawQuery(ofTarget: target)),
                               headers: head.fields.map { (Array(raw[$0.name]), Array(raw[$0.value])) })
         }

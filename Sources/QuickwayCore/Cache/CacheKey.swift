@@ -1,11 +1,25 @@
-/// The cache and merge key (`spec/config.md`): method, host, path, canonical query
-/// (the QW1 rules, so parameter order does not matter) and the route's `vary` headers.
+/// The cache and merge key (`spec/config.md`): method, host (validated by the parser, so
+/// it holds no `/`), the normalised path, the canonical query in its cache-key form
+/// (parameter order between names does not matter; a raw `+` and `%2B` stay apart), the
+/// route's `vary` headers and, on routes with `auth`, who is asking.
 /// GET and HEAD share a key: a HEAD is answered from the GET's entry.
 ///
 /// Text form, also what `POST /cache/purge {"key": ...}` takes:
-/// `GET <host><path>?<canonical query>` then, for each vary header, `\n<name>:<value>`.
+/// `GET <host><path>?<canonical query>` then, for each vary header, `\n<name>:<value>`,
+/// then on routes with `auth` (unless `shared_across_keys`) `\n@key:<key id>` or
+/// `\n@anonymous` (`@` cannot start a header name, so these never meet a vary line).
 public enum CacheKey {
-    public static func build(head: HTTPRequestHead, vary: [[UInt8]]) -> [UInt8] {
+    /// Whose answers an entry holds.
+    public enum Scope: Equatable, Sendable {
+        /// Shared by every caller (routes without `auth`, or `shared_across_keys`).
+        case everyone
+        /// Only for callers with this verified key id.
+        case key(String)
+        /// Only for callers without a verified key (on `auth: optional`).
+        case anonymous
+    }
+
+    public static func build(head: HTTPRequestHead, vary: [[UInt8]], scope: Scope = .everyone) -> [UInt8] {
         head.withBytes { raw in
             var key: [UInt8] = []
             key.reserveCapacity(head.target.count + 64)
@@ -16,7 +30,7 @@ public enum CacheKey {
             key.append(contentsOf: raw[head.path])
             key.append(UInt8(ascii: "?"))
             let query = CanonicalQuery.rawQuery(ofTarget: UnsafeRawBufferPointer(rebasing: raw[head.target]))
-            if !query.isEmpty { key.append(contentsOf: CanonicalQuery.canonicalize(query)) }
+            if !query.isEmpty { key.append(contentsOf: CanonicalQuery.canonicalize(query, form: .cacheKey)) }
             for name in vary {
                 key.append(0x0A)
                 key.append(contentsOf: name)
@@ -26,6 +40,14 @@ public enum CacheKey {
                     key.append(contentsOf: raw[f.value])
                     key.append(UInt8(ascii: ","))
                 }
+            }
+            switch scope {
+            case .everyone: break
+            case .key(let id):
+                key.append(contentsOf: "\n@key:".utf8)
+                key.append(contentsOf: id.utf8)
+            case .anonymous:
+                key.append(contentsOf: "\n@anonymous".utf8)
             }
             return key
         }

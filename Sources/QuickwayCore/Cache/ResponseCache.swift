@@ -10,14 +10,21 @@ public final class CachedResponse: @unchecked Sendable {
     public let body: [UInt8]
     /// Wall-clock seconds when it was received (for `Age`).
     public let receivedAt: Double
+    /// The upstream's `Vary` and the fetching request's values for it: only requests
+    /// with the same values get this answer. Nil: the answer does not vary.
+    public let variant: CacheVariant?
 
-    public init(status: Int, reason: [UInt8], headerLines: [UInt8], body: [UInt8], receivedAt: Double) {
+    public init(status: Int, reason: [UInt8], headerLines: [UInt8], body: [UInt8], receivedAt: Double, variant: CacheVariant? = nil) {
         self.status = status; self.reason = reason; self.headerLines = headerLines; self.body = body; self.receivedAt = receivedAt
+        self.variant = variant
     }
+
+    /// Whether a request with this head may be given this answer (its `Vary`).
+    @inline(__always) public func suits(_ head: HTTPRequestHead) -> Bool { variant?.matches(head) ?? true }
 
     /// Bytes it holds, as counted against `cache.max_bytes` (plus the key and
     /// `ResponseCache.entryOverhead`).
-    var size: Int { reason.count + headerLines.count + body.count }
+    var size: Int { reason.count + headerLines.count + body.count + (variant.map { $0.values.count + $0.names.count * 24 } ?? 0) }
 }
 
 /// The response cache: one store for all workers, least recently used first out under a

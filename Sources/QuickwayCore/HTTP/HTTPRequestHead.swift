@@ -1,10 +1,27 @@
-/// A parsed request head. It owns a copy of the head's bytes, and every part (method,
-/// target, header names and values) is a range into them, so parsing builds no strings.
+/// A parsed, normalised request head. It owns a copy of the head's bytes, and every part
+/// (method, target, header names and values) is a range into them, so parsing builds no
+/// strings.
+///
+/// It is the one normalised request every stage reads (`RequestTargetNormalizer`):
+/// `target` is the normalised target (routing, cache and flight keys, upstream), and
+/// `fields` leaves out header names with `_` unless the listener forwards them.
+/// `signedTarget` is the target exactly as the client sent it, which the signature
+/// covers (`spec/signature.md`); it differs from `target` only by percent-encoded
+/// unreserved bytes decoded and hex upper-cased, which change no meaning.
 public struct HTTPRequestHead: Sendable {
-    /// The head exactly as received, request line through the final empty line.
+    /// The head as received, request line through the final empty line, with the target
+    /// normalised; when normalising changed it, the raw target follows the head.
     public let bytes: [UInt8]
     public let method: Range<Int>
     public let target: Range<Int>
+    /// The raw target, as signed by the client.
+    public let signedTarget: Range<Int>
+    /// The path holds `%2F` or `%5C` (refused unless the route allows encoded slashes).
+    public let encodedSlashInPath: Bool
+    /// The query holds a raw `+` (refused on signed calls).
+    public let rawPlusInQuery: Bool
+    /// Header lines left out because their names hold `_`.
+    public let droppedUnderscoreFields: Int
     /// 0 for HTTP/1.0, 1 for HTTP/1.1.
     public let minorVersion: Int
     public let fields: [HTTPField]
@@ -38,10 +55,14 @@ public struct HTTPRequestHead: Sendable {
     }
 
     /// The target's path part (before `?`).
-    public var path: Range<Int> {
-        var end = target.lowerBound
-        while end < target.upperBound && bytes[end] != UInt8(ascii: "?") { end += 1 }
-        return target.lowerBound..<end
+    public var path: Range<Int> { Self.pathPart(of: target, in: bytes) }
+    /// The signed (raw) target's path part.
+    public var signedPath: Range<Int> { Self.pathPart(of: signedTarget, in: bytes) }
+
+    static func pathPart(of t: Range<Int>, in bytes: [UInt8]) -> Range<Int> {
+        var end = t.lowerBound
+        while end < t.upperBound && bytes[end] != UInt8(ascii: "?") { end += 1 }
+        return t.lowerBound..<end
     }
 
     /// The first value of a header, by lower-case name.

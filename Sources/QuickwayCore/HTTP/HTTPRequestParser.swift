@@ -20,6 +20,10 @@ public enum HTTPParseError: Error, Equatable, Sendable {
 public struct HTTPRequestParser: Sendable {
     public let maxHeadBytes: Int
     public let maxBodyBytes: Int
+    /// Keep header lines whose names hold `_` (nginx's `underscores_in_headers`). Off by
+    /// default: CGI/WSGI-style backends read `X_Foo` as `X-Foo`, so such a line could
+    /// pose as a header the gateway strips or sets (`X-Quickway-Key`).
+    public let allowUnderscoresInHeaders: Bool
     /// How far into the current buffer the end-of-head search has got.
     private var scanned = 0
     /// Where the current line starts (for spotting the empty line).
@@ -27,9 +31,10 @@ public struct HTTPRequestParser: Sendable {
     /// Leading empty lines before the request line (RFC 9112 2.2 lets us skip them).
     private var skippedPrefix = 0
 
-    public init(maxHeadBytes: Int, maxBodyBytes: Int) {
+    public init(maxHeadBytes: Int, maxBodyBytes: Int, allowUnderscoresInHeaders: Bool = false) {
         self.maxHeadBytes = maxHeadBytes
         self.maxBodyBytes = maxBodyBytes
+        self.allowUnderscoresInHeaders = allowUnderscoresInHeaders
     }
 
     public enum HeadResult {
@@ -61,7 +66,8 @@ public struct HTTPRequestParser: Sendable {
                     let end = i + 1
                     let start = skippedPrefix
                     reset()
-                    let head = try Self.parseCompleteHead(buf, from: start, to: end, maxBody: maxBodyBytes)
+                    let head = try Self.parseCompleteHead(buf, from: start, to: end, maxBody: maxBodyBytes,
+                                                         allowUnderscores: allowUnderscoresInHeaders)
                     return .head(head, consumed: end)
                 }
                 lineStart = i + 1
@@ -82,15 +88,19 @@ public struct HTTPRequestParser: Sendable {
 
     /// Parses a head known to be complete: `buf[start..<end]` ends with CRLF CRLF and
     /// contains no bare LF.
-    static func parseCompleteHead(_ buf: UnsafeRawBufferPointer, from start: Int, to end: Int, maxBody: Int) throws(HTTPParseError) -> HTTPRequestHead {
+    static func parseCompleteHead(_ buf: UnsafeRawBufferPointer, from start: Int, to end: Int, maxBody: Int,
+                                  allowUnderscores: Bool = false) throws(HTTPParseError) -> HTTPRequestHead {
         let bytes = Array(buf[start..<end])
         let result = bytes.withUnsafeBytes { raw in
-            Result { () throws(HTTPParseError) -> HTTPRequestHead in try parseFields(raw, bytes: bytes, maxBody: maxBody) }
+            Result { () throws(HTTPParseError) -> HTTPRequestHead in
+                try parseFields(raw, bytes: bytes, maxBody: maxBody, allowUnderscores: allowUnderscores)
+            }
         }
         return try result.get()
     }
 
-    private static func parseFields(_ raw: UnsafeRawBufferPointer, bytes: [UInt8], maxBody: Int) throws(HTTPParseError) -> HTTPRequestHead {
+    private static func parseFields(_ raw: UnsafeRawBufferPointer, bytes: [UInt8], maxBody: Int,
+                                    allowUnderscores: Bool) throws(HTTPParseError) -> HTTPRequestHead {
         let n = raw.count
         var i = 0
         // method
@@ -130,6 +140,7 @@ public struct HTTPRequestParser: Sendable {
         var connectionClose = false
         var connectionKeepAlive = false
         var expectsContinue = false
+        var droppedUnderscore = 0
 
         while i < n - 2 {
             let c = raw[i]
@@ -152,6 +163,11 @@ public struct HTTPRequestParser: Sendable {
             guard i + 1 < n, raw[i + 1] == 0x0A else { throw .badRequest("malformed header line") }
             i += 2
             let value = valueStart..<valueEnd
+            if !allowUnderscores && raw[name].contains(UInt8(ascii: "_")) {
+                // Left out of the request every stage sees (and so never forwarded).
+                droppedUnderscore += 1
+                continue
+            }
             fields.append(.init(name: name, value: value))
 
             switch name.count {
@@ -187,6 +203,9 @@ public struct HTTPRequestParser: Sendable {
         if sawTransferEncoding && minor == 0 { throw .badRequest("Transfer-Encoding in an HTTP/1.0 request") }
         if minor == 1 && hostCount != 1 { throw .badRequest(hostCount == 0 ? "missing Host header" : "more than one Host header") }
         if hostCount > 1 { throw .badRequest("more than one Host header") }
+        if let h = hostField, !HTTPSyntax.isValidHost(raw, fields[h].value) {
+            throw .badRequest("the Host header must be a host name or IP address with an optional port")
+        }
         let framing: HTTPBodyFraming
         if chunked { framing = .chunked }
         else if let cl = contentLength, cl > 0 {
@@ -194,7 +213,32 @@ public struct HTTPRequestParser: Sendable {
             framing = .contentLength(cl)
         } else { framing = .none }
         let keepAlive = minor == 1 ? !connectionClose : (connectionKeepAlive && !connectionClose)
-        return HTTPRequestHead(bytes: bytes, method: method, target: target, minorVersion: minor, fields: fields,
+        let normal = try RequestTargetNormalizer.normalize(UnsafeRawBufferPointer(rebasing: raw[target]))
+        var headBytes = bytes
+        var normalTarget = target
+        var signedTarget = target
+        if let rewritten = normal.rewritten {
+            // The normalised target replaces the raw one in the head, which moves every
+            // header range by `delta`; the raw target is kept after the head for the
+            // signature. Only for targets that normalising changes.
+            let delta = rewritten.count - target.count
+            var b: [UInt8] = []
+            b.reserveCapacity(bytes.count + delta + target.count)
+            b.append(contentsOf: bytes[0..<target.lowerBound])
+            b.append(contentsOf: rewritten)
+            b.append(contentsOf: bytes[target.upperBound...])
+            signedTarget = b.count..<(b.count + target.count)
+            b.append(contentsOf: bytes[target])
+            headBytes = b
+            normalTarget = target.lowerBound..<(target.lowerBound + rewritten.count)
+            for k in fields.indices {
+                fields[k] = .init(name: (fields[k].name.lowerBound + delta)..<(fields[k].name.upperBound + delta),
+                                  value: (fields[k].value.lowerBound + delta)..<(fields[k].value.upperBound + delta))
+            }
+        }
+        return HTTPRequestHead(bytes: headBytes, method: method, target: normalTarget, signedTarget: signedTarget,
+                               encodedSlashInPath: normal.encodedSlash, rawPlusInQuery: normal.rawPlusInQuery,
+                               droppedUnderscoreFields: droppedUnderscore, minorVersion: minor, fields: fields,
                                body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
                                hostField: hostField)
     }

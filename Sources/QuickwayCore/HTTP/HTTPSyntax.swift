@@ -44,4 +44,41 @@ public enum HTTPSyntax {
         default: return nil
         }
     }
+
+    /// `Host` syntax (RFC 9110 7.2 with RFC 3986 3.2.2, kept to what names a server):
+    /// empty, or a name of letters, digits, `-`, `.`, `_` (or an IPv4 address), or an
+    /// IPv6 address in brackets; then an optional `:` port of 1-5 digits. Anything else
+    /// (`/`, `@`, `%`, spaces...) would let two requests that name different hosts, or
+    /// a host and a path, share a cache key.
+    static func isValidHost(_ raw: UnsafeRawBufferPointer, _ r: Range<Int>) -> Bool {
+        guard r.count <= 261 else { return false }
+        var i = r.lowerBound
+        let end = r.upperBound
+        if i == end { return true }
+        if raw[i] == UInt8(ascii: "[") {
+            i += 1
+            let start = i
+            while i < end, raw[i] != UInt8(ascii: "]") {
+                let c = raw[i]
+                guard hexValue(c) != nil || c == UInt8(ascii: ":") || c == UInt8(ascii: ".") else { return false }
+                i += 1
+            }
+            guard i < end, i > start else { return false }
+            i += 1
+        } else {
+            let start = i
+            while i < end, raw[i] != UInt8(ascii: ":") {
+                let c = raw[i]
+                guard isAlnum(c) || c == UInt8(ascii: "-") || c == UInt8(ascii: ".") || c == UInt8(ascii: "_") else { return false }
+                i += 1
+            }
+            guard i > start else { return false }
+        }
+        if i == end { return true }
+        guard raw[i] == UInt8(ascii: ":") else { return false }
+        let digits = end - i - 1
+        guard digits >= 1 && digits <= 5 else { return false }
+        for p in (i + 1)..<end where !(raw[p] >= 0x30 && raw[p] <= 0x39) { return false }
+        return true
+    }
 }

@@ -1,4 +1,6 @@
-/// The routes of one config snapshot, matched in order on raw request bytes:
+/// The routes of one config snapshot, matched in order on the normalised path's bytes
+/// (`RequestTargetNormalizer`: percent-encoded unreserved bytes decoded, dot segments,
+/// `#` and encoded NUL refused before routing):
 /// the first route whose `path_prefix` starts the path and whose methods include the
 /// request's wins. A path that some route matches but no route allows the method of
 /// answers 405.
@@ -47,37 +49,5 @@ public struct RouteTable: Sendable {
         guard a.count == b.count else { return false }
         for i in 0..<b.count where a[i] != b[i] { return false }
         return true
-    }
-}
-
-/// Path checks done before routing.
-public enum PathSafety {
-    /// True when the path has a `.` or `..` segment, literal or percent-encoded. Such
-    /// paths are refused: a backend that normalises them could be reached outside the
-    /// prefix the route allows (`/catalog/../admin`).
-    public static func hasDotSegment(_ path: UnsafeRawBufferPointer) -> Bool {
-        var i = 0
-        let n = path.count
-        while i < n {
-            guard path[i] == UInt8(ascii: "/") else { i += 1; continue }
-            // Count the dots of the segment after this slash, decoding %2e.
-            var j = i + 1
-            var dots = 0
-            var other = false
-            while j < n && path[j] != UInt8(ascii: "/") {
-                if path[j] == UInt8(ascii: ".") { dots += 1; j += 1 }
-                else if path[j] == UInt8(ascii: "%") && j + 2 < n && path[j + 1] == UInt8(ascii: "2")
-                            && (path[j + 2] == UInt8(ascii: "e") || path[j + 2] == UInt8(ascii: "E")) { dots += 1; j += 3 }
-                else { other = true; j += 1 }
-            }
-            if !other && (dots == 1 || dots == 2) { return true }
-            i = j
-        }
-        return false
-    }
-
-    public static func hasDotSegment(_ path: String) -> Bool {
-        var p = path
-        return p.withUTF8 { hasDotSegment(UnsafeRawBufferPointer($0)) }
     }
 }

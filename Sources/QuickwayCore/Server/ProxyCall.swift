@@ -61,7 +61,8 @@ final class ProxyCall: UpstreamCallDelegate {
     /// `stale_if_error`, if there is one.
     private func serveStale() -> Bool {
         guard let plan, let stale = handler.shared.cache.stale(plan.key, nowMillis: Clock.monotonicMillis(),
-                                                               staleMillis: handler.cacheConfig.staleIfErrorMillis) else { return false }
+                                                               staleMillis: handler.cacheConfig.staleIfErrorMillis),
+              stale.suits(exchange.head) else { return false }
         handler.respondCached(exchange, stale, "STALE")
         if let f = flight { handler.shared.flights.finish(f, .stale(stale)); flight = nil }
         return true
@@ -126,13 +127,22 @@ final class ProxyCall: UpstreamCallDelegate {
             }
             // A 5xx answer may be replaced by an expired entry too (RFC 5861 stale-if-error).
             if [500, 502, 503, 504].contains(head.status), serveStale() { return }
+            // An answer that varies (upstream `Vary`) records the values this request had.
+            var variant: CacheVariant?
+            if plan != nil, case .names(let names) = CacheVariant.selector(headerLines: relayLines) {
+                variant = CacheVariant(names: names, head: exchange.head)
+            }
             let response = CachedResponse(status: head.status, reason: head.reason, headerLines: relayLines, body: body,
-                                          receivedAt: Clock.wallSeconds())
-            if let plan, let ttl = CachePolicy.ttlMillis(status: head.status, headerLines: relayLines, routeTTLMillis: plan.ttlMillis,
-                                                          honorCacheControl: handler.cacheConfig.honorCacheControl,
-                                                          allowSetCookie: plan.allowSetCookie) {
+                                          receivedAt: Clock.wallSeconds(), variant: variant)
+            let decision = plan.map {
+                CachePolicy.decide(status: head.status, headerLines: relayLines, routeTTLMillis: $0.ttlMillis,
+                                   honorCacheControl: handler.cacheConfig.honorCacheControl,
+                                   allowSetCookie: $0.allowSetCookie, credentialed: $0.credentialed)
+            }
+            if let plan, let ttl = decision?.ttlMillis {
                 handler.shared.cache.store(plan.key, response, ttlMillis: ttl, nowMillis: Clock.monotonicMillis())
-                if let tier = handler.sharedTier, tier.config.cache { tier.store(plan.key, response, ttlMillis: ttl) }
+                // The shared tier's entries carry no variant: varying answers stay local.
+                if variant == nil, let tier = handler.sharedTier, tier.config.cache { tier.store(plan.key, response, ttlMillis: ttl) }
             }
             if !exchange.isCancelled {
                 response.reason.withUnsafeBytes { reason in
@@ -141,7 +151,7 @@ final class ProxyCall: UpstreamCallDelegate {
                     }
                 }
             }
-            if let f = flight { handler.shared.flights.finish(f, .response(response)) }
+            if let f = flight { handler.shared.flights.finish(f, decision?.shareable == true ? .response(response) : .goUpstream) }
         case let .failed(code, message, connectionError):
             if streaming {
                 Log.warn("request \(exchange.requestIdString): \(message) after the response began; closing the client connection")

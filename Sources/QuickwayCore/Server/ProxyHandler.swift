@@ -51,10 +51,14 @@ final class ProxyHandler: RequestHandler {
     func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
         let head = exchange.head
         return head.withBytes { raw in
+            // The normalised path (`RequestTargetNormalizer`): `/api/%61dmin` is routed,
+            // keyed and forwarded as `/api/admin`.
             let path = UnsafeRawBufferPointer(rebasing: raw[head.path])
-            if PathSafety.hasDotSegment(path) { return (.badRequest, "the path must not contain . or .. segments") }
             switch routes.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path) {
             case .route(let i):
+                if head.encodedSlashInPath && !routes.entries[i].config.allowEncodedSlashes {
+                    return (.badRequest, "the path must not contain an encoded / or \\ (%2F, %5C): the backend could read another path than the one routed")
+                }
                 exchange.routeIndex = i
                 exchange.routeStatSlot = routeStatSlots[i]
                 exchange.routeName = routes.entries[i].nameBytes
@@ -75,6 +79,11 @@ final class ProxyHandler: RequestHandler {
         case .anonymous:
             return nil
         case .pending(let p):
+            if exchange.head.rawPlusInQuery {
+                // spec/signature.md: form decoders read `+` as a space, RFC 3986 ones as a
+                // plus; a signature must mean one thing.
+                return (.badRequest, "a raw + in the query of a signed call is ambiguous: send %2B for a plus, %20 for a space")
+            }
             exchange.pendingAuth = p
             if exchange.head.body != .none { exchange.bodyHasher = SHA256Hasher() }
             return nil
@@ -167,15 +176,24 @@ final class ProxyHandler: RequestHandler {
             forward(exchange, plan: nil, flight: nil)
             return
         }
-        // Stage 4: cache lookup.
-        let key = CacheKey.build(head: head, vary: routeVary[exchange.routeIndex])
+        // Stage 4: cache lookup. On routes with `auth` an answer is shared only between
+        // callers with the same verified key (or between anonymous ones).
+        let scope: CacheKey.Scope = route.auth == .off || route.sharedAcrossKeys ? .everyone
+            : exchange.authKeyId.map { .key($0) } ?? .anonymous
+        let key = CacheKey.build(head: head, vary: routeVary[exchange.routeIndex], scope: scope)
         let now = Clock.monotonicMillis()
-        if route.cacheTTLMillis > 0, let hit = shared.cache.lookup(key, nowMillis: now, staleMillis: cacheConfig.staleIfErrorMillis), hit.fresh {
+        if route.cacheTTLMillis > 0, let hit = shared.cache.lookup(key, nowMillis: now, staleMillis: cacheConfig.staleIfErrorMillis),
+           hit.fresh, hit.response.suits(head) {
             respondCached(exchange, hit.response, "HIT")
             return
         }
-        let plan = CachePlan(key: key, ttlMillis: route.cacheTTLMillis, allowSetCookie: route.allowSetCookie)
-        guard route.coalesce else {
+        // Credentials the backend will see (`Cookie`, or an `Authorization` the gateway
+        // did not verify and remove): the answer may be this caller's own.
+        let credentialed = head.value(of: "cookie") != nil || (head.value(of: "authorization") != nil && exchange.authKeyId == nil)
+        let plan = CachePlan(key: key, ttlMillis: route.cacheTTLMillis, allowSetCookie: route.allowSetCookie, credentialed: credentialed)
+        // A conditional or partial request can get a 304 or 206 made for it alone: it
+        // makes its own call rather than lead (or join) a merged one.
+        guard route.coalesce, !Self.asksForItsOwnAnswer(head) else {
             exchange.cacheStatus = "MISS"
             lookUpShared(exchange, plan: plan, flight: nil)
             return
@@ -238,8 +256,12 @@ final class ProxyHandler: RequestHandler {
             d.timer = nil
             guard let self, let exchange, !exchange.isFinished, !exchange.isCancelled else { return }
             switch outcome {
-            case .response(let r): self.respondCached(exchange, r, "COALESCED")
-            case .stale(let r): self.respondCached(exchange, r, "STALE")
+            case .response(let r) where r.suits(exchange.head): self.respondCached(exchange, r, "COALESCED")
+            case .stale(let r) where r.suits(exchange.head): self.respondCached(exchange, r, "STALE")
+            case .response, .stale:
+                // The answer varies on a header this waiter sent otherwise: its own call.
+                exchange.cacheStatus = "BYPASS"
+                self.forward(exchange, plan: nil, flight: nil)
             case let .error(code, message): exchange.respondError(code, message)
             case .goUpstream:
                 exchange.cacheStatus = "BYPASS"
@@ -274,12 +296,13 @@ final class ProxyHandler: RequestHandler {
                 isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
                 headerLines: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
                                                           requestId: exchange.requestId, hasBody: hasBody, authKeyId: exchange.authKeyId),
-                pathAndQuery: route.config.stripPrefix ? Self.stripped(target, prefixLength: route.config.pathPrefix.utf8.count) : Array(target))
+                pathAndQuery: route.config.stripPrefix ? Self.stripped(target, prefixLength: route.config.pathPrefix.utf8.count) : Array(target),
+                idempotent: ProxyCall.isIdempotent(head))
         }
         let call = ProxyCall(exchange: exchange, handler: self, service: service, request: request, plan: plan, flight: flight)
         if let flight {
             // The call belongs to the flight: it outlives the leader's client while anyone waits.
-            flight.cancelUpstream = { [weak call] in call?.cancel() }
+            shared.flights.setCancelUpstream(flight) { [weak call] in call?.cancel() }
             let flights = shared.flights
             exchange.onCancel = { [weak call] in
                 if !flights.leaderLeft(flight) { call?.cancel() }
@@ -288,6 +311,23 @@ final class ProxyHandler: RequestHandler {
             exchange.onCancel = { [weak call] in call?.cancel() }
         }
         call.start()
+    }
+
+    /// `Range` or a conditional header (`If-None-Match`, `If-Modified-Since`, `If-Match`,
+    /// `If-Unmodified-Since`, `If-Range`): the answer may be a 206 or 304 for this request.
+    static func asksForItsOwnAnswer(_ head: HTTPRequestHead) -> Bool {
+        head.withBytes { raw in
+            for f in head.fields {
+                let n = f.name
+                if HTTPSyntax.equalsLowercase(raw, n, "range") { return true }
+                guard n.count >= 8, HTTPSyntax.lower(raw[n.lowerBound]) == UInt8(ascii: "i"),
+                      HTTPSyntax.lower(raw[n.lowerBound + 1]) == UInt8(ascii: "f"), raw[n.lowerBound + 2] == UInt8(ascii: "-") else { continue }
+                if HTTPSyntax.equalsLowercase(raw, n, "if-none-match") || HTTPSyntax.equalsLowercase(raw, n, "if-modified-since")
+                    || HTTPSyntax.equalsLowercase(raw, n, "if-match") || HTTPSyntax.equalsLowercase(raw, n, "if-unmodified-since")
+                    || HTTPSyntax.equalsLowercase(raw, n, "if-range") { return true }
+            }
+            return false
+        }
     }
 
     /// The target with the route's prefix removed, always starting with `/`.
@@ -303,6 +343,8 @@ struct CachePlan {
     let key: [UInt8]
     let ttlMillis: Int64
     let allowSetCookie: Bool
+    /// The request carried credentials the backend sees (`CachePolicy`).
+    let credentialed: Bool
 }
 
 /// A merged waiter's delivery closure and its wait timer.

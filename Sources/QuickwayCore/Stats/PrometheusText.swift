@@ -61,6 +61,8 @@ public enum PrometheusText {
         }
         w.family("quickway_requests_in_flight", "gauge", "Requests being answered now.")
         w.sample("quickway_requests_in_flight", [], Double(s.inFlight))
+        w.family("quickway_underscore_headers_dropped_total", "counter", "Request header lines dropped because their names hold an underscore.")
+        w.sample("quickway_underscore_headers_dropped_total", [], Double(s.underscoreHeadersDropped))
         w.family("quickway_cache_hits_total", "counter", "Answers served from the cache.")
         w.sample("quickway_cache_hits_total", [], Double(s.cache.hits))
         w.family("quickway_cache_misses_total", "counter", "Cache lookups that found no fresh entry.")

@@ -15,6 +15,8 @@ public struct StatsSnapshot {
     public var lastMinute = [Int64](repeating: 0, count: WorkerStats.windowBuckets)
     public var routes: [(name: String, requests: Int64, byClass: [Int64])] = []
     public var authAccepted: Int64 = 0
+    /// Request header lines dropped because their names hold `_`.
+    public var underscoreHeadersDropped: Int64 = 0
     public var authRejected = [Int64](repeating: 0, count: AuthRejection.allCases.count)
     public var cache = ResponseCache.Figures()
     public var cacheMaxBytes = 0
@@ -42,6 +44,7 @@ public struct StatsSnapshot {
             maxMicros = max(maxMicros, w.maxMicros)
             w.addLastMinute(into: &lastMinute, nowSecond: nowSecond)
             authAccepted += w.authAcceptedCount
+            underscoreHeadersDropped += w.underscoreHeadersDroppedCount
             for r in AuthRejection.allCases { authRejected[r.rawValue] += w.authRejectedCount(r) }
             for i in 0..<LatencyBuckets.count { histogram[i] += w.histogramCount(i) }
             for (r, (_, slot)) in routeSlots.enumerated() where slot >= 0 && slot < w.routeCount {
@@ -82,7 +85,7 @@ public struct StatsSnapshot {
 
     public func json() -> String {
         var s = "{\"version\":\(JSONText.quoted(version)),\"uptime_seconds\":\(JSONText.number(uptimeSeconds)),"
-        s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"by_status\":\(Self.classes(byClass, all: true))},"
+        s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"underscore_headers_dropped\":\(underscoreHeadersDropped),\"by_status\":\(Self.classes(byClass, all: true))},"
         s += "\"latency_ms\":{\"p50\":\(JSONText.number(latencyMillis(0.5))),\"p90\":\(JSONText.number(latencyMillis(0.9))),"
         s += "\"p99\":\(JSONText.number(latencyMillis(0.99))),\"max\":\(JSONText.number(Double(maxMicros) / 1000))},"
         let minuteCount = lastMinute.reduce(0, +)

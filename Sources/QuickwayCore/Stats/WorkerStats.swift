@@ -12,7 +12,8 @@ public final class WorkerStats {
         static let maxMicros = 7
         static let authAccepted = 8
         static let authRejected = 9 // 9...14, in AuthRejection order
-        static let fixed = 15
+        static let underscoreHeadersDropped = 15
+        static let fixed = 16
     }
     /// Per route: requests, 1xx..5xx, then the duration histogram's buckets
     /// (`durationBucketsSeconds`, cumulative on read), then the sum of durations in µs.
@@ -77,6 +78,8 @@ public final class WorkerStats {
         qw_counter_add(slot + 1 + bucket / 4, 1)
     }
 
+    /// Header lines dropped because their names hold `_` (`limits.underscores_in_headers`).
+    @inline(__always) public func underscoreHeadersDropped(_ n: Int) { qw_counter_add(cells + Slot.underscoreHeadersDropped, Int64(n)) }
     @inline(__always) public func authAccepted() { qw_counter_add(cells + Slot.authAccepted, 1) }
     @inline(__always) public func authRejected(_ r: AuthRejection) { qw_counter_add(cells + Slot.authRejected + r.rawValue, 1) }
 
@@ -86,6 +89,7 @@ public final class WorkerStats {
     public var finished: Int64 { qw_counter_load(cells + Slot.finished) }
     public var maxMicros: Int64 { qw_counter_load(cells + Slot.maxMicros) }
     public var authAcceptedCount: Int64 { qw_counter_load(cells + Slot.authAccepted) }
+    public var underscoreHeadersDroppedCount: Int64 { qw_counter_load(cells + Slot.underscoreHeadersDropped) }
     public func authRejectedCount(_ r: AuthRejection) -> Int64 { qw_counter_load(cells + Slot.authRejected + r.rawValue) }
     public func statusClassCount(_ cls: Int) -> Int64 { qw_counter_load(cells + Slot.statusClass + cls - 1) }
     public func routeCount(_ route: Int, slot: Int) -> Int64 { qw_counter_load(cells + Slot.fixed + route * Self.routeSlots + slot) }

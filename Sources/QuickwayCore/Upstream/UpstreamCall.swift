@@ -10,6 +10,9 @@ struct UpstreamRequest {
     var headerLines: [UInt8]
     /// Path and query to append to the service's URL prefix.
     var pathAndQuery: [UInt8]
+    /// Safe to send again if a reused connection fails before any answer (RFC 9110
+    /// 9.2.2: GET, HEAD, OPTIONS, PUT, DELETE, TRACE, or an `Idempotency-Key`).
+    var idempotent: Bool
 }
 
 /// One upstream call, whichever client makes it (`UpstreamHTTPCall` for plain HTTP,

@@ -20,6 +20,8 @@ final class UpstreamConnection {
     /// Bytes of the request still to be written.
     private var output: [UInt8] = []
     private var outputOffset = 0
+    /// Some byte of the current request reached the socket (the upstream may have it).
+    private(set) var wroteAny = false
     weak var user: UpstreamHTTPCall?
     /// When it went back to the pool (coarse ms).
     var idleSince: Int64 = 0
@@ -42,6 +44,7 @@ final class UpstreamConnection {
     func write(_ bytes: [UInt8]) -> Int32 {
         output = bytes
         outputOffset = 0
+        wroteAny = false
         return flush()
     }
 
@@ -50,7 +53,7 @@ final class UpstreamConnection {
             let n = output.withUnsafeBytes { b in
                 Glibc.send(fd, b.baseAddress! + outputOffset, b.count - outputOffset, Int32(MSG_NOSIGNAL))
             }
-            if n > 0 { outputOffset += n; continue }
+            if n > 0 { outputOffset += n; wroteAny = true; continue }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
                 event_add(writeEvent, nil)
@@ -81,6 +84,13 @@ final class UpstreamConnection {
         // Idle: the upstream closed it (or sent something unasked for). Either way it
         // cannot carry a request any more.
         pool.discard(self)
+    }
+
+    /// Open, and nothing to read: a peek that would block.
+    var isSilent: Bool {
+        var b: UInt8 = 0
+        let n = recv(fd, &b, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
     }
 
     /// Stops (or restarts) reading while the client is slow to take the body.
@@ -122,9 +132,17 @@ final class UpstreamPool {
     static let idleTimeoutMillis: Int64 = 60_000
     private var idle: [ObjectIdentifier: [UpstreamConnection]] = [:]
 
-    func take(_ member: UpstreamMember) -> UpstreamConnection? {
+    /// The most recently used idle connection to `member`. `checkAlive`: first peek at
+    /// the socket and drop connections the upstream has closed or written to unasked.
+    func take(_ member: UpstreamMember, checkAlive: Bool = false) -> UpstreamConnection? {
+        let key = ObjectIdentifier(member)
         // Mutated in place (no copy of the list).
-        idle[ObjectIdentifier(member)]?.popLast()
+        while let c = idle[key]?.popLast() {
+            guard checkAlive else { return c }
+            if c.isSilent { return c }
+            c.close()
+        }
+        return nil
     }
 
     func put(_ c: UpstreamConnection) {

@@ -27,6 +27,7 @@ final class UpstreamHTTPCall: UpstreamCall {
     private var retriedStale = false
     private var requestBytes: [UInt8] = []
     private var isHeadRequest = false
+    private var idempotent = false
     // Response parsing.
     private var line: [UInt8] = []
     private var headBytes = 0
@@ -62,6 +63,7 @@ final class UpstreamHTTPCall: UpstreamCall {
         retainedSelf = Unmanaged.passRetained(self)
         startNanos = Clock.monotonicNanos()
         isHeadRequest = r.isHead
+        idempotent = r.idempotent
         requestBytes = Self.requestBytes(r, authority: service.authority)
         let timeout = service.config.responseTimeoutMillis
         timer = LoopTimer(base: client.base, afterMillis: timeout) { [unowned self] in
@@ -72,7 +74,9 @@ final class UpstreamHTTPCall: UpstreamCall {
                 self.fail(.upstreamTimeout, "\(self.name) did not answer within \(Units.formatMillis(timeout))", connectionError: true)
             }
         }
-        if let c = client.pool.take(member) {
+        // A request that cannot be sent twice only goes on a pooled connection that is
+        // still open and silent now (one peek), since a failure on it cannot be retried.
+        if let c = client.pool.take(member, checkAlive: !r.idempotent) {
             reusedConnection = true
             send(on: c)
         } else {
@@ -220,6 +224,11 @@ final class UpstreamHTTPCall: UpstreamCall {
                 }
             }
             if !head.isComplete || done { return }
+            if decoder?.isComplete == true {
+                // A bodiless answer: reusable only if nothing follows it (and never after
+                // HEAD, see `complete`).
+                return complete(reusable: i == input.count)
+            }
         }
         guard i < input.count else { return }
         consumeBody(UnsafeRawBufferPointer(rebasing: input[i...]))
@@ -255,7 +264,6 @@ final class UpstreamHTTPCall: UpstreamCall {
             readsToClose = true
         }
         delegate?.upstreamHeadReceived(self)
-        if !done && decoder?.isComplete == true { complete() }
     }
 
     private func consumeBody(_ input: UnsafeRawBufferPointer) {
@@ -307,8 +315,10 @@ final class UpstreamHTTPCall: UpstreamCall {
     /// The connection closed (`error` nil) or failed.
     private func ended(error: Int32?) {
         if readsToClose && head.isComplete && error == nil { return complete(reusable: false) }
-        if !receivedAny && reusedConnection && !retriedStale {
-            // A pooled connection the upstream had closed: the request never reached it.
+        if !receivedAny && reusedConnection && !retriedStale && (idempotent || connection?.wroteAny == false) {
+            // A pooled connection the upstream had closed before answering. Sent again
+            // only if that is safe: the request is idempotent, or none of it was written
+            // (a POST the upstream may have processed is never sent twice).
             retriedStale = true
             connection?.close()
             connection = nil
@@ -334,7 +344,10 @@ final class UpstreamHTTPCall: UpstreamCall {
         report(error: [500, 502, 503, 504].contains(head.status))
         let d = delegate
         delegate = nil
-        finish(reuse: reusable && head.allowsReuse && !readsToClose)
+        // Never after HEAD: servers that write a body after a HEAD answer anyway (common
+        // in hand-written ones) would leave it on the connection, where the next call
+        // would read it as its answer.
+        finish(reuse: reusable && head.allowsReuse && !readsToClose && !isHeadRequest)
         d?.upstreamFinished(self, .complete)
     }
 

@@ -24,9 +24,9 @@ public enum UpstreamRequestHeaders {
             var sawContentType = false
             for f in head.fields {
                 let n = f.name
-                if isDropped(raw, n) || HTTPSyntax.equalsLowercase(raw, n, "x-quickway-key") { continue }
-                if authKeyId != nil && HTTPSyntax.equalsLowercase(raw, n, "authorization") { continue }
-                if HTTPSyntax.equalsLowercase(raw, n, "x-forwarded-for") { forwardedFor = forwardedFor ?? f.value; continue }
+                if isDropped(raw, n) || named(raw, n, "x-quickway-key") { continue }
+                if authKeyId != nil && named(raw, n, "authorization") { continue }
+                if named(raw, n, "x-forwarded-for") { forwardedFor = forwardedFor ?? f.value; continue }
                 if connectionTokens.contains(where: { sameName(raw, $0, n) }) { continue }
                 if HTTPSyntax.equalsLowercase(raw, n, "content-type") { sawContentType = true }
                 out.append(contentsOf: raw[n])
@@ -76,17 +76,32 @@ public enum UpstreamRequestHeaders {
 
     static func isDropped(_ raw: UnsafeRawBufferPointer, _ n: Range<Int>) -> Bool {
         switch n.count {
-        case 2: return HTTPSyntax.equalsLowercase(raw, n, "te")
-        case 4: return HTTPSyntax.equalsLowercase(raw, n, "host")
-        case 6: return HTTPSyntax.equalsLowercase(raw, n, "expect")
-        case 7: return HTTPSyntax.equalsLowercase(raw, n, "upgrade") || HTTPSyntax.equalsLowercase(raw, n, "trailer")
-        case 10: return HTTPSyntax.equalsLowercase(raw, n, "connection") || HTTPSyntax.equalsLowercase(raw, n, "keep-alive")
-        case 12: return HTTPSyntax.equalsLowercase(raw, n, "x-request-id")
-        case 14: return HTTPSyntax.equalsLowercase(raw, n, "content-length")
-        case 16: return HTTPSyntax.equalsLowercase(raw, n, "proxy-connection") || HTTPSyntax.equalsLowercase(raw, n, "x-forwarded-host")
-        case 17: return HTTPSyntax.equalsLowercase(raw, n, "transfer-encoding") || HTTPSyntax.equalsLowercase(raw, n, "x-forwarded-proto")
+        case 2: return named(raw, n, "te")
+        case 4: return named(raw, n, "host")
+        case 6: return named(raw, n, "expect")
+        case 7: return named(raw, n, "upgrade") || named(raw, n, "trailer")
+        case 10: return named(raw, n, "connection") || named(raw, n, "keep-alive")
+        case 12: return named(raw, n, "x-request-id")
+        case 14: return named(raw, n, "content-length")
+        case 16: return named(raw, n, "proxy-connection") || named(raw, n, "x-forwarded-host")
+        case 17: return named(raw, n, "transfer-encoding") || named(raw, n, "x-forwarded-proto")
         default: return false
         }
+    }
+
+    /// A header name equals a gateway-managed one, with `_` read as `-`: with
+    /// `limits.underscores_in_headers` on, `X_Quickway_Key` reaches this point, and a
+    /// CGI/WSGI backend would read it as `X-Quickway-Key`.
+    static func named(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, _ literal: StaticString) -> Bool {
+        guard range.count == literal.utf8CodeUnitCount else { return false }
+        let lit = literal.utf8Start
+        var i = 0
+        for p in range {
+            let c = raw[p] == UInt8(ascii: "_") ? UInt8(ascii: "-") : HTTPSyntax.lower(raw[p])
+            if c != lit[i] { return false }
+            i += 1
+        }
+        return true
     }
 
     static func sameName(_ raw: UnsafeRawBufferPointer, _ a: Range<Int>, _ b: Range<Int>) -> Bool {

@@ -1,0 +1,57 @@
+/// The request headers an upstream answer varies on (its `Vary`), and the values the
+/// request that fetched it had for them. A stored or merged answer with a variant goes
+/// only to requests with the same values (RFC 9111 4.1); any other request is a miss
+/// (and its own answer then replaces the entry: one variant per key, as nginx keeps).
+/// Pure: tested without a network.
+public struct CacheVariant: Sendable, Equatable {
+    /// Lower-case header names, sorted, without duplicates.
+    public let names: [[UInt8]]
+    /// For each name in order: `\n<name>:` then the request's values of it, each
+    /// followed by `,` (so an absent header and an empty one differ).
+    public let values: [UInt8]
+
+    /// What the upstream's `Vary` lines in `headerLines` (`Name: value\r\n`) ask for:
+    /// `.none` without `Vary`, `.any` for `Vary: *` (never stored or shared).
+    public enum Selector: Equatable { case none, any, names([[UInt8]]) }
+
+    public static func selector(headerLines: [UInt8]) -> Selector {
+        var names: [[UInt8]] = []
+        var star = false
+        CachePolicy.forEachHeader(headerLines) { name, value in
+            guard CachePolicy.eq(name, "vary") else { return }
+            for token in value.split(separator: UInt8(ascii: ",")) {
+                let t = token.drop { $0 == 0x20 || $0 == 0x09 }.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed().map(HTTPSyntax.lower)
+                if t == [UInt8(ascii: "*")] { star = true } else if !t.isEmpty { names.append(t) }
+            }
+        }
+        if star { return .any }
+        if names.isEmpty { return .none }
+        return .names(Array(Set(names)).sorted { $0.lexicographicallyPrecedes($1) })
+    }
+
+    /// The variant of `head` for `names`.
+    public init(names: [[UInt8]], head: HTTPRequestHead) {
+        self.names = names
+        self.values = Self.values(names: names, head: head)
+    }
+
+    /// Whether `head` would get this variant.
+    public func matches(_ head: HTTPRequestHead) -> Bool { Self.values(names: names, head: head) == values }
+
+    static func values(names: [[UInt8]], head: HTTPRequestHead) -> [UInt8] {
+        head.withBytes { raw in
+            var out: [UInt8] = []
+            for name in names {
+                out.append(0x0A)
+                out.append(contentsOf: name)
+                out.append(UInt8(ascii: ":"))
+                for f in head.fields where f.name.count == name.count
+                    && zip(raw[f.name], name).allSatisfy({ HTTPSyntax.lower($0) == $1 }) {
+                    out.append(contentsOf: raw[f.value])
+                    out.append(UInt8(ascii: ","))
+                }
+            }
+            return out
+        }
+    }
+}
