@@ -5,6 +5,9 @@
 # bounded load with wrk, and prints instructions per request by library and the top
 # functions. With --signed every request goes to a QW1-signed route (pre-signed by
 # examples/qw1_client.py, each nonce once), to compare against the plain profile.
+# Instrumentation is switched on once the gateway answers, so start-up is not counted; requests
+# are counted from /stats over the same span. QW_BIN=path profiles another build of
+# quickway (to compare builds: the checked -O one against -Ounchecked, before/after).
 # Usage: scripts/profile.sh [--seconds N] [--signed]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +25,7 @@ done
 scripts/setup.sh >/dev/null
 WORK=$(mktemp -d /tmp/qw-profile.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${QW_PROFILE_KEEP:-}" ] || rm -rf "$WORK"; }
 trap cleanup EXIT
 BPORT=18181; QPORT=18180; APORT=18190
 cat > "$WORK/backend.conf" <<CONF
@@ -67,13 +70,18 @@ LUA
   WRK_ARGS=(-s "$WORK/replay.lua" "http://127.0.0.1:$QPORT/" -- "$WORK/signed.txt")
 fi
 # valgrind 3.19 cannot read the DWARF of Swift 6 binaries: profile a copy without it.
-objcopy --strip-debug .build/release/quickway "$WORK/quickway"
+objcopy --strip-debug "${QW_BIN:-.build/release/quickway}" "$WORK/quickway"
 nginx -p "$WORK" -c "$WORK/backend.conf" & PIDS+=($!)
-valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" "$WORK/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/valgrind.log" & QW=$!; PIDS+=($QW)
+valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.out" "$WORK/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/valgrind.log" & QW=$!; PIDS+=($QW)
 for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$QPORT/" && break; sleep 0.2; done
+count() { curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"]["total"])'; }
+# Warm up (first connections, lazy initialisation), then count from zero.
+wrk -t1 -c8 -d1s "${WRK_ARGS[@]}" >/dev/null
+BEFORE=$(count)
+callgrind_control -i on "$QW" >/dev/null 2>&1
 wrk -t1 -c8 -d"${SECONDS_RUN}s" "${WRK_ARGS[@]}" > "$WORK/wrk.txt"
 grep -q "Non-2xx" "$WORK/wrk.txt" && { echo "profile: some answers were not 2xx:"; cat "$WORK/wrk.txt"; }
-REQUESTS=$(curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"]["total"])')
+REQUESTS=$(( $(count) - BEFORE ))
 kill -INT "$QW"; wait "$QW" 2>/dev/null || true
 callgrind_annotate "$WORK/cg.out" > "$WORK/annotate.txt" 2>/dev/null
 python3 - "$WORK/annotate.txt" "$REQUESTS" <<'PY'
@@ -92,7 +100,7 @@ for line in text.splitlines():
     by_lib[lib] += ir
     funcs.append((ir, m.group(2).split(":")[-1][:70], lib))
 total = sum(by_lib.values())
-print(f"{n} requests; {total/n:,.0f} instructions per request (start-up included, amortised)")
+print(f"{n} requests; {total/n:,.0f} instructions per request (steady state: counted after start-up and a 1 s warm-up)")
 print(f"{'library':<34}{'instr/request':>14}{'share':>8}")
 for lib, ir in by_lib.most_common(10):
     print(f"{lib:<34}{ir/n:>14,.0f}{ir/total:>8.1%}")

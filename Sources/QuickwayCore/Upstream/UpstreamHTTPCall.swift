@@ -196,34 +196,46 @@ final class UpstreamHTTPCall: UpstreamCall {
     private func consume(_ input: UnsafeRawBufferPointer) {
         var i = 0
         if !head.isComplete {
+            // The head is parsed into locals and stored back once: each access to a
+            // class property is a dynamic exclusivity check in the checked (-O) build.
+            var h = head
+            head = UpstreamResponseHead()   // `h` holds the only reference: appends do not copy
+            var expect = expectStatusLine
+            var seen = headBytes
+            var failure: String?
+            var finished = false
             while i < input.count {
                 let rest = UnsafeRawBufferPointer(rebasing: input[i...])
-                guard let lf = rest.firstIndex(of: 0x0A) else {
+                guard let p = memchr(rest.baseAddress!, 0x0A, rest.count) else {
                     line.append(contentsOf: rest)
-                    headBytes += rest.count
-                    if headBytes > Self.maxHeadBytes { return badResponse("sent a response head over \(Self.maxHeadBytes / 1024) KiB") }
-                    return
+                    seen += rest.count
+                    i = input.count
+                    break
                 }
+                let lf = rest.baseAddress!.distance(to: UnsafeRawPointer(p))
                 let end = i + lf + 1
-                headBytes += lf + 1
-                if headBytes > Self.maxHeadBytes { return badResponse("sent a response head over \(Self.maxHeadBytes / 1024) KiB") }
-                let finished: Bool
+                seen += lf + 1
+                if seen > Self.maxHeadBytes { break }
                 if line.isEmpty {
-                    finished = feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]))
+                    finished = Self.feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]), into: &h, expectStatusLine: &expect, failure: &failure)
                 } else {
                     line.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i..<end]))
                     let l = line
                     line.removeAll(keepingCapacity: true)
-                    finished = l.withUnsafeBytes { feedLine($0) }
+                    finished = l.withUnsafeBytes { Self.feedLine($0, into: &h, expectStatusLine: &expect, failure: &failure) }
                 }
-                if done { return }
+                if failure != nil { break }
                 i = end
-                if finished {
-                    headComplete()
-                    break
-                }
+                if finished { break }
             }
-            if !head.isComplete || done { return }
+            head = h
+            expectStatusLine = expect
+            headBytes = seen
+            if seen > Self.maxHeadBytes { return badResponse("sent a response head over \(Self.maxHeadBytes / 1024) KiB") }
+            if let failure { return badResponse(failure) }
+            guard finished else { return }
+            headComplete()
+            if done { return }
             if decoder?.isComplete == true {
                 // A bodiless answer: reusable only if nothing follows it (and never after
                 // HEAD, see `complete`).
@@ -234,18 +246,20 @@ final class UpstreamHTTPCall: UpstreamCall {
         consumeBody(UnsafeRawBufferPointer(rebasing: input[i...]))
     }
 
-    /// One head line; true when it ended the final head.
-    private func feedLine(_ l: UnsafeRawBufferPointer) -> Bool {
+    /// One head line into `h`; true when it ended the final head. A line that cannot
+    /// start or continue a head sets `failure`.
+    private static func feedLine(_ l: UnsafeRawBufferPointer, into h: inout UpstreamResponseHead, expectStatusLine: inout Bool,
+                                 failure: inout String?) -> Bool {
         if expectStatusLine {
-            guard l.count >= 12, l.starts(with: "HTTP/1.".utf8) else {
-                badResponse("sent something that is not an HTTP/1.x response")
+            guard l.count >= 12, l[0] == UInt8(ascii: "H"), l[1] == UInt8(ascii: "T"), l[2] == UInt8(ascii: "T"),
+                  l[3] == UInt8(ascii: "P"), l[4] == UInt8(ascii: "/"), l[5] == UInt8(ascii: "1"), l[6] == UInt8(ascii: ".") else {
+                failure = "sent something that is not an HTTP/1.x response"
                 return false
             }
             expectStatusLine = false
         }
-        let final = head.feed(l)
-        if final { return true }
-        if head.status == 0 { badResponse("sent an invalid status line"); return false }
+        if h.feed(l) { return true }
+        if h.status == 0 { failure = "sent an invalid status line"; return false }
         // The blank line after a 1xx head: another status line follows.
         if l.count <= 2 && (l.first == 0x0D || l.first == 0x0A) { expectStatusLine = true }
         return false
