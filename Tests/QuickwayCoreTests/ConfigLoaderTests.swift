@@ -54,6 +54,18 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(found, [ConfigIssue(path: "routes[1].service", line: 13, message: "no service named \"catlog\"")])
     }
 
+    func testRoutePrefixesAreNormalisedLikeRequestPaths() throws {
+        // Requests are routed on their normalised path; a prefix in another form would
+        // never match and let requests fall through to a later route.
+        let yaml = minimal.replacingOccurrences(of: "path_prefix: /catalog/", with: "path_prefix: /%7euser//")
+        let config = try ConfigLoader.load(yaml: yaml, environment: [:])
+        XCTAssertEqual(config.routes[0].pathPrefix, "/~user/")
+        for bad in ["/a%2Fb/", "/a/../b", "/a#b", "/a?b"] {
+            let found = issues(minimal.replacingOccurrences(of: "path_prefix: /catalog/", with: "path_prefix: \"\(bad)\""))
+            XCTAssertEqual(found.map(\.path), ["routes[0].match.path_prefix"], bad)
+        }
+    }
+
     func testUnknownKeyWrongTypeAndBadUnitAreAllReported() {
         let yaml = """
         listen: 127.0.0.1:8080

@@ -43,6 +43,16 @@ final class RedisTests: XCTestCase {
         badStatus[4] = 0; badStatus[5] = 7
         XCTAssertNil(SharedCacheEntry.decode(badStatus))
         for n in 0..<v.count where n % 97 == 0 { _ = SharedCacheEntry.decode(Array(v.prefix(n))) }
+        // Times that would overflow the TTL or Age arithmetic (a trap in the checked
+        // build) are not ours either.
+        XCTAssertNil(SharedCacheEntry.decode(SharedCacheEntry.encode(r, expiresAtWallMillis: Int64.min)))
+        XCTAssertNil(SharedCacheEntry.decode(SharedCacheEntry.encode(r, expiresAtWallMillis: Int64.max)))
+        let ancient = CachedResponse(status: 200, reason: [], headerLines: [], body: [], receivedAt: -1e300)
+        XCTAssertNil(SharedCacheEntry.decode(SharedCacheEntry.encode(ancient, expiresAtWallMillis: 1_700_000_183_250)))
+        // Entries of gateways before issue 12 (QWC1) may hold credentialed answers: misses.
+        var old = v
+        old[3] = UInt8(ascii: "1")
+        XCTAssertNil(SharedCacheEntry.decode(old))
     }
 
     func testPurgeMessagesRoundTrip() {

@@ -48,6 +48,35 @@ final class RequestTargetNormalizerTests: XCTestCase {
         XCTAssertTrue(isBadRequest(parseByteByByte("GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n").0))
     }
 
+    func testServletParametersAndEmptySegments() {
+        // Tomcat, Jetty and Spring read `/..;/admin` as `/../admin`.
+        for t in ["/public/..;/admin", "/public/.;x/a", "/a/..;jsessionid=1"] { XCTAssertTrue(isBadRequest(head(t).0), t) }
+        XCTAssertEqual(normalised("/a;b=1/c"), "/a;b=1/c", "other parameters are data")
+        // Backends that merge slashes read `//admin/x` as `/admin/x`: so do routing and keys.
+        XCTAssertEqual(normalised("//admin/x"), "/admin/x")
+        XCTAssertEqual(normalised("/a///b/?q=//"), "/a/b/?q=//", "only the path")
+        XCTAssertEqual(head("//admin").1.map { $0.string($0.signedTarget) }, "//admin", "the signature covers what was sent")
+    }
+
+    func testHeadersNamedInConnectionAreNotSeenByAnyStage() {
+        // RFC 9110 7.6.1: they are not forwarded, so no stage may key or verify on them.
+        let (o, h) = head("/", extra: "Accept-Language: fr\r\nConnection: keep-alive, Accept-Language\r\n")
+        guard let h else { return XCTFail("\(o)") }
+        XCTAssertNil(h.value(of: "accept-language"))
+        XCTAssertEqual(h.value(of: "host").map(h.string), "api")
+        for framing in ["Host", "content-length", "Transfer-Encoding"] {
+            XCTAssertTrue(isBadRequest(head("/", extra: "Connection: \(framing)\r\n").0), framing)
+        }
+    }
+
+    func testOverridesAndForwardedAreNotForwarded() {
+        let h = head("/", host: "API.Example.com", extra: "X-HTTP-Method-Override: DELETE\r\nX-HTTP-Method: PUT\r\nX-Method-Override: PATCH\r\n"
+                     + "X-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\nForwarded: for=1.2.3.4\r\nX-Keep: 1\r\n").1!
+        let lines = UpstreamRequestHeaders.lines(head: h, clientAddress: "9.9.9.9", requestId: "r", hasBody: false)
+        XCTAssertEqual(lines.filter { !$0.hasPrefix("X-Forwarded-") && !$0.hasPrefix("X-Request-Id") }, ["X-Keep: 1"])
+        XCTAssertTrue(lines.contains("X-Forwarded-Host: api.example.com"), "lower case, as keyed: \(lines)")
+    }
+
     func testEncodedSlashesAreFlaggedNotDecoded() {
         for t in ["/api/admin%2Fusers", "/api/admin%2fusers", "/x%5Cy"] {
             let h = head(t).1
@@ -101,6 +130,13 @@ final class CacheKeyIntegrityTests: XCTestCase {
         XCTAssertNotEqual(key("/i?a=1&a=2"), key("/i?a=2&a=1"), "order of one name's values does")
     }
 
+    func testReservedBytesInTheQueryStayAsSent() {
+        // Backends that split on `;` read `a=1;cb=evil` as two parameters, `%3B` as one.
+        XCTAssertNotEqual(key("/p?a=1;cb=evil"), key("/p?a=1%3Bcb%3Devil"))
+        XCTAssertEqual(key("/p?a=%31"), key("/p?a=1"), "an encoded unreserved byte is the same")
+        XCTAssertEqual(key("/p?a=%c3%a9"), key("/p?a=%C3%A9"))
+    }
+
     func testEquivalentPathsShareAKey() {
         XCTAssertEqual(key("/api/%61dmin"), key("/api/admin"))
     }
@@ -137,6 +173,14 @@ final class CacheSharingTests: XCTestCase {
         XCTAssertEqual(decide("", credentialed: false), .init(ttlMillis: 60_000, shareable: true))
     }
 
+    func testHugeMaxAgeDoesNotOverflow() {
+        // An upstream controls these numbers; the checked build traps on overflow.
+        for h in ["Cache-Control: max-age=9223372036854776\r\n", "Cache-Control: s-maxage=99999999999999999999999999\r\n",
+                  "Cache-Control: public, s-maxage=9223372036854775807\r\n"] {
+            XCTAssertEqual(decide(h, credentialed: false).ttlMillis, 60_000, h)
+        }
+    }
+
     func testWhatMergedWaitersMayGet() {
         XCTAssertFalse(decide("Set-Cookie: s=1\r\n", credentialed: false).shareable, "a session cookie is one caller's")
         XCTAssertFalse(decide("Cache-Control: private\r\n", credentialed: false).shareable)
@@ -155,10 +199,18 @@ final class CacheSharingTests: XCTestCase {
         let none = parseOnce("GET / HTTP/1.1\r\nHost: a\r\n\r\n").1!
         let empty = parseOnce("GET / HTTP/1.1\r\nHost: a\r\nAccept-Encoding: \r\n\r\n").1!
         let gz2 = parseOnce("GET / HTTP/1.1\r\nhost: a\r\naccept-encoding: gzip\r\nX: y\r\n\r\n").1!
-        let v = CacheVariant(names: [Array("accept-encoding".utf8)], head: gz)
-        XCTAssertTrue(v.matches(gz2))
-        XCTAssertFalse(v.matches(none))
-        XCTAssertFalse(v.matches(empty))
-        XCTAssertFalse(CacheVariant(names: [Array("accept-encoding".utf8)], head: none).matches(empty), "absent is not empty")
+        let v = CacheVariant(names: [Array("accept-encoding".utf8)], head: gz, keyId: nil)
+        XCTAssertTrue(v.matches(gz2, keyId: nil))
+        XCTAssertFalse(v.matches(none, keyId: nil))
+        XCTAssertFalse(v.matches(empty, keyId: nil))
+        XCTAssertFalse(CacheVariant(names: [Array("accept-encoding".utf8)], head: none, keyId: nil).matches(empty, keyId: nil), "absent is not empty")
+        // Headers the gateway sets: per-request ones never match; the key id is what was sent.
+        for perRequest in ["X-Forwarded-For", "X-Request-Id", "Forwarded"] {
+            XCTAssertEqual(CacheVariant.selector(headerLines: Array("Vary: \(perRequest)\r\n".utf8)), .any, perRequest)
+        }
+        let byKey = CacheVariant(names: [Array("x-quickway-key".utf8)], head: none, keyId: "app-a")
+        XCTAssertTrue(byKey.matches(none, keyId: "app-a"))
+        XCTAssertFalse(byKey.matches(none, keyId: "app-b"))
+        XCTAssertFalse(byKey.matches(none, keyId: nil))
     }
 }

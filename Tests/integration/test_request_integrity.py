@@ -169,6 +169,34 @@ def test_decoded_unreserved_path_is_what_goes_upstream(gw, wsgi):
     assert seen["path"] == "/api/public/~item" and seen["query"] == "q=%61"
 
 
+def test_servlet_parameters_and_double_slashes_cannot_skip_a_route(gw, wsgi):
+    before = len(wsgi.seen)
+    st, _, body = http_call(gw, "GET", "/api/open/..;/admin/users")
+    assert st == 400, body
+    # `//api/admin/users` is `/api/admin/users` to backends that merge slashes: routed so.
+    st, _, body = http_call(gw, "GET", "//api/admin/users")
+    assert st == 401 and code(body) == "auth_missing", body
+    assert len(wsgi.seen) == before
+
+
+def test_method_and_url_overrides_do_not_reach_the_backend(gw, echo):
+    st, _, body = http_call(gw, "GET", f"/pub/o-{time.monotonic_ns()}",
+                            {"X-HTTP-Method-Override": "DELETE", "X-Original-URL": "/admin", "Forwarded": "for=6.6.6.6"})
+    assert st == 200
+    seen = {k.lower() for k in json.loads(body)["headers"]}
+    assert not seen & {"x-http-method-override", "x-original-url", "forwarded"}, seen
+
+
+def test_a_header_named_in_connection_is_not_keyed(gw, echo):
+    """`Connection: Accept-Language` keeps the header from the backend, so it must not key
+    the answer either (the backend answered as if it were absent)."""
+    path = f"/pub/hdr/lang-{time.monotonic_ns()}?Vary=Accept-Language"
+    st, h, _ = http_call(gw, "GET", path, {"Accept-Language": "fr", "Connection": "Accept-Language"})
+    assert h["x-cache"] == "MISS"
+    st, h, _ = http_call(gw, "GET", path, {"Accept-Language": "fr"})
+    assert h["x-cache"] == "MISS", "an answer made without Accept-Language was served as the French one"
+
+
 def test_a_route_can_opt_in_to_encoded_slashes(gw, wsgi):
     st, _, body = http_call(gw, "GET", "/files/a%2Fb")
     assert st == 200, body
@@ -476,3 +504,42 @@ def test_post_is_never_sent_twice(raw_gw, raw_backend):
     wait_until(lambda: raw_backend.posts >= before + 1, timeout=5, what="the POST at the backend")
     time.sleep(0.2)  # a second copy would come right after the first
     assert raw_backend.posts == before + 1, "the backend received the POST twice"
+
+
+# --- every input is bounded ----------------------------------------------------------
+
+def _rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_pipelined_cache_hits_to_a_client_that_never_reads_stay_bounded(gw, echo):
+    """Cache hits are answered at once: without a bound, 3,000 pipelined GETs of a
+    64 KiB entry from a client that reads nothing piled ~190 MiB of answers into memory."""
+    path = f"/pub/sized/65536/x-{time.monotonic_ns()}"
+    st, _, body = http_call(gw, "GET", path)
+    assert st == 200 and len(body) == 65536
+    assert http_call(gw, "GET", path)[1]["x-cache"] == "HIT"
+    before = _rss_kib(gw.proc.pid)
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        request = b"GET %s HTTP/1.1\r\nHost: a\r\n\r\n" % path.encode()
+        s.setblocking(False)
+        sent, deadline = 0, time.monotonic() + 5
+        data = request * 3000
+        while sent < len(data) and time.monotonic() < deadline:
+            try:
+                sent += s.send(data[sent:])
+            except BlockingIOError:
+                time.sleep(0.01)
+        time.sleep(0.5)  # let the gateway take what it will
+        grown = _rss_kib(gw.proc.pid) - before
+        assert grown < 32 * 1024, f"resident memory grew by {grown} KiB for one client that reads nothing"
+        # The gateway still serves others.
+        assert http_call(gw, "GET", path)[0] == 200
+    finally:
+        s.close()

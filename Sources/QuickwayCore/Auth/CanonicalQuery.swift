@@ -5,9 +5,10 @@
 /// name then value comparing bytes, and join with `&`.
 public enum CanonicalQuery {
     /// Which canonical form: the signature's (spec/signature.md), or the cache and flight
-    /// key's, which keeps apart what backends read differently: a raw `+` stays `+`
-    /// (form decoders read a space) while `%2B` is a plus, and values of one name keep
-    /// their order (`a=1&a=2` is not `a=2&a=1` to a backend that takes the first).
+    /// key's, which keeps apart what backends read differently: only `%XX` of unreserved
+    /// bytes is decoded (so a raw `+` stays apart from `%2B`, and `;` from `%3B`, which
+    /// backends that split on `;` read differently), and values of one name keep their
+    /// order (`a=1&a=2` is not `a=2&a=1` to a backend that takes the first).
     public enum Form: Sendable { case signature, cacheKey }
 
     public static func canonicalize(_ query: UnsafeRawBufferPointer, form: Form = .signature) -> [UInt8] {
@@ -16,14 +17,14 @@ public enum CanonicalQuery {
         var start = 0
         let n = query.count
         var i = 0
-        let keepPlus = form == .cacheKey
+        let isKey = form == .cacheKey
         while i <= n {
             if i == n || query[i] == UInt8(ascii: "&") {
                 if i > start {
                     var eq = start
                     while eq < i && query[eq] != UInt8(ascii: "=") { eq += 1 }
-                    let name = reencode(UnsafeRawBufferPointer(rebasing: query[start..<eq]), keepRawPlus: keepPlus)
-                    let value = eq < i ? reencode(UnsafeRawBufferPointer(rebasing: query[(eq + 1)..<i]), keepRawPlus: keepPlus) : []
+                    let name = (isKey ? Self.keyForm(UnsafeRawBufferPointer(rebasing: query[start..<eq])) : reencode(UnsafeRawBufferPointer(rebasing: query[start..<eq])))
+                    let value = eq < i ? (isKey ? Self.keyForm(UnsafeRawBufferPointer(rebasing: query[(eq + 1)..<i])) : reencode(UnsafeRawBufferPointer(rebasing: query[(eq + 1)..<i]))) : []
                     pairs.append((name, value))
                 }
                 start = i + 1
@@ -56,9 +57,8 @@ public enum CanonicalQuery {
     }
 
     /// Percent-decodes (`%XX` only; a stray `%` is literal) and re-encodes with RFC 3986
-    /// in one pass. `keepRawPlus`: a raw `+` stays `+` (the encoded form never holds one
-    /// otherwise, so it cannot meet a decoded `%2B`, which becomes `%2B`).
-    static func reencode(_ s: UnsafeRawBufferPointer, keepRawPlus: Bool) -> [UInt8] {
+    /// in one pass (the signature's form).
+    static func reencode(_ s: UnsafeRawBufferPointer) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(s.count + 8)
         var i = 0
@@ -70,12 +70,37 @@ public enum CanonicalQuery {
                 i += 3
             } else {
                 i += 1
-                if keepRawPlus && c == UInt8(ascii: "+") { out.append(c); continue }
             }
             if isUnreserved(c) { out.append(c) } else {
                 out.append(UInt8(ascii: "%"))
                 out.append(upperHex[Int(c >> 4)])
                 out.append(upperHex[Int(c & 15)])
+            }
+        }
+        return out
+    }
+
+    /// The cache key's form of a name or value: `%XX` of an unreserved byte decoded,
+    /// other `%XX` upper-cased, every other byte as sent (RFC 3986 6.2.2: only changes
+    /// that keep the meaning for every reader).
+    static func keyForm(_ s: UnsafeRawBufferPointer) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(s.count)
+        var i = 0
+        while i < s.count {
+            let c = s[i]
+            if c == UInt8(ascii: "%"), i + 2 < s.count,
+               let h = HTTPSyntax.hexValue(s[i + 1]), let l = HTTPSyntax.hexValue(s[i + 2]) {
+                let v = UInt8(h * 16 + l)
+                if isUnreserved(v) { out.append(v) } else {
+                    out.append(c)
+                    out.append(upperHex[h])
+                    out.append(upperHex[l])
+                }
+                i += 3
+            } else {
+                out.append(c)
+                i += 1
             }
         }
         return out

@@ -58,7 +58,9 @@ public enum CachePolicy {
         var ttl: Int64? = nil
         if routeTTLMillis > 0, cacheableStatuses.contains(status), !unshareable, !unstorable {
             var t = routeTTLMillis
-            if honorCacheControl, let cap = sMaxAge ?? maxAge { t = min(t, cap * 1000) }
+            // Seconds from the upstream, capped before scaling: a huge max-age must not
+            // overflow (a trap in the checked build).
+            if honorCacheControl, let cap = sMaxAge ?? maxAge { t = min(t, min(cap, Int64.max / 1000) * 1000) }
             ttl = t > 0 ? t : nil
         }
         return Decision(ttlMillis: ttl, shareable: !unshareable)
@@ -71,8 +73,11 @@ public enum CachePolicy {
                allowSetCookie: allowSetCookie, credentialed: credentialed).ttlMillis
     }
 
+    /// The leading decimal digits, as text; more than 18 digits (beyond Int64) read as
+    /// the largest 18-digit number, which is still "very long".
     private static func digits(_ d: ArraySlice<UInt8>) -> String {
-        String(decoding: d.prefix { $0 >= 0x30 && $0 <= 0x39 }, as: UTF8.self)
+        let run = d.prefix { $0 >= 0x30 && $0 <= 0x39 }
+        return run.count > 18 ? "999999999999999999" : String(decoding: run, as: UTF8.self)
     }
 
     /// Calls `body` with each `Name: value` line's name and value.

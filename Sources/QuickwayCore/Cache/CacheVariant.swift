@@ -24,27 +24,44 @@ public struct CacheVariant: Sendable, Equatable {
                 if t == [UInt8(ascii: "*")] { star = true } else if !t.isEmpty { names.append(t) }
             }
         }
-        if star { return .any }
+        // Headers the gateway sets per request (or per client) never match another
+        // request's: as good as `*`.
+        if star || names.contains(where: { perRequestNames.contains($0) }) { return .any }
         if names.isEmpty { return .none }
         return .names(Array(Set(names)).sorted { $0.lexicographicallyPrecedes($1) })
     }
 
-    /// The variant of `head` for `names`.
-    public init(names: [[UInt8]], head: HTTPRequestHead) {
+    static let perRequestNames: Set<[UInt8]> = [Array("x-forwarded-for".utf8), Array("x-request-id".utf8), Array("forwarded".utf8)]
+    static let keyName = Array("x-quickway-key".utf8)
+    static let forwardedHostName = Array("x-forwarded-host".utf8)
+
+    /// The variant of a request for `names`: its head, and the verified key id the
+    /// gateway sends as `X-Quickway-Key` (a backend may vary on that).
+    public init(names: [[UInt8]], head: HTTPRequestHead, keyId: String?) {
         self.names = names
-        self.values = Self.values(names: names, head: head)
+        self.values = Self.values(names: names, head: head, keyId: keyId)
     }
 
-    /// Whether `head` would get this variant.
-    public func matches(_ head: HTTPRequestHead) -> Bool { Self.values(names: names, head: head) == values }
+    /// Whether this request would get this variant.
+    public func matches(_ head: HTTPRequestHead, keyId: String?) -> Bool { Self.values(names: names, head: head, keyId: keyId) == values }
 
-    static func values(names: [[UInt8]], head: HTTPRequestHead) -> [UInt8] {
+    /// What the backend saw for each name: the request's header values, or for headers
+    /// the gateway sets, what it sent (`X-Quickway-Key`, `X-Forwarded-Host`).
+    static func values(names: [[UInt8]], head: HTTPRequestHead, keyId: String?) -> [UInt8] {
         head.withBytes { raw in
             var out: [UInt8] = []
             for name in names {
                 out.append(0x0A)
                 out.append(contentsOf: name)
                 out.append(UInt8(ascii: ":"))
+                if name == keyName {
+                    if let keyId { out.append(contentsOf: keyId.utf8); out.append(UInt8(ascii: ",")) }
+                    continue
+                }
+                if name == forwardedHostName {
+                    if let h = head.hostField { for b in raw[head.fields[h].value] { out.append(HTTPSyntax.lower(b)) } }
+                    continue
+                }
                 for f in head.fields where f.name.count == name.count
                     && zip(raw[f.name], name).allSatisfy({ HTTPSyntax.lower($0) == $1 }) {
                     out.append(contentsOf: raw[f.value])

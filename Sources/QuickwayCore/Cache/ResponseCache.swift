@@ -19,12 +19,12 @@ public final class CachedResponse: @unchecked Sendable {
         self.variant = variant
     }
 
-    /// Whether a request with this head may be given this answer (its `Vary`).
-    @inline(__always) public func suits(_ head: HTTPRequestHead) -> Bool { variant?.matches(head) ?? true }
+    /// Whether a request (its head and verified key id) may be given this answer (its `Vary`).
+    @inline(__always) public func suits(_ head: HTTPRequestHead, keyId: String?) -> Bool { variant?.matches(head, keyId: keyId) ?? true }
 
     /// Bytes it holds, as counted against `cache.max_bytes` (plus the key and
     /// `ResponseCache.entryOverhead`).
-    var size: Int { reason.count + headerLines.count + body.count + (variant.map { $0.values.count + $0.names.count * 24 } ?? 0) }
+    var size: Int { reason.count + headerLines.count + body.count + (variant.map { v in v.values.count + v.names.reduce(0) { $0 + $1.count + 24 } } ?? 0) }
 }
 
 /// The response cache: one store for all workers, least recently used first out under a

@@ -311,6 +311,21 @@ public enum ConfigLoader {
         if let match = m.map("match") {
             prefix = match.string("path_prefix")
             if let p = prefix, !p.hasPrefix("/") { match.report("path_prefix", "must start with /"); prefix = nil }
+            if let p = prefix {
+                // Requests are matched on their normalised path, so the prefix is normalised
+                // the same way (`/%7Euser/` would otherwise never match `/~user/...`).
+                var bytes = Array(p.utf8)
+                let r = bytes.withUnsafeBytes { raw in Result { () throws(HTTPParseError) -> RequestTargetNormalizer.Result in try RequestTargetNormalizer.normalize(raw) } }
+                switch r {
+                case .success(let n) where n.encodedSlash || p.contains("?"):
+                    match.report("path_prefix", "must not hold ? or an encoded / or \\"); prefix = nil
+                case .success(let n):
+                    if let rewritten = n.rewritten { bytes = rewritten; prefix = String(decoding: bytes, as: UTF8.self) }
+                case .failure(let e):
+                    if case .badRequest(let why) = e { match.report("path_prefix", why) } else { match.report("path_prefix", "is not a valid path") }
+                    prefix = nil
+                }
+            }
             if prefix == nil && match.node("path_prefix") == nil { match.report("path_prefix", "is required") }
             if let ms = match.stringList("methods") {
                 for (i, meth) in ms.enumerated() {

@@ -22,6 +22,10 @@ public struct HTTPRequestHead: Sendable {
     public let rawPlusInQuery: Bool
     /// Header lines left out because their names hold `_`.
     public let droppedUnderscoreFields: Int
+    /// Some kept header name holds `_` (`limits.underscores_in_headers: true`): a backend
+    /// may read `Accept_Language` as `Accept-Language`, which the cache key and the
+    /// merge checks would not, so such requests are neither cached nor merged.
+    public let keptUnderscoreFields: Bool
     /// 0 for HTTP/1.0, 1 for HTTP/1.1.
     public let minorVersion: Int
     public let fields: [HTTPField]

@@ -141,6 +141,9 @@ public struct HTTPRequestParser: Sendable {
         var connectionKeepAlive = false
         var expectsContinue = false
         var droppedUnderscore = 0
+        var keptUnderscore = false
+        /// Header names the client's `Connection` lists (hop-by-hop for this request).
+        var hopByHop: [Range<Int>] = []
 
         while i < n - 2 {
             let c = raw[i]
@@ -168,6 +171,7 @@ public struct HTTPRequestParser: Sendable {
                 droppedUnderscore += 1
                 continue
             }
+            if allowUnderscores && !keptUnderscore && raw[name].contains(UInt8(ascii: "_")) { keptUnderscore = true }
             fields.append(.init(name: name, value: value))
 
             switch name.count {
@@ -188,6 +192,7 @@ public struct HTTPRequestParser: Sendable {
                 forEachToken(raw, value) { t in
                     if HTTPSyntax.equalsLowercase(raw, t, "close") { connectionClose = true }
                     else if HTTPSyntax.equalsLowercase(raw, t, "keep-alive") { connectionKeepAlive = true }
+                    else { hopByHop.append(t) }
                 }
             case 6 where HTTPSyntax.equalsLowercase(raw, name, "expect"):
                 guard HTTPSyntax.equalsLowercase(raw, value, "100-continue") else {
@@ -203,6 +208,17 @@ public struct HTTPRequestParser: Sendable {
         if sawTransferEncoding && minor == 0 { throw .badRequest("Transfer-Encoding in an HTTP/1.0 request") }
         if minor == 1 && hostCount != 1 { throw .badRequest(hostCount == 0 ? "missing Host header" : "more than one Host header") }
         if hostCount > 1 { throw .badRequest("more than one Host header") }
+        if !hopByHop.isEmpty {
+            // Headers the client's `Connection` names are not forwarded (RFC 9110 7.6.1),
+            // so no stage may read them either: a `vary` header the backend never sees
+            // would key answers it did not vary on.
+            for t in hopByHop where HTTPSyntax.equalsLowercase(raw, t, "host") || HTTPSyntax.equalsLowercase(raw, t, "content-length")
+                || HTTPSyntax.equalsLowercase(raw, t, "transfer-encoding") {
+                throw .badRequest("Connection must not name Host or the body's framing headers")
+            }
+            fields.removeAll { f in hopByHop.contains { t in sameName(raw, t, f.name) } }
+            hostField = fields.firstIndex { HTTPSyntax.equalsLowercase(raw, $0.name, "host") }
+        }
         if let h = hostField, !HTTPSyntax.isValidHost(raw, fields[h].value) {
             throw .badRequest("the Host header must be a host name or IP address with an optional port")
         }
@@ -238,9 +254,17 @@ public struct HTTPRequestParser: Sendable {
         }
         return HTTPRequestHead(bytes: headBytes, method: method, target: normalTarget, signedTarget: signedTarget,
                                encodedSlashInPath: normal.encodedSlash, rawPlusInQuery: normal.rawPlusInQuery,
-                               droppedUnderscoreFields: droppedUnderscore, minorVersion: minor, fields: fields,
+                               droppedUnderscoreFields: droppedUnderscore, keptUnderscoreFields: keptUnderscore,
+                               minorVersion: minor, fields: fields,
                                body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
                                hostField: hostField)
+    }
+
+    /// Two header names equal, ignoring ASCII case.
+    static func sameName(_ raw: UnsafeRawBufferPointer, _ a: Range<Int>, _ b: Range<Int>) -> Bool {
+        guard a.count == b.count else { return false }
+        for (x, y) in zip(a, b) where HTTPSyntax.lower(raw[x]) != HTTPSyntax.lower(raw[y]) { return false }
+        return true
     }
 
     /// 1*DIGIT, at most 15 digits (anything bigger is over every body limit anyway).

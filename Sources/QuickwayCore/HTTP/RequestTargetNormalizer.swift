@@ -10,8 +10,11 @@
 /// - `%2F` and `%5C` (an encoded `/` or `\`) are flagged: a backend that decodes them
 ///   sees another path than the one routed, so routes refuse them unless they opt in
 ///   (`allow_encoded_slashes`);
+/// - empty segments are merged (`//admin/x` is `/admin/x`, as backends that merge
+///   slashes read it, so it cannot slip past the `/admin/` route to a catch-all);
 /// - refused (400): `%00`, a `%` without two hex digits, a raw `\`, and `.`/`..`
-///   segments, raw or encoded (also where `%2F`/`%5C` would split a segment).
+///   segments, raw or encoded, also where `%2F`/`%5C` would split a segment and with
+///   `;` parameters (`/..;/admin`, which Java servlet containers resolve).
 ///
 /// Anywhere in the target: `#` is refused (a client never sends a fragment, and a
 /// backend would drop what follows it while the gateway keyed or signed it).
@@ -42,6 +45,7 @@ public enum RequestTargetNormalizer {
             if c == UInt8(ascii: "#") { throw .badRequest("the request target must not contain # (a fragment is never sent to a server)") }
             if c == UInt8(ascii: "?") { break }
             if c == UInt8(ascii: "\\") { throw .badRequest("the path must not contain a backslash") }
+            if c == UInt8(ascii: "/") && i > 0 && t[i - 1] == UInt8(ascii: "/") { changed = true }
             if c == UInt8(ascii: "%") {
                 guard i + 2 < n, let h = HTTPSyntax.hexValue(t[i + 1]), let l = HTTPSyntax.hexValue(t[i + 2]) else {
                     throw .badRequest("malformed percent-encoding in the path")
@@ -79,7 +83,8 @@ public enum RequestTargetNormalizer {
                     }
                     p += 3
                 } else {
-                    out.append(c)
+                    // One slash for a run of them.
+                    if !(c == UInt8(ascii: "/") && out.last == UInt8(ascii: "/")) { out.append(c) }
                     p += 1
                 }
             }
@@ -102,6 +107,7 @@ public enum RequestTargetNormalizer {
         var segmentStart = true
         var dots = 0
         var other = false
+        var params = false
         while i <= n {
             let sep = i == n ? 0 : separatorLength(path, i)
             if i == n || sep > 0 {
@@ -109,11 +115,15 @@ public enum RequestTargetNormalizer {
                 segmentStart = false
                 dots = 0
                 other = false
+                params = false
                 if i == n { break }
                 i += sep
                 continue
             }
-            if path[i] == UInt8(ascii: ".") { dots += 1; i += 1 }
+            // `;` starts path parameters: `..;x` is `..` to servlet containers.
+            if params { i += 1; continue }
+            if path[i] == UInt8(ascii: ";") { params = true; i += 1 }
+            else if path[i] == UInt8(ascii: ".") { dots += 1; i += 1 }
             else if path[i] == UInt8(ascii: "%"), i + 2 < n, path[i + 1] == UInt8(ascii: "2"), path[i + 2] | 0x20 == UInt8(ascii: "e") {
                 dots += 1; i += 3
             } else { other = true; i += 1 }

@@ -3,10 +3,12 @@
 /// it, so a gateway that fills its local tier from Redis keeps the original TTL, and
 /// `receivedAt` keeps `Age` right across gateways.
 ///
-/// Layout (big-endian): `QWC1`, status u16, receivedAt (Float64 bits) u64,
+/// Layout (big-endian): `QWC2`, status u16, receivedAt (Float64 bits) u64,
 /// expiresAt (wall ms) i64, reason length u16, header-lines length u32, then the bytes.
 enum SharedCacheEntry {
-    static let magic: [UInt8] = Array("QWC1".utf8)
+    /// `QWC2` since answers never cross callers (issue 12): entries of older gateways
+    /// (`QWC1`) may hold answers to credentialed requests, and read as misses.
+    static let magic: [UInt8] = Array("QWC2".utf8)
     static let headerSize = 4 + 2 + 8 + 8 + 2 + 4
 
     static func encode(_ r: CachedResponse, expiresAtWallMillis: Int64) -> [UInt8] {
@@ -33,7 +35,13 @@ enum SharedCacheEntry {
         let expires = Int64(bitPattern: get(v, 14, 8))
         let reasonCount = Int(get(v, 22, 2))
         let linesCount = Int(get(v, 24, 4))
-        guard (100...999).contains(status), receivedAt.isFinite, headerSize + reasonCount + linesCount <= v.count else { return nil }
+        // Times within a century of now: anything else would overflow the TTL or `Age`
+        // arithmetic (a trap in the checked build) and is not ours.
+        let nowMillis = Int64(Clock.wallSeconds() * 1000)
+        let century: Int64 = 100 * 365 * 86_400_000
+        guard (100...999).contains(status), receivedAt.isFinite, abs(receivedAt * 1000 - Double(nowMillis)) < Double(century),
+              expires > nowMillis - century, expires < nowMillis + century,
+              headerSize + reasonCount + linesCount <= v.count else { return nil }
         let reasonEnd = headerSize + reasonCount
         let linesEnd = reasonEnd + linesCount
         let r = CachedResponse(status: status, reason: Array(v[headerSize..<reasonEnd]), headerLines: Array(v[reasonEnd..<linesEnd]),

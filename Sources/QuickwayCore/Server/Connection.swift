@@ -39,6 +39,8 @@ final class Connection {
     private var needsFlush = false
     /// Set by a streaming producer that paused; called once the output drained.
     var onDrained: (() -> Void)?
+    /// Request parsing stopped because unread answers filled `output`; resumes in `flush`.
+    private var awaitingDrain = false
 
     init(fd: Int32, peer: String, worker: Worker) {
         self.fd = fd
@@ -68,9 +70,11 @@ final class Connection {
                 if n < 0 { return }
                 continue
             }
-            // While a response is pending, read only a bounded amount ahead.
-            if phase == .responding && input.readableBytes > worker.limits.maxHeaderBytes + 65536 {
-                disableReading()
+            // Read only a bounded amount ahead: while a response is pending, stop reading
+            // until it is done; otherwise process what is buffered first (the rest stays
+            // in the kernel and wakes us again).
+            if input.readableBytes > worker.limits.maxHeaderBytes + 65536 {
+                if phase == .responding { disableReading() }
                 break
             }
             let space = input.writableSpace(atLeast: 4096)
@@ -105,6 +109,13 @@ final class Connection {
         while !closed {
             switch phase {
             case .head:
+                if output.readableBytes >= Connection.outputHighWater {
+                    // Answers pile up unread (pipelined cache hits are answered at once):
+                    // take no more requests until the client has read them.
+                    awaitingDrain = true
+                    disableReading()
+                    return
+                }
                 if input.isEmpty {
                     parser.reset()
                     deadline = Clock.coarseMillis() + worker.limits.clientIdleTimeoutMillis
@@ -308,6 +319,10 @@ final class Connection {
         if let drained = onDrained {
             onDrained = nil
             drained()
+        }
+        if awaitingDrain {
+            awaitingDrain = false
+            process()
         }
     }
 

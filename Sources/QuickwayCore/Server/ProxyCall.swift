@@ -62,7 +62,7 @@ final class ProxyCall: UpstreamCallDelegate {
     private func serveStale() -> Bool {
         guard let plan, let stale = handler.shared.cache.stale(plan.key, nowMillis: Clock.monotonicMillis(),
                                                                staleMillis: handler.cacheConfig.staleIfErrorMillis),
-              stale.suits(exchange.head) else { return false }
+              stale.suits(exchange.head, keyId: exchange.authKeyId) else { return false }
         handler.respondCached(exchange, stale, "STALE")
         if let f = flight { handler.shared.flights.finish(f, .stale(stale)); flight = nil }
         return true
@@ -130,7 +130,7 @@ final class ProxyCall: UpstreamCallDelegate {
             // An answer that varies (upstream `Vary`) records the values this request had.
             var variant: CacheVariant?
             if plan != nil, case .names(let names) = CacheVariant.selector(headerLines: relayLines) {
-                variant = CacheVariant(names: names, head: exchange.head)
+                variant = CacheVariant(names: names, head: exchange.head, keyId: exchange.authKeyId)
             }
             let response = CachedResponse(status: head.status, reason: head.reason, headerLines: relayLines, body: body,
                                           receivedAt: Clock.wallSeconds(), variant: variant)

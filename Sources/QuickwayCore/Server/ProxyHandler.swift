@@ -56,8 +56,16 @@ final class ProxyHandler: RequestHandler {
             let path = UnsafeRawBufferPointer(rebasing: raw[head.path])
             switch routes.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path) {
             case .route(let i):
-                if head.encodedSlashInPath && !routes.entries[i].config.allowEncodedSlashes {
+                let route = routes.entries[i].config
+                if head.encodedSlashInPath && !route.allowEncodedSlashes {
                     return (.badRequest, "the path must not contain an encoded / or \\ (%2F, %5C): the backend could read another path than the one routed")
+                }
+                // What goes upstream must pass the same checks: `/catalog../x` less the
+                // prefix `/catalog` would be `/../x` (only a prefix not ending in `/` can
+                // make a new segment).
+                if route.stripPrefix && route.pathPrefix.utf8.last != UInt8(ascii: "/"),
+                   Self.stripped(path, prefixLength: route.pathPrefix.utf8.count).withUnsafeBytes({ RequestTargetNormalizer.hasDotSegment($0) }) {
+                    return (.badRequest, "the path must not contain . or .. segments")
                 }
                 exchange.routeIndex = i
                 exchange.routeStatSlot = routeStatSlots[i]
@@ -170,7 +178,7 @@ final class ProxyHandler: RequestHandler {
         let route = routes.entries[exchange.routeIndex].config
         let head = exchange.head
         let cacheable = (head.methodIs("GET") || head.methodIs("HEAD")) && head.body == .none
-            && (route.cacheTTLMillis > 0 || route.coalesce)
+            && (route.cacheTTLMillis > 0 || route.coalesce) && !head.keptUnderscoreFields
         guard cacheable else {
             exchange.cacheStatus = "BYPASS"
             forward(exchange, plan: nil, flight: nil)
@@ -183,7 +191,7 @@ final class ProxyHandler: RequestHandler {
         let key = CacheKey.build(head: head, vary: routeVary[exchange.routeIndex], scope: scope)
         let now = Clock.monotonicMillis()
         if route.cacheTTLMillis > 0, let hit = shared.cache.lookup(key, nowMillis: now, staleMillis: cacheConfig.staleIfErrorMillis),
-           hit.fresh, hit.response.suits(head) {
+           hit.fresh, hit.response.suits(head, keyId: exchange.authKeyId) {
             respondCached(exchange, hit.response, "HIT")
             return
         }
@@ -256,8 +264,8 @@ final class ProxyHandler: RequestHandler {
             d.timer = nil
             guard let self, let exchange, !exchange.isFinished, !exchange.isCancelled else { return }
             switch outcome {
-            case .response(let r) where r.suits(exchange.head): self.respondCached(exchange, r, "COALESCED")
-            case .stale(let r) where r.suits(exchange.head): self.respondCached(exchange, r, "STALE")
+            case .response(let r) where r.suits(exchange.head, keyId: exchange.authKeyId): self.respondCached(exchange, r, "COALESCED")
+            case .stale(let r) where r.suits(exchange.head, keyId: exchange.authKeyId): self.respondCached(exchange, r, "STALE")
             case .response, .stale:
                 // The answer varies on a header this waiter sent otherwise: its own call.
                 exchange.cacheStatus = "BYPASS"

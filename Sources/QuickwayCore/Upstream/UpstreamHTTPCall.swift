@@ -160,7 +160,9 @@ final class UpstreamHTTPCall: UpstreamCall {
         if let refused = refusedBody {
             refusedBody = nil
             guard refused.withUnsafeBytes({ deliver($0) }) else { return }
-            if decoder?.isComplete == true { complete(); return }
+            // Bytes that came after the body (kept while paused) mean the upstream is out
+            // of step: that connection is not reused.
+            if decoder?.isComplete == true { complete(reusable: unreadInput.isEmpty); return }
         }
         let input = unreadInput
         unreadInput = []

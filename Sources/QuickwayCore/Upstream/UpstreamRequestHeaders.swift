@@ -7,6 +7,9 @@
 /// host is sent instead), and the `X-Forwarded-*` and `X-Request-Id` headers, which are
 /// rewritten: `X-Forwarded-For` gets the client's address appended, `-Proto` and
 /// `-Host` say what the client used, `X-Request-Id` is the gateway's id for the call.
+/// Also dropped: method and URL overrides (`X-HTTP-Method-Override`, `X-HTTP-Method`,
+/// `X-Method-Override`, `X-Original-URL`, `X-Rewrite-URL`), which would make a backend act
+/// on another request than the one routed and verified, and the client's `Forwarded`.
 public enum UpstreamRequestHeaders {
     /// Lines (`Name: value`, no line end) each followed by a NUL, ready for `curl_slist_append`.
     /// `authKeyId`: the key of a verified signature; its Authorization header is then
@@ -44,8 +47,10 @@ public enum UpstreamRequestHeaders {
             out.append(contentsOf: "X-Forwarded-Proto: http".utf8)
             out.append(0)
             if let h = head.hostField {
+                // Lower case, as the cache key reads it: a backend that told `EXAMPLE.com`
+                // from `example.com` could otherwise store its answer for the other.
                 out.append(contentsOf: "X-Forwarded-Host: ".utf8)
-                out.append(contentsOf: raw[head.fields[h].value])
+                for b in raw[head.fields[h].value] { out.append(HTTPSyntax.lower(b)) }
                 out.append(0)
             }
             out.append(contentsOf: "X-Request-Id: ".utf8)
@@ -76,15 +81,21 @@ public enum UpstreamRequestHeaders {
 
     static func isDropped(_ raw: UnsafeRawBufferPointer, _ n: Range<Int>) -> Bool {
         switch n.count {
+        // Headers that make a backend act on another method or path than the one routed,
+        // verified and keyed (Rails/Express method override, IIS URL rewrite), and
+        // RFC 7239 `Forwarded`, which would let a client pose as another address.
+        case 9: return named(raw, n, "forwarded")
+        case 13: return named(raw, n, "x-http-method") || named(raw, n, "x-rewrite-url")
+        case 22: return named(raw, n, "x-http-method-override")
         case 2: return named(raw, n, "te")
         case 4: return named(raw, n, "host")
         case 6: return named(raw, n, "expect")
         case 7: return named(raw, n, "upgrade") || named(raw, n, "trailer")
         case 10: return named(raw, n, "connection") || named(raw, n, "keep-alive")
         case 12: return named(raw, n, "x-request-id")
-        case 14: return named(raw, n, "content-length")
+        case 14: return named(raw, n, "content-length") || named(raw, n, "x-original-url")
         case 16: return named(raw, n, "proxy-connection") || named(raw, n, "x-forwarded-host")
-        case 17: return named(raw, n, "transfer-encoding") || named(raw, n, "x-forwarded-proto")
+        case 17: return named(raw, n, "transfer-encoding") || named(raw, n, "x-forwarded-proto") || named(raw, n, "x-method-override")
         default: return false
         }
     }

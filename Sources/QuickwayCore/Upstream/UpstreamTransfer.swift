@@ -69,6 +69,10 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
             if let ca = service.config.tls?.caFile { qw_easy_setopt_ptr(h, CURLOPT_CAINFO, ca) }
         }
 
+        // A request that must not be sent twice goes on a fresh connection: libcurl sends
+        // a request again by itself when a reused connection dies before any answer.
+        qw_easy_setopt_long(h, CURLOPT_FRESH_CONNECT, r.idempotent ? 0 : 1)
+
         // Method and body.
         qw_easy_setopt_long(h, CURLOPT_HTTPGET, 1)
         qw_easy_setopt_ptr(h, CURLOPT_CUSTOMREQUEST, nil)
