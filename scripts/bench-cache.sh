@@ -18,7 +18,7 @@ ROUNDS=5; DURATION=8; CONNS=64; CASE=all
 parse_bench_options "$@"
 need_tools nginx:nginx-light wrk:wrk haproxy:haproxy varnishd:varnish
 scripts/setup.sh >/dev/null
-QW=$PWD/.build/release/quickway
+QW=${QW_BIN:-$PWD/.build/release/quickway}   # QW_BIN: benchmark another build (before/after)
 bench_workdir cache
 
 BACKEND=127.0.0.2:18381; MERGE_BACKEND=127.0.0.3:18382

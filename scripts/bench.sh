@@ -76,7 +76,7 @@ fi
 if [ "$CASE" = cache ] || [ "$CASE" = merge ]; then
   exec scripts/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case "$CASE"
 fi
-QW=$PWD/.build/release/quickway
+QW=${QW_BIN:-$PWD/.build/release/quickway}   # QW_BIN: benchmark another build (before/after)
 WORK=$(mktemp -d /tmp/qw-bench.XXXXXX)
 PIDS=()
 cleanup() { [ -f "$WORK/last-wrk.txt" ] && cp "$WORK/last-wrk.txt" /tmp/qw-bench-last-wrk.txt; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }

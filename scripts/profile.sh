@@ -8,15 +8,17 @@
 # Instrumentation is switched on once the gateway answers, so start-up is not counted; requests
 # are counted from /stats over the same span. QW_BIN=path profiles another build of
 # quickway (to compare builds: the checked -O one against -Ounchecked, before/after).
-# Usage: scripts/profile.sh [--seconds N] [--signed]
+# With --cache every request is a cache hit (one 1 KB entry on a route with a ttl).
+# Usage: scripts/profile.sh [--seconds N] [--signed | --cache]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECONDS_RUN=8; SIGNED=0
+SECONDS_RUN=8; SIGNED=0; CACHE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) SECONDS_RUN=$2; shift 2 ;;
     --signed) SIGNED=1; shift ;;
-    *) echo "usage: scripts/profile.sh [--seconds N] [--signed]" >&2; exit 2 ;;
+    --cache) CACHE=1; shift ;;
+    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache]" >&2; exit 2 ;;
   esac
 done
 for tool in valgrind nginx wrk; do
@@ -42,9 +44,11 @@ services: { b: { host: backend.local, port: $BPORT, ips: [127.0.0.2] } }
 auth: { salt: prof-salt, keys: [ { id: prof-app, secret: prof-secret } ] }
 routes:
   - { name: signed, match: { path_prefix: /signed/ }, service: b, auth: required }
+  - { name: cached, match: { path_prefix: /cached/ }, service: b, auth: off, cache: { ttl: 1h } }
   - { name: all, match: { path_prefix: / }, service: b, auth: off }
 CONF
 WRK_ARGS=("http://127.0.0.1:$QPORT/")
+[ "$CACHE" = 1 ] && WRK_ARGS=("http://127.0.0.1:$QPORT/cached/item")
 if [ "$SIGNED" = 1 ]; then
   python3 - "$WORK/signed.txt" <<'PY'
 import os, sys, time, secrets
@@ -73,7 +77,7 @@ fi
 objcopy --strip-debug "${QW_BIN:-.build/release/quickway}" "$WORK/quickway"
 nginx -p "$WORK" -c "$WORK/backend.conf" & PIDS+=($!)
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.out" "$WORK/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/valgrind.log" & QW=$!; PIDS+=($QW)
-for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$QPORT/" && break; sleep 0.2; done
+for _ in $(seq 100); do curl -sf -o /dev/null "${WRK_ARGS[0]}" && break; sleep 0.2; done
 count() { curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"]["total"])'; }
 # Warm up (first connections, lazy initialisation), then count from zero.
 wrk -t1 -c8 -d1s "${WRK_ARGS[@]}" >/dev/null

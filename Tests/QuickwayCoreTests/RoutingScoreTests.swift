@@ -158,6 +158,103 @@ final class ServiceHealthTests: XCTestCase {
         XCTAssertEqual(h.currentIPs, ["127.0.0.2", "127.0.0.9"], "127.0.0.3 and .4 left and were drained")
     }
 
+    // MARK: following change (issue 16). Probes every 500 ms, as in the issue's trial.
+
+    /// Runs `seconds` of traffic: a probe of every IP each 500 ms, and a call every 50 ms
+    /// to whichever IP is picked. `probe` and `call` give each IP's latency now.
+    /// Returns the picks, in order, with their time.
+    @discardableResult
+    func run(_ h: ServiceHealth, _ clock: FakeClock, seconds: Double, probe: (String) -> Double, call: (String) -> Double) -> [(t: Int64, ip: String)] {
+        var picks: [(Int64, String)] = []
+        let steps = Int(seconds * 20)
+        for i in 0..<steps {
+            clock.advance(50)
+            if i % 10 == 0 { for m in h.members { h.probeFinished(m, latencyMillis: probe(m.ip)) } }
+            let m = h.pick()!
+            picks.append((clock.millis, m.ip))
+            finish(h, m, call(m.ip))
+        }
+        return picks
+    }
+
+    func testAnIPThatTurnsFastTakesTrafficWithinThreeProbeIntervals() {
+        let clock = FakeClock()
+        let h = ServiceHealth(config: service(probe: true)) { clock.millis }
+        // The issue's trial: 40, 5 and 80 ms (the delay applies to probes and calls alike).
+        var lat = ["127.0.0.2": 40.0, "127.0.0.3": 5.0, "127.0.0.4": 80.0]
+        run(h, clock, seconds: 20, probe: { lat[$0]! }, call: { lat[$0]! })
+        XCTAssertEqual(h.figures.selected, "127.0.0.3")
+        // At once: the 5 ms IP turns slow, the 80 ms one fast.
+        lat = ["127.0.0.2": 40.0, "127.0.0.3": 120.0, "127.0.0.4": 5.0]
+        let start = clock.millis
+        let picks = run(h, clock, seconds: 5, probe: { lat[$0]! }, call: { lat[$0]! })
+        let first = picks.first { $0.ip == "127.0.0.4" }
+        XCTAssertNotNil(first, "the newly fastest IP never took traffic")
+        XCTAssertLessThanOrEqual(first!.t - start, 3 * 500 + 50, "took \(first!.t - start) ms")
+        XCTAssertEqual(picks.last?.ip, "127.0.0.4")
+        // The one that turned slow was left at once (its next call or probe).
+        let afterSlow = picks.drop { $0.t - start <= 550 }.filter { $0.ip == "127.0.0.3" }
+        XCTAssertTrue(afterSlow.isEmpty, "\(afterSlow.count) calls still went to the slow IP")
+    }
+
+    func testOneFastOutlierProbeMovesNothing() {
+        let clock = FakeClock()
+        let h = ServiceHealth(config: service(probe: true)) { clock.millis }
+        let lat = ["127.0.0.2": 20.0, "127.0.0.3": 10.0, "127.0.0.4": 60.0]
+        run(h, clock, seconds: 10, probe: { lat[$0]! }, call: { lat[$0]! })
+        XCTAssertEqual(h.figures.selected, "127.0.0.3")
+        // One probe of .4 comes back in 1 ms, then it is 60 ms again.
+        h.probeFinished(h.members.first { $0.ip == "127.0.0.4" }!, latencyMillis: 1)
+        let picks = run(h, clock, seconds: 3, probe: { lat[$0]! }, call: { lat[$0]! })
+        XCTAssertFalse(picks.contains { $0.ip == "127.0.0.4" })
+        // Two agreeing fast probes are not yet enough either.
+        let four = h.members.first { $0.ip == "127.0.0.4" }!
+        h.probeFinished(four, latencyMillis: 1); h.probeFinished(four, latencyMillis: 1); h.probeFinished(four, latencyMillis: 60)
+        XCTAssertGreaterThan(four.latency.pathMillis, 40)
+    }
+
+    func testNearEqualIPsDoNotAlternateWithProbes() {
+        let clock = FakeClock()
+        let h = ServiceHealth(config: service(probe: true)) { clock.millis }
+        var tick = 0
+        // .2 and .3 swap between 10 and 11 ms every probe: within the 20% margin.
+        let picks = run(h, clock, seconds: 30, probe: { ip in
+            tick += 1
+            if ip == "127.0.0.4" { return 100 }
+            return (ip == "127.0.0.2") == (tick % 6 < 3) ? 10 : 11
+        }, call: { $0 == "127.0.0.4" ? 100 : 10.5 })
+        var switches = 0
+        for (a, b) in zip(picks, picks.dropFirst()) where a.ip != b.ip { switches += 1 }
+        XCTAssertLessThanOrEqual(switches, 2, "\(switches) switches")
+    }
+
+    func testProbeRoundTripAndServiceTimeAreKeptApart() {
+        // The demo: /health answers at once everywhere, the API itself takes 30 ms on one
+        // IP and 2 ms on the other. Probes must not make them look the same.
+        let clock = FakeClock()
+        var cfg = service(probe: true)
+        cfg.ips = ["127.0.0.2", "127.0.0.3"]
+        let h = ServiceHealth(config: cfg) { clock.millis }
+        for m in h.members { m.inFlight += 1; finish(h, m, m.ip == "127.0.0.2" ? 31 : 3) }
+        run(h, clock, seconds: 20, probe: { _ in 1 }, call: { $0 == "127.0.0.2" ? 31 : 3 })
+        let f = Dictionary(uniqueKeysWithValues: h.figures.members.map { ($0.address, $0) })
+        XCTAssertEqual(f["127.0.0.2"]!.probeLatencyMillis!, 1, accuracy: 0.01)
+        XCTAssertGreaterThan(f["127.0.0.2"]!.serviceMillis!, 29, "the 30 ms IP's own time is kept while it takes no calls")
+        XCTAssertEqual(f["127.0.0.3"]!.latencyMillis, 3, accuracy: 0.5)
+        XCTAssertEqual(h.figures.selected, "127.0.0.3")
+    }
+
+    func testDecayIsConfigurable() {
+        var l = IPLatency(decayMillis: 1_000)
+        l.call(100, nowMillis: 0)
+        l.call(10, nowMillis: 1_000)
+        XCTAssertEqual(l.estimateMillis, 100 * exp(-1) + 10 * (1 - exp(-1)), accuracy: 0.01)
+        var slow = IPLatency(decayMillis: 10_000)
+        slow.call(100, nowMillis: 0)
+        slow.call(10, nowMillis: 1_000)
+        XCTAssertGreaterThan(slow.estimateMillis, 90)
+    }
+
     func testRetryExcludesTriedIPs() {
         let h = ServiceHealth(config: service(strategy: .roundRobin))
         let a = h.pick()!

@@ -368,3 +368,30 @@ def call_on(g, method, headers=None):
     st = conn.getresponse().status
     conn.close()
     return st
+
+
+def test_an_ip_that_turns_fast_takes_traffic_within_three_probe_intervals(backends):
+    """The issue's trial: 40, 5 and 80 ms with probes every 500 ms; then at once the 5 ms IP
+    turns slow (120 ms) and the 80 ms one fast (5 ms). Before, the first call to the new
+    fastest IP came after 9.9 s (the peak EWMA's 10 s decay); now within 3 probe intervals."""
+    port, bs = backends
+    for ip, ms in zip(IPS, (40, 5, 80)):
+        bs[ip].server.delay_ms = ms
+    g = Gateway(CONFIG.replace("BACKEND_PORT", str(port)).replace("STRATEGY", "fastest")
+                .replace("interval: 200ms, timeout: 500ms", "interval: 500ms, timeout: 1s"))
+    try:
+        wait_until(lambda: probed(g), what="every IP probed")
+        wait_until(lambda: served_by(get(g)[1]) == "127.0.0.3" and g.stats()["services"]["api"]["selected"] == "127.0.0.3",
+                   timeout=10, what="the 5 ms IP chosen")
+        bs["127.0.0.3"].server.delay_ms = 120
+        bs["127.0.0.4"].server.delay_ms = 5
+        t0 = time.monotonic()
+        wait_until(lambda: served_by(get(g)[1]) == "127.0.0.4", timeout=5, interval=0.02,
+                   what="a call to the newly fastest IP")
+        took = time.monotonic() - t0
+        assert took < 3 * 0.5 + 0.5, f"the first call to the new fastest IP came after {took:.2f}s"
+        s = upstreams(g)
+        assert s["127.0.0.4"]["probe_latency_ms"] < 20, s["127.0.0.4"]
+        assert "service_ms" in s["127.0.0.4"]
+    finally:
+        assert g.stop() == 0

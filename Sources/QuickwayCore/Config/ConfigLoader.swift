@@ -276,6 +276,9 @@ public enum ConfigLoader {
         if let sel = m.map("selection") {
             if let v = sel.choice("strategy", SelectionStrategy.self, ["fastest", "round_robin"]) { s.strategy = v }
             if let v = sel.percent("switch_margin") { s.switchMargin = v }
+            if let v = positive(sel, "decay") {
+                if v < 100 || v > 600_000 { sel.report("decay", "must be between 100ms and 10m") } else { s.decayMillis = v }
+            }
             sel.finish()
         }
         if let f = m.map("failover") {

@@ -248,6 +248,8 @@ public struct ServiceConfig: Sendable, Equatable {
     public var probe: ProbeConfig?
     public var strategy: SelectionStrategy = .fastest
     public var switchMargin = 0.20
+    /// `selection.decay`: time constant of the latency estimates' fall after a slow sample.
+    public var decayMillis: Int64 = 10_000
     public var failover: FailoverConfig?
     public var connectTimeoutMillis: Int64 = 1_000
     public var responseTimeoutMillis: Int64 = 10_000

@@ -149,7 +149,8 @@ public struct HTTPRequestParser: Sendable {
             let c = raw[i]
             if c == 0x20 || c == 0x09 { throw .badRequest("obsolete line folding is not accepted") }
             let nameStart = i
-            while i < n && HTTPSyntax.isTokenChar(raw[i]) { i += 1 }
+            var underscore = false
+            while i < n && HTTPSyntax.isTokenChar(raw[i]) { underscore = underscore || raw[i] == UInt8(ascii: "_"); i += 1 }
             let name = nameStart..<i
             guard !name.isEmpty, i < n, raw[i] == UInt8(ascii: ":") else {
                 throw .badRequest("invalid header name")
@@ -166,12 +167,12 @@ public struct HTTPRequestParser: Sendable {
             guard i + 1 < n, raw[i + 1] == 0x0A else { throw .badRequest("malformed header line") }
             i += 2
             let value = valueStart..<valueEnd
-            if !allowUnderscores && raw[name].contains(UInt8(ascii: "_")) {
+            if underscore && !allowUnderscores {
                 // Left out of the request every stage sees (and so never forwarded).
                 droppedUnderscore += 1
                 continue
             }
-            if allowUnderscores && !keptUnderscore && raw[name].contains(UInt8(ascii: "_")) { keptUnderscore = true }
+            if underscore { keptUnderscore = true }
             fields.append(.init(name: name, value: value))
 
             switch name.count {

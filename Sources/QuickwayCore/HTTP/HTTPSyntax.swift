@@ -45,6 +45,16 @@ public enum HTTPSyntax {
         }
     }
 
+    /// Letters, digits, `-`, `.`, `_`: a bit test (no table, no lazy global).
+    @inline(__always) static func isHostNameByte(_ c: UInt8) -> Bool {
+        // Bits for 0x00-0x3F: `-` (0x2D), `.` (0x2E), `0`-`9`; for 0x40-0x7F: `A`-`Z`, `_`, `a`-`z`.
+        let low: UInt64 = 0x03FF_6000_0000_0000
+        let high: UInt64 = 0x07FF_FFFE_87FF_FFFE
+        if c < 64 { return (low >> UInt64(c)) & 1 == 1 }
+        if c < 128 { return (high >> UInt64(c - 64)) & 1 == 1 }
+        return false
+    }
+
     /// `Host` syntax (RFC 9110 7.2 with RFC 3986 3.2.2, kept to what names a server):
     /// empty, or a name of letters, digits, `-`, `.`, `_` (or an IPv4 address), or an
     /// IPv6 address in brackets; then an optional `:` port of 1-5 digits. Anything else
@@ -68,8 +78,7 @@ public enum HTTPSyntax {
         } else {
             let start = i
             while i < end, raw[i] != UInt8(ascii: ":") {
-                let c = raw[i]
-                guard isAlnum(c) || c == UInt8(ascii: "-") || c == UInt8(ascii: ".") || c == UInt8(ascii: "_") else { return false }
+                guard isHostNameByte(raw[i]) else { return false }
                 i += 1
             }
             guard i > start else { return false }

@@ -39,26 +39,45 @@ public enum RequestTargetNormalizer {
         var changed = false
         // First pass: validate and find out whether anything changes (most targets are
         // already normal, and then nothing is allocated).
+        // The current segment, for the dot-segment check (`hasDotSegment`'s rules, for
+        // raw bytes; a target with encoded dots changes and is checked after rewriting).
+        var dots = 0, other = false, params = false, dotSegment = false
         var i = 0
         while i < n {
             let c = t[i]
             if c == UInt8(ascii: "#") { throw .badRequest("the request target must not contain # (a fragment is never sent to a server)") }
             if c == UInt8(ascii: "?") { break }
             if c == UInt8(ascii: "\\") { throw .badRequest("the path must not contain a backslash") }
-            if c == UInt8(ascii: "/") && i > 0 && t[i - 1] == UInt8(ascii: "/") { changed = true }
+            if c == UInt8(ascii: "/") {
+                if i > 0 && t[i - 1] == UInt8(ascii: "/") { changed = true }
+                if i > 0 && !other && (dots == 1 || dots == 2) { dotSegment = true }
+                dots = 0; other = false; params = false
+                i += 1
+                continue
+            }
             if c == UInt8(ascii: "%") {
                 guard i + 2 < n, let h = HTTPSyntax.hexValue(t[i + 1]), let l = HTTPSyntax.hexValue(t[i + 2]) else {
                     throw .badRequest("malformed percent-encoding in the path")
                 }
                 let v = UInt8(h * 16 + l)
                 if v == 0 { throw .badRequest("the path must not contain an encoded NUL (%00)") }
-                if v == UInt8(ascii: "/") || v == UInt8(ascii: "\\") { result.encodedSlash = true }
+                if v == UInt8(ascii: "/") || v == UInt8(ascii: "\\") {
+                    result.encodedSlash = true
+                    if !other && (dots == 1 || dots == 2) { dotSegment = true }
+                    dots = 0; other = false; params = false
+                } else if !params {
+                    other = true
+                }
                 if isUnreserved(v) || isLowerHex(t[i + 1]) || isLowerHex(t[i + 2]) { changed = true }
                 i += 3
                 continue
             }
+            if !params {
+                if c == UInt8(ascii: ";") { params = true } else if c == UInt8(ascii: ".") { dots += 1 } else { other = true }
+            }
             i += 1
         }
+        if !other && (dots == 1 || dots == 2) { dotSegment = true }
         pathEnd = i
         while i < n {
             let c = t[i]
@@ -92,7 +111,7 @@ public enum RequestTargetNormalizer {
             let dot = out.withUnsafeBytes { hasDotSegment(UnsafeRawBufferPointer(rebasing: $0[0..<pathEnd - (n - out.count)])) }
             if dot { throw .badRequest("the path must not contain . or .. segments") }
             result.rewritten = out
-        } else if hasDotSegment(UnsafeRawBufferPointer(rebasing: t[0..<pathEnd])) {
+        } else if dotSegment {
             throw .badRequest("the path must not contain . or .. segments")
         }
         return result

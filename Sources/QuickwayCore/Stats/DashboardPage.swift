@@ -54,7 +54,8 @@ function draw(id, series, opts) {
   for (let i = 0; i <= 4; i++) { const y = 8 + (h - 24) * i / 4; g.beginPath(); g.moveTo(36, y); g.lineTo(w - 4, y); g.stroke(); g.fillText(fmt(max * (1 - i / 4), max < 10 ? 1 : 0), 2, y + 4); }
   const n = Math.max(2, KEEP), x = i => 36 + (w - 40) * (i + (n - hist.length)) / (n - 1);
   series.forEach((s, k) => {
-    g.strokeStyle = s.color || COLORS[k % COLORS.length]; g.lineWidth = s.bold ? 3 : 1.5; g.beginPath(); let started = false;
+    g.strokeStyle = s.color || COLORS[(s.colorIndex !== undefined ? s.colorIndex : k) % COLORS.length]; g.lineWidth = s.bold ? 3 : 1.5;
+    g.setLineDash(s.dashed ? [4, 3] : []); g.beginPath(); let started = false;
     s.values.forEach((v, i) => { if (v === null) { started = false; return; } const y = 8 + (h - 24) * (1 - v / max); if (!started) { g.moveTo(x(i), y); started = true; } else g.lineTo(x(i), y); });
     g.stroke();
     if (s.marks) s.values.forEach((v, i) => { if (v !== null && s.marks[i]) { g.fillStyle = s.marks[i]; g.fillRect(x(i) - 2, 8 + (h - 24) * (1 - v / max) - 2, 4, 4); } });
@@ -84,13 +85,16 @@ function render(s) {
   const box = document.getElementById("services");
   for (const [name, svc] of Object.entries(s.services || {})) {
     let sec = document.getElementById("svc-" + name);
-    if (!sec) { sec = document.createElement("section"); sec.id = "svc-" + name; sec.innerHTML = `<h2></h2><canvas id="c-svc-${name}"></canvas><div class="legend" id="l-svc-${name}"></div><table><thead><tr><th>IP</th><th>state</th><th>latency ms</th><th>probe ms</th><th>requests</th><th>errors</th></tr></thead><tbody></tbody></table>`; box.appendChild(sec); }
-    sec.querySelector("h2").textContent = `${name}: IP latency (ms)` + (svc.selected ? `, selected ${svc.selected}` : "");
+    if (!sec) { sec = document.createElement("section"); sec.id = "svc-" + name; sec.innerHTML = `<h2></h2><canvas id="c-svc-${name}"></canvas><div class="legend" id="l-svc-${name}"></div><table><thead><tr><th>IP</th><th>state</th><th>estimate ms</th><th>probe ms</th><th>service ms</th><th>requests</th><th>errors</th></tr></thead><tbody></tbody></table>`; box.appendChild(sec); }
+    sec.querySelector("h2").textContent = `${name}: IP latency (ms): estimate solid, probe round trip dashed` + (svc.selected ? `, selected ${svc.selected}` : "");
     const ips = svc.upstreams.map(u => u.address); legend("l-svc-" + name, ips.map(ip => ip + (ip === svc.selected ? " (selected)" : "")));
-    draw("c-svc-" + name, ips.map(ip => ({ values: hist.map(p => p.ips && p.ips[name] && p.ips[name][ip] ? p.ips[name][ip].lat : null),
-      marks: hist.map(p => { const u = p.ips && p.ips[name] && p.ips[name][ip]; return u && u.state !== "up" ? (u.state === "down" ? "#b42318" : "#b54708") : null; }),
-      bold: ip === svc.selected })));
-    sec.querySelector("tbody").innerHTML = svc.upstreams.map(u => `<tr class="${u.address === svc.selected ? "sel" : ""}"><td>${u.address}${u.address === svc.selected ? " *" : ""}</td><td class="${u.state}">${u.state}</td><td>${fmt(u.latency_ms, 2)}</td><td>${fmt(u.probe_latency_ms, 2)}</td><td>${u.requests}</td><td>${u.errors}</td></tr>`).join("");
+    const at = (p, ip) => p.ips && p.ips[name] && p.ips[name][ip];
+    draw("c-svc-" + name, ips.flatMap((ip, k) => [
+      { values: hist.map(p => at(p, ip) ? at(p, ip).lat : null), colorIndex: k,
+        marks: hist.map(p => { const u = at(p, ip); return u && u.state !== "up" ? (u.state === "down" ? "#b42318" : "#b54708") : null; }),
+        bold: ip === svc.selected },
+      { values: hist.map(p => at(p, ip) && at(p, ip).probe !== null ? at(p, ip).probe : null), colorIndex: k, dashed: true }]));
+    sec.querySelector("tbody").innerHTML = svc.upstreams.map(u => `<tr class="${u.address === svc.selected ? "sel" : ""}"><td>${u.address}${u.address === svc.selected ? " *" : ""}</td><td class="${u.state}">${u.state}</td><td>${fmt(u.latency_ms, 2)}</td><td>${fmt(u.probe_latency_ms, 2)}</td><td>${fmt(u.service_ms, 2)}</td><td>${u.requests}</td><td>${u.errors}</td></tr>`).join("");
   }
 }
 async function tick() {
@@ -106,7 +110,7 @@ async function tick() {
       p.hit = lookups > 0 ? 100 * (s.cache.hits - prev.s.cache.hits) / lookups : null;
       p.merged = (s.coalescing.waiters - prev.s.coalescing.waiters) / dt;
     }
-    for (const [name, svc] of Object.entries(s.services || {})) { p.ips[name] = {}; for (const u of svc.upstreams) p.ips[name][u.address] = { lat: u.latency_ms, state: u.state }; }
+    for (const [name, svc] of Object.entries(s.services || {})) { p.ips[name] = {}; for (const u of svc.upstreams) p.ips[name][u.address] = { lat: u.latency_ms, probe: u.probe_latency_ms, state: u.state }; }
     prev = { t: now, s }; hist.push(p); if (hist.length > KEEP) hist.shift();
     document.getElementById("err").textContent = ""; render(s);
   } catch (e) { document.getElementById("err").textContent = "cannot read /stats: " + e; }

@@ -85,6 +85,10 @@ public enum PrometheusText {
         for (svc, f) in s.services { for m in f.members { w.sample("quickway_upstream_errors_total", [("service", svc), ("address", m.address)], Double(m.errors)) } }
         w.family("quickway_upstream_latency_seconds", "gauge", "The smoothed latency the selector uses for each upstream IP.")
         for (svc, f) in s.services { for m in f.members { w.sample("quickway_upstream_latency_seconds", [("service", svc), ("address", m.address)], m.latencyMillis / 1000) } }
+        w.family("quickway_upstream_probe_latency_seconds", "gauge", "The probe round trip (network path) estimate of each upstream IP.")
+        for (svc, f) in s.services { for m in f.members { if let p = m.probeLatencyMillis { w.sample("quickway_upstream_probe_latency_seconds", [("service", svc), ("address", m.address)], p / 1000) } } }
+        w.family("quickway_upstream_service_seconds", "gauge", "The backend's own time on each upstream IP (call time less the probe round trip).")
+        for (svc, f) in s.services { for m in f.members { if let v = m.serviceMillis { w.sample("quickway_upstream_service_seconds", [("service", svc), ("address", m.address)], v / 1000) } } }
         w.family("quickway_upstream_state", "gauge", "1 for the state each upstream IP is in.")
         for (svc, f) in s.services {
             for m in f.members {

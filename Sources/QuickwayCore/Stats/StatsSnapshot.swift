@@ -107,7 +107,8 @@ public struct StatsSnapshot {
             o += "\"count\":\(f.members.count),\"refresh_failures\":\(f.refreshFailures)},\"retries\":\(f.retries),\"upstreams\":["
             o += f.members.map { m in
                 var u = "{\"address\":\(JSONText.quoted(m.address)),\"state\":\"\(m.state)\",\"latency_ms\":\(JSONText.number(m.latencyMillis)),"
-                u += "\"probe_latency_ms\":\(m.probeLatencyMillis.map(JSONText.number) ?? "null"),\"requests\":\(m.requests),\"errors\":\(m.errors),"
+                u += "\"probe_latency_ms\":\(m.probeLatencyMillis.map(JSONText.number) ?? "null"),"
+                u += "\"service_ms\":\(m.serviceMillis.map(JSONText.number) ?? "null"),\"requests\":\(m.requests),\"errors\":\(m.errors),"
                 u += "\"error_rate\":\(JSONText.number(m.errorRate))"
                 if let e = m.ejectedUntil { u += ",\"ejected_until\":\(JSONText.quoted(Self.iso(e)))" }
                 return u + "}"

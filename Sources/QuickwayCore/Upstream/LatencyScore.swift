@@ -27,6 +27,72 @@ public struct PeakEWMA: Sendable, Equatable {
         let keep = min(w, 0.95)
         valueMillis = valueMillis * keep + sampleMillis * (1 - keep)
     }
+
+    /// Sets the estimate outright (when enough evidence says the old one is stale).
+    public mutating func reset(to valueMillis: Double, nowMillis: Int64) {
+        self.valueMillis = valueMillis
+        lastMillis = max(lastMillis, nowMillis)
+        samples += 1
+    }
+}
+
+/// What one upstream IP costs a call, from two signals kept apart:
+///
+/// - `path`: the probe round trip (a `GET probe.path` or a TCP connect), which measures
+///   the network path to this IP: what differs between IPs in different places.
+/// - `service`: the backend's own time on this IP, learned from real calls as
+///   `max(0, call time to head - path estimate)`.
+///
+/// Estimate (what selection scores) = path + service. Without probes the path is 0 and
+/// the estimate is the call latency, as before. Both are peak EWMAs with time constant
+/// `selection.decay`: a slower sample counts at once. Faster samples pull an estimate
+/// down slowly, except that `agreeingProbes` probes in a row each below `wellBelow` of the
+/// path estimate reset it to the highest of them: an IP whose path turned fast takes
+/// traffic within three probe intervals, while one fast outlier moves nothing. An IP that
+/// takes no calls keeps its last service time, and its path keeps following probes.
+/// Pure; times are passed in.
+public struct IPLatency: Sendable, Equatable {
+    public private(set) var path: PeakEWMA
+    public private(set) var service: PeakEWMA
+    /// Probes in a row well below the path estimate, and the highest of them.
+    private var lowProbes = 0
+    private var lowProbeMax = 0.0
+
+    public static let agreeingProbes = 3
+    public static let wellBelow = 0.7
+
+    public init(decayMillis: Double = 10_000, nowMillis: Int64 = 0) {
+        path = PeakEWMA(nowMillis: nowMillis, tauMillis: decayMillis)
+        service = PeakEWMA(nowMillis: nowMillis, tauMillis: decayMillis)
+    }
+
+    /// The path estimate, 0 before the first probe.
+    public var pathMillis: Double { path.samples > 0 ? path.valueMillis : 0 }
+    /// The backend's own time, 0 before the first call.
+    public var serviceMillis: Double { service.samples > 0 ? service.valueMillis : 0 }
+    /// What selection scores.
+    public var estimateMillis: Double { pathMillis + serviceMillis }
+
+    public mutating func probe(_ sampleMillis: Double, nowMillis: Int64) {
+        if path.samples > 0 && sampleMillis < path.valueMillis * Self.wellBelow {
+            lowProbes += 1
+            lowProbeMax = max(lowProbeMax, sampleMillis)
+            if lowProbes >= Self.agreeingProbes {
+                path.reset(to: lowProbeMax, nowMillis: nowMillis)
+                lowProbes = 0
+                lowProbeMax = 0
+                return
+            }
+        } else {
+            lowProbes = 0
+            lowProbeMax = 0
+        }
+        path.add(sampleMillis, nowMillis: nowMillis)
+    }
+
+    public mutating func call(_ sampleMillis: Double, nowMillis: Int64) {
+        service.add(max(0, sampleMillis - pathMillis), nowMillis: nowMillis)
+    }
 }
 
 /// Outcomes of the last `window` requests to one IP, for outlier ejection.

@@ -9,8 +9,8 @@ public final class UpstreamMember: @unchecked Sendable {
     public let ip: String
     let connectTo: UnsafeMutablePointer<curl_slist>
 
-    var latency = PeakEWMA()
-    var probeLatency = PeakEWMA()
+    /// Probe round trip and the backend's own time, apart (`IPLatency`).
+    var latency: IPLatency
     var window: ErrorWindow
     var inFlight = 0
     var requests: Int64 = 0
@@ -28,6 +28,7 @@ public final class UpstreamMember: @unchecked Sendable {
         let target = ip.contains(":") ? "[\(ip)]" : ip
         connectTo = curl_slist_append(nil, "\(service.host):\(service.port):\(target):\(service.port)")!
         window = ErrorWindow(size: service.failover?.window ?? 40)
+        latency = IPLatency(decayMillis: Double(service.decayMillis))
         state = startsUp ? .up : .down
     }
 
@@ -85,7 +86,7 @@ public final class ServiceHealth: @unchecked Sendable {
             rrNext &+= 1
         case .fastest:
             let candidates = live.enumerated().map { i, m in
-                Selection.Candidate(index: i, latencyMillis: m.latency.valueMillis, errorRate: m.window.rate, inFlight: m.inFlight)
+                Selection.Candidate(index: i, latencyMillis: m.latency.estimateMillis, errorRate: m.window.rate, inFlight: m.inFlight)
             }
             let current = live.firstIndex { $0 === selected }
             let i = Selection.fastest(candidates, current: current, switchMargin: config.switchMargin) ?? 0
@@ -115,7 +116,7 @@ public final class ServiceHealth: @unchecked Sendable {
         m.inFlight = max(0, m.inFlight - 1)
         m.requests += 1
         if error { m.errors += 1 }
-        m.latency.add(latencyMillis, nowMillis: t)
+        m.latency.call(latencyMillis, nowMillis: t)
         if m.removed && m.inFlight == 0 { members.removeAll { $0 === m } }
         guard let f = config.failover, m.state == .up else { return }
         m.window.add(error: error)
@@ -147,8 +148,7 @@ public final class ServiceHealth: @unchecked Sendable {
         if let l = latencyMillis {
             m.probeFailures = 0
             m.probeSuccesses += 1
-            m.probeLatency.add(l, nowMillis: t)
-            m.latency.add(l, nowMillis: t)
+            m.latency.probe(l, nowMillis: t)
             // New IPs come up after one good probe, recovering ones after two.
             if m.state == .down && (m.probeSuccesses >= 2 || m.requests == 0) {
                 m.state = .up
@@ -197,7 +197,7 @@ public final class ServiceHealth: @unchecked Sendable {
     // MARK: stats
 
     public struct MemberFigures {
-        public var address: String, state: String, latencyMillis: Double, probeLatencyMillis: Double?
+        public var address: String, state: String, latencyMillis: Double, probeLatencyMillis: Double?, serviceMillis: Double?
         public var requests: Int64, errors: Int64, errorRate: Double, ejectedUntil: Double?
     }
 
@@ -216,8 +216,9 @@ public final class ServiceHealth: @unchecked Sendable {
         let sel = config.strategy == .fastest ? selected?.ip : nil
         return Figures(selected: sel, source: listSource, refreshedAt: listRefreshedAt, refreshFailures: listRefreshFailures,
                        retries: retries, members: list.map { m in
-            MemberFigures(address: m.ip, state: m.state.rawValue, latencyMillis: m.latency.valueMillis,
-                          probeLatencyMillis: m.probeLatency.samples > 0 ? m.probeLatency.valueMillis : nil,
+            MemberFigures(address: m.ip, state: m.state.rawValue, latencyMillis: m.latency.estimateMillis,
+                          probeLatencyMillis: m.latency.path.samples > 0 ? m.latency.pathMillis : nil,
+                          serviceMillis: m.latency.service.samples > 0 ? m.latency.serviceMillis : nil,
                           requests: m.requests, errors: m.errors, errorRate: m.window.rate,
                           ejectedUntil: m.state == .ejected ? m.ejectedUntilWall : nil)
         })
