@@ -197,6 +197,33 @@ final class ServiceHealthTests: XCTestCase {
         XCTAssertTrue(afterSlow.isEmpty, "\(afterSlow.count) calls still went to the slow IP")
     }
 
+    func testAnIPThatTurnedSlowAndFastAgainComesBack() {
+        let clock = FakeClock()
+        let h = ServiceHealth(config: service(probe: true)) { clock.millis }
+        var lat = ["127.0.0.2": 40.0, "127.0.0.3": 5.0, "127.0.0.4": 80.0]
+        run(h, clock, seconds: 10, probe: { lat[$0]! }, call: { lat[$0]! })
+        lat["127.0.0.3"] = 120
+        run(h, clock, seconds: 5, probe: { lat[$0]! }, call: { lat[$0]! })
+        XCTAssertEqual(h.figures.selected, "127.0.0.2")
+        lat["127.0.0.3"] = 5
+        let start = clock.millis
+        let picks = run(h, clock, seconds: 5, probe: { lat[$0]! }, call: { lat[$0]! })
+        let back = picks.first { $0.ip == "127.0.0.3" }
+        XCTAssertNotNil(back, "the slow path was kept as service time")
+        XCTAssertLessThanOrEqual(back!.t - start, 3 * 500 + 50)
+    }
+
+    func testCallsBeforeTheFirstProbeDoNotCountThePathTwice() {
+        let clock = FakeClock()
+        let h = ServiceHealth(config: service(probe: true)) { clock.millis }
+        let four = h.members.first { $0.ip == "127.0.0.4" }!
+        four.inFlight += 1
+        finish(h, four, 81)                      // a call before any probe: all of it looks like service time
+        h.probeFinished(four, latencyMillis: 80) // the probe shows it was the path
+        XCTAssertEqual(four.latency.estimateMillis, 81, accuracy: 1)
+        XCTAssertLessThan(four.latency.serviceMillis, 2)
+    }
+
     func testOneFastOutlierProbeMovesNothing() {
         let clock = FakeClock()
         let h = ServiceHealth(config: service(probe: true)) { clock.millis }

@@ -46,9 +46,10 @@ public struct PeakEWMA: Sendable, Equatable {
 /// Estimate (what selection scores) = path + service. Without probes the path is 0 and
 /// the estimate is the call latency, as before. Both are peak EWMAs with time constant
 /// `selection.decay`: a slower sample counts at once. Faster samples pull an estimate
-/// down slowly, except that `agreeingProbes` probes in a row each below `wellBelow` of the
-/// path estimate reset it to the highest of them: an IP whose path turned fast takes
-/// traffic within three probe intervals, while one fast outlier moves nothing. An IP that
+/// down slowly, except that `agreeingProbes` samples in a row each below `wellBelow` of
+/// the path estimate (probes, or whole calls, which cannot be faster than the path) reset
+/// it to the highest of them: an IP whose path turned fast takes traffic within three
+/// probe intervals, while one fast outlier moves nothing. An IP that
 /// takes no calls keeps its last service time, and its path keeps following probes.
 /// Pure; times are passed in.
 public struct IPLatency: Sendable, Equatable {
@@ -74,24 +75,41 @@ public struct IPLatency: Sendable, Equatable {
     public var estimateMillis: Double { pathMillis + serviceMillis }
 
     public mutating func probe(_ sampleMillis: Double, nowMillis: Int64) {
-        if path.samples > 0 && sampleMillis < path.valueMillis * Self.wellBelow {
-            lowProbes += 1
-            lowProbeMax = max(lowProbeMax, sampleMillis)
-            if lowProbes >= Self.agreeingProbes {
-                path.reset(to: lowProbeMax, nowMillis: nowMillis)
-                lowProbes = 0
-                lowProbeMax = 0
-                return
-            }
-        } else {
+        if sawWellBelowPath(sampleMillis, nowMillis: nowMillis) { return }
+        if !(path.samples > 0 && sampleMillis < path.valueMillis * Self.wellBelow) {
             lowProbes = 0
             lowProbeMax = 0
         }
+        let before = pathMillis
         path.add(sampleMillis, nowMillis: nowMillis)
+        // Calls are more frequent than probes, so a slower path (or, at start, any path)
+        // usually shows in calls first and is taken for service time; once probes show
+        // it, move it back out of the service part (or it would count twice, and an IP
+        // that turned slow and fast again would stay slow).
+        let rise = pathMillis - before
+        if rise > 0, service.samples > 0 {
+            service.reset(to: max(0, service.valueMillis - rise), nowMillis: nowMillis)
+        }
     }
 
     public mutating func call(_ sampleMillis: Double, nowMillis: Int64) {
+        // A whole call faster than the path estimate proves the path faster: it counts
+        // as agreeing evidence, like a fast probe (a slower call says nothing of the path).
+        _ = sawWellBelowPath(sampleMillis, nowMillis: nowMillis)
         service.add(max(0, sampleMillis - pathMillis), nowMillis: nowMillis)
+    }
+
+    /// Counts a sample well below the path estimate; on the `agreeingProbes`-th in a row
+    /// resets the path to the highest of them and returns true.
+    private mutating func sawWellBelowPath(_ sampleMillis: Double, nowMillis: Int64) -> Bool {
+        guard path.samples > 0 && sampleMillis < path.valueMillis * Self.wellBelow else { return false }
+        lowProbes += 1
+        lowProbeMax = max(lowProbeMax, sampleMillis)
+        guard lowProbes >= Self.agreeingProbes else { return false }
+        path.reset(to: lowProbeMax, nowMillis: nowMillis)
+        lowProbes = 0
+        lowProbeMax = 0
+        return true
     }
 }
 
