@@ -77,10 +77,12 @@ fi
 objcopy --strip-debug "${QW_BIN:-.build/release/quickway}" "$WORK/quickway"
 nginx -p "$WORK" -c "$WORK/backend.conf" & PIDS+=($!)
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.out" "$WORK/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/valgrind.log" & QW=$!; PIDS+=($QW)
-for _ in $(seq 100); do curl -sf -o /dev/null "${WRK_ARGS[0]}" && break; sleep 0.2; done
+READY_URL="http://127.0.0.1:$QPORT/"; [ "$CACHE" = 1 ] && READY_URL="http://127.0.0.1:$QPORT/cached/item"
+for _ in $(seq 100); do curl -sf -o /dev/null "$READY_URL" && break; sleep 0.2; done
 count() { curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"]["total"])'; }
-# Warm up (first connections, lazy initialisation), then count from zero.
-wrk -t1 -c8 -d1s "${WRK_ARGS[@]}" >/dev/null
+# Warm up (first connections, lazy initialisation) on a plain or cached route (a signed
+# replay must use each nonce once), then count from zero.
+wrk -t1 -c8 -d1s "$READY_URL" >/dev/null
 BEFORE=$(count)
 callgrind_control -i on "$QW" >/dev/null 2>&1
 wrk -t1 -c8 -d"${SECONDS_RUN}s" "${WRK_ARGS[@]}" > "$WORK/wrk.txt"
