@@ -54,6 +54,14 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(found, [ConfigIssue(path: "routes[1].service", line: 13, message: "no service named \"catlog\"")])
     }
 
+    func testSelectionDecay() throws {
+        let yaml = minimal.replacingOccurrences(of: "    ips: [127.0.0.2, \"::1\"]", with: "    ips: [127.0.0.2, \"::1\"]\n    selection: { strategy: fastest, decay: 3s }")
+        XCTAssertEqual(try ConfigLoader.load(yaml: yaml, environment: [:]).services[0].decayMillis, 3_000)
+        XCTAssertEqual(try ConfigLoader.load(yaml: minimal, environment: [:]).services[0].decayMillis, 10_000, "default 10s")
+        let bad = issues(yaml.replacingOccurrences(of: "decay: 3s", with: "decay: 1ms"))
+        XCTAssertEqual(bad.map(\.path), ["services.catalog.selection.decay"])
+    }
+
     func testRoutePrefixesAreNormalisedLikeRequestPaths() throws {
         // Requests are routed on their normalised path; a prefix in another form would
         // never match and let requests fall through to a later route.

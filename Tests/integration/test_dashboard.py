@@ -71,7 +71,9 @@ def test_dashboard_draws_its_charts_under_traffic(tmp_path):
         drawn = [int(x) for x in re.findall(r'<canvas[^>]*data-drawn="(\d+)"', dom)]
         assert len(drawn) == 5, "four charts and one per service"
         assert all(d > 100 for d in drawn), drawn
-        assert "api: IP latency (ms), selected 127.0.0.2" in dom
+        assert "api: IP latency (ms): estimate solid, probe round trip dashed, selected 127.0.0.2" in dom
+        # Both routing signals are shown (issue 16): the probe round trip and the service time.
+        assert "<th>probe ms</th><th>service ms</th>" in dom
         assert "127.0.0.2 *" in dom, "the selected IP is marked"
         assert re.search(r'<div id="err"></div>', dom), "no error shown in the page"
     finally:
