@@ -41,7 +41,8 @@ func parse(_ input: [UInt8], step: Int) -> String {
             guard case .success(let n) = again, n.rewritten == nil else {
                 fatalError("normalised target \(head.targetString) does not normalise to itself: \(again)")
             }
-            precondition(!target.contains(UInt8(ascii: "#")) && !target.contains(UInt8(ascii: "\\")))
+            let pathPart = target.prefix { $0 != UInt8(ascii: "?") }
+            precondition(!target.contains(UInt8(ascii: "#")) && !pathPart.contains(UInt8(ascii: "\\")))
             if head.signedTarget != head.target {
                 // The raw target is kept after the head, never overlapping a field.
                 precondition(head.signedTarget.lowerBound >= (head.fields.last?.value.upperBound ?? head.target.upperBound))

@@ -135,6 +135,9 @@ final class CacheKeyIntegrityTests: XCTestCase {
         XCTAssertNotEqual(key("/p?a=1;cb=evil"), key("/p?a=1%3Bcb%3Devil"))
         XCTAssertEqual(key("/p?a=%31"), key("/p?a=1"), "an encoded unreserved byte is the same")
         XCTAssertEqual(key("/p?a=%c3%a9"), key("/p?a=%C3%A9"))
+        // Found by the fuzzer: a stray % next to a decoded byte must not make a new escape.
+        XCTAssertNotEqual(key("/p?a=%e%42"), key("/p?a=%eB"))
+        XCTAssertEqual(key("/p?a=%zz"), key("/p?a=%25zz"), "a stray % is a literal %")
     }
 
     func testEquivalentPathsShareAKey() {

@@ -192,9 +192,8 @@ final class ServiceHealthTests: XCTestCase {
         XCTAssertNotNil(first, "the newly fastest IP never took traffic")
         XCTAssertLessThanOrEqual(first!.t - start, 3 * 500 + 50, "took \(first!.t - start) ms")
         XCTAssertEqual(picks.last?.ip, "127.0.0.4")
-        // The one that turned slow was left at once (its next call or probe).
-        let afterSlow = picks.drop { $0.t - start <= 550 }.filter { $0.ip == "127.0.0.3" }
-        XCTAssertTrue(afterSlow.isEmpty, "\(afterSlow.count) calls still went to the slow IP")
+        // The one that turned slow was left at once: after its first slow call, no other.
+        XCTAssertLessThanOrEqual(picks.filter { $0.ip == "127.0.0.3" }.count, 1, "calls still went to the slow IP")
     }
 
     func testAnIPThatTurnedSlowAndFastAgainComesBack() {
@@ -220,8 +219,60 @@ final class ServiceHealthTests: XCTestCase {
         four.inFlight += 1
         finish(h, four, 81)                      // a call before any probe: all of it looks like service time
         h.probeFinished(four, latencyMillis: 80) // the probe shows it was the path
-        XCTAssertEqual(four.latency.estimateMillis, 81, accuracy: 1)
+        XCTAssertEqual(four.latency.estimateMillis(nowMillis: clock.millis), 81, accuracy: 1)
         XCTAssertLessThan(four.latency.serviceMillis, 2)
+    }
+
+    func testAnAPIThatTurnsFastIsTriedAgainThoughProbesShowNothing() {
+        // The demo: /health answers at once everywhere; only the API's own time differs.
+        let clock = FakeClock()
+        let h = ServiceHealth(config: service(probe: true)) { clock.millis }
+        var api = ["127.0.0.2": 31.0, "127.0.0.3": 10.0, "127.0.0.4": 100.0]
+        for m in h.members { m.inFlight += 1; finish(h, m, api[m.ip]!) }
+        run(h, clock, seconds: 10, probe: { _ in 1 }, call: { api[$0]! })
+        XCTAssertEqual(h.figures.selected, "127.0.0.3")
+        api["127.0.0.2"] = 3
+        let start = clock.millis
+        let picks = run(h, clock, seconds: 25, probe: { _ in 1 }, call: { api[$0]! })
+        guard let back = picks.first(where: { $0.ip == "127.0.0.2" }) else {
+            return XCTFail("an IP whose service time was learned high was never tried again")
+        }
+        XCTAssertLessThanOrEqual(back.t - start, 20_000)
+        XCTAssertEqual(picks.last?.ip, "127.0.0.2", "and it keeps the traffic")
+    }
+
+    func testAnIPBackUpAfterFailingIsUsedAgainAtOnce() {
+        let clock = FakeClock()
+        // No failover: only probes take it down (ejection has its own timer).
+        let h = ServiceHealth(config: service(failover: false, probe: true)) { clock.millis }
+        var lat = ["127.0.0.2": 40.0, "127.0.0.3": 5.0, "127.0.0.4": 80.0]
+        var failing = false
+        run(h, clock, seconds: 5, probe: { lat[$0]! }, call: { lat[$0]! })
+        let three = h.members.first { $0.ip == "127.0.0.3" }!
+        // It hangs: calls time out after 2 s, probes fail; it goes down.
+        failing = true
+        for _ in 0..<3 { three.inFlight += 1; h.requestFinished(three, latencyMillis: 2_000, error: true) }
+        for _ in 0..<2 { clock.advance(500); h.probeFinished(three, latencyMillis: nil) }
+        XCTAssertEqual(three.state, .down)
+        run(h, clock, seconds: 3, probe: { ip in ip == "127.0.0.3" && failing ? 1_000 : lat[ip]! }, call: { lat[$0]! })
+        // Back: two good probes take it up, and it is fast again.
+        failing = false
+        lat["127.0.0.3"] = 5
+        let start = clock.millis
+        let picks = run(h, clock, seconds: 3, probe: { lat[$0]! }, call: { lat[$0]! })
+        guard let back = picks.first(where: { $0.ip == "127.0.0.3" }) else { return XCTFail("never used again") }
+        XCTAssertLessThanOrEqual(back.t - start, 2 * 500 + 100, "its timeouts still counted against it")
+    }
+
+    func testFastErrorsDoNotMakeAnIPLookFast() {
+        var l = IPLatency()
+        l.probe(40, nowMillis: 0)
+        l.call(45, nowMillis: 10)
+        for i in 1...10 { l.call(1, ok: false, nowMillis: 10 + Int64(i)) }
+        XCTAssertEqual(l.pathMillis, 40, "errors are not path evidence")
+        XCTAssertEqual(l.serviceMillis, 5, accuracy: 0.01, "and they never lower the service time")
+        l.call(2_000, ok: false, nowMillis: 100)
+        XCTAssertGreaterThan(l.serviceMillis, 1_900, "a timeout still counts against it at once")
     }
 
     func testOneFastOutlierProbeMovesNothing() {
@@ -263,7 +314,8 @@ final class ServiceHealthTests: XCTestCase {
         cfg.ips = ["127.0.0.2", "127.0.0.3"]
         let h = ServiceHealth(config: cfg) { clock.millis }
         for m in h.members { m.inFlight += 1; finish(h, m, m.ip == "127.0.0.2" ? 31 : 3) }
-        run(h, clock, seconds: 20, probe: { _ in 1 }, call: { $0 == "127.0.0.2" ? 31 : 3 })
+        let picks = run(h, clock, seconds: 20, probe: { _ in 1 }, call: { $0 == "127.0.0.2" ? 31 : 3 })
+        XCTAssertLessThanOrEqual(picks.filter { $0.ip == "127.0.0.2" }.count, 1, "the 30 ms IP is at most tried again")
         let f = Dictionary(uniqueKeysWithValues: h.figures.members.map { ($0.address, $0) })
         XCTAssertEqual(f["127.0.0.2"]!.probeLatencyMillis!, 1, accuracy: 0.01)
         XCTAssertGreaterThan(f["127.0.0.2"]!.serviceMillis!, 29, "the 30 ms IP's own time is kept while it takes no calls")
@@ -275,11 +327,11 @@ final class ServiceHealthTests: XCTestCase {
         var l = IPLatency(decayMillis: 1_000)
         l.call(100, nowMillis: 0)
         l.call(10, nowMillis: 1_000)
-        XCTAssertEqual(l.estimateMillis, 100 * exp(-1) + 10 * (1 - exp(-1)), accuracy: 0.01)
+        XCTAssertEqual(l.estimateMillis(nowMillis: 1_000), 100 * exp(-1) + 10 * (1 - exp(-1)), accuracy: 0.01)
         var slow = IPLatency(decayMillis: 10_000)
         slow.call(100, nowMillis: 0)
         slow.call(10, nowMillis: 1_000)
-        XCTAssertGreaterThan(slow.estimateMillis, 90)
+        XCTAssertGreaterThan(slow.estimateMillis(nowMillis: 1_000), 90)
     }
 
     func testRetryExcludesTriedIPs() {

@@ -389,7 +389,8 @@ def test_an_ip_that_turns_fast_takes_traffic_within_three_probe_intervals(backen
         wait_until(lambda: served_by(get(g)[1]) == "127.0.0.4", timeout=5, interval=0.02,
                    what="a call to the newly fastest IP")
         took = time.monotonic() - t0
-        assert took < 3 * 0.5 + 0.5, f"the first call to the new fastest IP came after {took:.2f}s"
+        # 3 probe intervals (up to 1.65 s with the ±10% jitter) plus slack for a busy machine.
+        assert took < 2.5, f"the first call to the new fastest IP came after {took:.2f}s"
         s = upstreams(g)
         assert s["127.0.0.4"]["probe_latency_ms"] < 20, s["127.0.0.4"]
         assert "service_ms" in s["127.0.0.4"]

@@ -98,6 +98,11 @@ public enum CanonicalQuery {
                     out.append(upperHex[l])
                 }
                 i += 3
+            } else if c == UInt8(ascii: "%") {
+                // A stray `%` becomes `%25`, so that it cannot join a decoded byte into a
+                // new escape (`%e%42` would read `%eB`): same meaning to every reader.
+                out.append(contentsOf: [UInt8(ascii: "%"), UInt8(ascii: "2"), UInt8(ascii: "5")])
+                i += 1
             } else {
                 out.append(c)
                 i += 1

@@ -1,10 +1,9 @@
 import Foundation
 
-/// The latency estimate of one upstream IP: a peak-sensitive EWMA of time to response
-/// head (Finagle's and Linkerd's "peak EWMA"). A sample above the estimate replaces it at
-/// once; lower samples pull it down with time constant `tau` (about 10 s), weighted by
-/// how long since the last sample, so a quiet IP does not keep a stale figure forever
-/// and a slow spike shows at once. Pure; times are passed in (tests use a fake clock).
+/// A peak-sensitive EWMA (Finagle's and Linkerd's "peak EWMA"), the building block of
+/// `IPLatency`. A sample above the estimate replaces it at once; lower samples pull it
+/// down with time constant `tau` (`selection.decay`), weighted by how long since the last
+/// sample, and by at least 5% each. Pure; times are passed in (tests use a fake clock).
 public struct PeakEWMA: Sendable, Equatable {
     public private(set) var valueMillis: Double
     public private(set) var lastMillis: Int64
@@ -40,17 +39,29 @@ public struct PeakEWMA: Sendable, Equatable {
 ///
 /// - `path`: the probe round trip (a `GET probe.path` or a TCP connect), which measures
 ///   the network path to this IP: what differs between IPs in different places.
-/// - `service`: the backend's own time on this IP, learned from real calls as
+/// - `service`: the backend's own time on this IP, learned from successful calls as
 ///   `max(0, call time to head - path estimate)`.
 ///
-/// Estimate (what selection scores) = path + service. Without probes the path is 0 and
-/// the estimate is the call latency, as before. Both are peak EWMAs with time constant
-/// `selection.decay`: a slower sample counts at once. Faster samples pull an estimate
-/// down slowly, except that `agreeingProbes` samples in a row each below `wellBelow` of
-/// the path estimate (probes, or whole calls, which cannot be faster than the path) reset
-/// it to the highest of them: an IP whose path turned fast takes traffic within three
-/// probe intervals, while one fast outlier moves nothing. An IP that
-/// takes no calls keeps its last service time, and its path keeps following probes.
+/// Estimate (what selection scores) = path + service x exp(-idle / decay), where idle is
+/// the time since this IP's last call. Without probes the path is 0 and the estimate is
+/// the call latency. Both parts are peak EWMAs with time constant `selection.decay`: a
+/// slower sample counts at once, faster ones pull the estimate down (by at least 5% a
+/// sample, so for IPs sampled more often than every decay/20 the decay hardly matters).
+///
+/// - Following a faster path: `agreeingProbes` probes in a row, each below the path
+///   estimate by more than the switch margin, reset it to the highest of them, so an IP
+///   whose path turned fast takes traffic within three probe intervals; one fast outlier
+///   moves nothing. Only probes reset it (a call on a pooled connection can be faster
+///   than a probe that opens one or does work: probes should be cheap).
+/// - Following a faster backend: an IP that takes no calls sees its service part fade,
+///   so it is tried again once `path + faded service` beats the current choice by the
+///   margin (a 30 ms API next to a 10 ms one: about one call every 10 s); that call
+///   refreshes the service time, at once if it is still slow.
+/// - A path rise that probes show after calls already counted it as service time (calls
+///   are more frequent, and come first at start) is moved out of the service part, up to
+///   what the service part rose since the last probe, so it does not count twice.
+/// - Failed calls only ever raise the service part (a fast error is no evidence of a
+///   fast IP); the error window and probes deal with failures.
 /// Pure; times are passed in.
 public struct IPLatency: Sendable, Equatable {
     public private(set) var path: PeakEWMA
@@ -58,58 +69,71 @@ public struct IPLatency: Sendable, Equatable {
     /// Probes in a row well below the path estimate, and the highest of them.
     private var lowProbes = 0
     private var lowProbeMax = 0.0
+    /// When this IP last had a call (the service part fades from then).
+    private var lastCallMillis: Int64
+    /// The service part when the last probe came, to bound the rise correction.
+    private var serviceAtProbe = 0.0
+    /// A probe sample below `wellBelow` x the path estimate counts toward a reset.
+    public let wellBelow: Double
 
     public static let agreeingProbes = 3
-    public static let wellBelow = 0.7
 
-    public init(decayMillis: Double = 10_000, nowMillis: Int64 = 0) {
-        path = PeakEWMA(nowMillis: nowMillis, tauMillis: decayMillis)
-        service = PeakEWMA(nowMillis: nowMillis, tauMillis: decayMillis)
+    public init(decayMillis: Double = 10_000, switchMargin: Double = 0.2, nowMillis: Int64 = 0) {
+        let tau = max(decayMillis, 1)
+        path = PeakEWMA(nowMillis: nowMillis, tauMillis: tau)
+        service = PeakEWMA(nowMillis: nowMillis, tauMillis: tau)
+        lastCallMillis = nowMillis
+        wellBelow = min(0.9, max(0.5, 1 - switchMargin))
     }
 
     /// The path estimate, 0 before the first probe.
     public var pathMillis: Double { path.samples > 0 ? path.valueMillis : 0 }
-    /// The backend's own time, 0 before the first call.
+    /// The backend's own time as last learned, 0 before the first call.
     public var serviceMillis: Double { service.samples > 0 ? service.valueMillis : 0 }
+    /// The service part as selection sees it now: faded while the IP takes no calls.
+    public func serviceMillis(nowMillis: Int64) -> Double {
+        let idle = Double(max(0, nowMillis - lastCallMillis))
+        return serviceMillis * exp(-idle / service.tauMillis)
+    }
     /// What selection scores.
-    public var estimateMillis: Double { pathMillis + serviceMillis }
+    public func estimateMillis(nowMillis: Int64) -> Double { pathMillis + serviceMillis(nowMillis: nowMillis) }
 
     public mutating func probe(_ sampleMillis: Double, nowMillis: Int64) {
-        if sawWellBelowPath(sampleMillis, nowMillis: nowMillis) { return }
-        if !(path.samples > 0 && sampleMillis < path.valueMillis * Self.wellBelow) {
+        defer { serviceAtProbe = serviceMillis }
+        if path.samples > 0 && sampleMillis < path.valueMillis * wellBelow {
+            lowProbes += 1
+            lowProbeMax = max(lowProbeMax, sampleMillis)
+            if lowProbes >= Self.agreeingProbes {
+                path.reset(to: lowProbeMax, nowMillis: nowMillis)
+                lowProbes = 0
+                lowProbeMax = 0
+                return
+            }
+        } else {
             lowProbes = 0
             lowProbeMax = 0
         }
         let before = pathMillis
         path.add(sampleMillis, nowMillis: nowMillis)
-        // Calls are more frequent than probes, so a slower path (or, at start, any path)
-        // usually shows in calls first and is taken for service time; once probes show
-        // it, move it back out of the service part (or it would count twice, and an IP
-        // that turned slow and fast again would stay slow).
         let rise = pathMillis - before
-        if rise > 0, service.samples > 0 {
-            service.reset(to: max(0, service.valueMillis - rise), nowMillis: nowMillis)
+        let counted = serviceMillis - serviceAtProbe
+        if rise > 0, counted > 0 {
+            service.reset(to: max(0, serviceMillis - min(rise, counted)), nowMillis: nowMillis)
         }
     }
 
-    public mutating func call(_ sampleMillis: Double, nowMillis: Int64) {
-        // A whole call faster than the path estimate proves the path faster: it counts
-        // as agreeing evidence, like a fast probe (a slower call says nothing of the path).
-        _ = sawWellBelowPath(sampleMillis, nowMillis: nowMillis)
-        service.add(max(0, sampleMillis - pathMillis), nowMillis: nowMillis)
+    /// Forgets the service time (an IP back up after failing probes: what its calls
+    /// took while it was failing says nothing of it now).
+    public mutating func forgetService(nowMillis: Int64) {
+        service = PeakEWMA(nowMillis: nowMillis, tauMillis: service.tauMillis)
+        serviceAtProbe = 0
     }
 
-    /// Counts a sample well below the path estimate; on the `agreeingProbes`-th in a row
-    /// resets the path to the highest of them and returns true.
-    private mutating func sawWellBelowPath(_ sampleMillis: Double, nowMillis: Int64) -> Bool {
-        guard path.samples > 0 && sampleMillis < path.valueMillis * Self.wellBelow else { return false }
-        lowProbes += 1
-        lowProbeMax = max(lowProbeMax, sampleMillis)
-        guard lowProbes >= Self.agreeingProbes else { return false }
-        path.reset(to: lowProbeMax, nowMillis: nowMillis)
-        lowProbes = 0
-        lowProbeMax = 0
-        return true
+    /// A call's time to its response head (or to its failure, `ok: false`).
+    public mutating func call(_ sampleMillis: Double, ok: Bool = true, nowMillis: Int64) {
+        lastCallMillis = max(lastCallMillis, nowMillis)
+        let own = max(0, sampleMillis - pathMillis)
+        if ok || service.samples == 0 || own > service.valueMillis { service.add(own, nowMillis: nowMillis) }
     }
 }
 

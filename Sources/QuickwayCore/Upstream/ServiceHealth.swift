@@ -28,7 +28,7 @@ public final class UpstreamMember: @unchecked Sendable {
         let target = ip.contains(":") ? "[\(ip)]" : ip
         connectTo = curl_slist_append(nil, "\(service.host):\(service.port):\(target):\(service.port)")!
         window = ErrorWindow(size: service.failover?.window ?? 40)
-        latency = IPLatency(decayMillis: Double(service.decayMillis))
+        latency = IPLatency(decayMillis: Double(service.decayMillis), switchMargin: service.switchMargin)
         state = startsUp ? .up : .down
     }
 
@@ -86,7 +86,7 @@ public final class ServiceHealth: @unchecked Sendable {
             rrNext &+= 1
         case .fastest:
             let candidates = live.enumerated().map { i, m in
-                Selection.Candidate(index: i, latencyMillis: m.latency.estimateMillis, errorRate: m.window.rate, inFlight: m.inFlight)
+                Selection.Candidate(index: i, latencyMillis: m.latency.estimateMillis(nowMillis: t), errorRate: m.window.rate, inFlight: m.inFlight)
             }
             let current = live.firstIndex { $0 === selected }
             let i = Selection.fastest(candidates, current: current, switchMargin: config.switchMargin) ?? 0
@@ -116,7 +116,7 @@ public final class ServiceHealth: @unchecked Sendable {
         m.inFlight = max(0, m.inFlight - 1)
         m.requests += 1
         if error { m.errors += 1 }
-        m.latency.call(latencyMillis, nowMillis: t)
+        m.latency.call(latencyMillis, ok: !error, nowMillis: t)
         if m.removed && m.inFlight == 0 { members.removeAll { $0 === m } }
         guard let f = config.failover, m.state == .up else { return }
         m.window.add(error: error)
@@ -152,6 +152,7 @@ public final class ServiceHealth: @unchecked Sendable {
             // New IPs come up after one good probe, recovering ones after two.
             if m.state == .down && (m.probeSuccesses >= 2 || m.requests == 0) {
                 m.state = .up
+                m.latency.forgetService(nowMillis: t)
                 Log.info("service \(config.name): \(m.ip) is up")
             }
         } else {
@@ -216,7 +217,7 @@ public final class ServiceHealth: @unchecked Sendable {
         let sel = config.strategy == .fastest ? selected?.ip : nil
         return Figures(selected: sel, source: listSource, refreshedAt: listRefreshedAt, refreshFailures: listRefreshFailures,
                        retries: retries, members: list.map { m in
-            MemberFigures(address: m.ip, state: m.state.rawValue, latencyMillis: m.latency.estimateMillis,
+            MemberFigures(address: m.ip, state: m.state.rawValue, latencyMillis: m.latency.estimateMillis(nowMillis: t),
                           probeLatencyMillis: m.latency.path.samples > 0 ? m.latency.pathMillis : nil,
                           serviceMillis: m.latency.service.samples > 0 ? m.latency.serviceMillis : nil,
                           requests: m.requests, errors: m.errors, errorRate: m.window.rate,
