@@ -16,7 +16,9 @@ import time
 DELAYS = {"127.0.0.2": 2, "127.0.0.3": 20, "127.0.0.4": 50}
 
 
-async def backend(reader, writer, ip):
+async def backend(reader, writer, ip, delays=DELAYS):
+    """Answers each request after `delays[ip]` ms (read per request, so a caller may
+    change it while it runs), naming itself in X-Backend."""
     try:
         while True:
             line = await reader.readline()
@@ -24,7 +26,7 @@ async def backend(reader, writer, ip):
                 break
             while (await reader.readline()) not in (b"\r\n", b""):
                 pass
-            await asyncio.sleep(DELAYS[ip] / 1000)
+            await asyncio.sleep(delays[ip] / 1000)
             body = b'{"ok":true}'
             writer.write(b"HTTP/1.1 200 OK\r\nX-Backend: %s\r\nContent-Length: %d\r\n\r\n%s" % (ip.encode(), len(body), body))
             await writer.drain()
@@ -88,4 +90,5 @@ async def main():
         print(f"{name:<10}{statistics.median(r['p50']):>8.1f}{statistics.median(r['p99']):>8.1f}   " + " / ".join(f"{v:.1%}" for v in sh))
 
 
-asyncio.run(main())
+if __name__ == "__main__":
+    asyncio.run(main())

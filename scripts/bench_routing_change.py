@@ -24,6 +24,8 @@ import subprocess
 import tempfile
 import time
 
+from bench_routing import backend  # the same scripted backend, with its delays passed in
+
 IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
 BEFORE = {"127.0.0.2": 40, "127.0.0.3": 5, "127.0.0.4": 80}
 AFTER = {"127.0.0.2": 40, "127.0.0.3": 120, "127.0.0.4": 5}
@@ -47,24 +49,6 @@ def free_port():
         if ok:
             return port
     raise RuntimeError("no free port")
-
-
-async def backend(reader, writer, ip, delays):
-    try:
-        while True:
-            line = await reader.readline()
-            if not line:
-                break
-            while (await reader.readline()) not in (b"\r\n", b""):
-                pass
-            await asyncio.sleep(delays[ip] / 1000)
-            body = b'{"ok":true}'
-            writer.write(b"HTTP/1.1 200 OK\r\nX-Backend: %s\r\nContent-Length: %d\r\n\r\n%s" % (ip.encode(), len(body), body))
-            await writer.drain()
-    except (ConnectionError, asyncio.CancelledError):
-        pass
-    finally:
-        writer.close()
 
 
 async def client(port, stop_at, calls):
