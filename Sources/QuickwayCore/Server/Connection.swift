@@ -21,8 +21,9 @@ final class Connection {
     unowned let worker: Worker
     let peer: String
     let peerBytes: [UInt8]
-    let input = ByteBuffer(capacity: 4096)
-    let output = ByteBuffer(capacity: 4096)
+    /// Taken on the first byte and given back while the connection is idle (`checkDeadline`).
+    let input = ByteBuffer(capacity: 4096, lazy: true)
+    let output = ByteBuffer(capacity: 4096, lazy: true)
     private var readEvent: OpaquePointer?
     private var writeEvent: OpaquePointer?
     private var writeArmed = false
@@ -365,6 +366,13 @@ final class Connection {
 
     /// Called by the worker's sweep with the current monotonic time.
     func checkDeadline(_ now: Int64) {
+        // Idle between requests: hold no buffer memory (thousands of kept-alive
+        // connections would otherwise hold 8 KiB each). At most once a sweep, so a busy
+        // connection rarely takes its buffers again.
+        if phase == .head && input.isEmpty && output.isEmpty && !processing {
+            input.releaseStorage()
+            output.releaseStorage()
+        }
         guard deadline != 0, now >= deadline, !closed else { return }
         switch phase {
         case .head where input.isEmpty: closeNow()

@@ -5,18 +5,46 @@ import Glibc
 /// A growable byte buffer with separate read and write positions, backed by malloc'd
 /// memory so that `recv` can write straight into its free space. Owned by exactly one
 /// connection or transfer, on one event-loop thread; not thread-safe.
+///
+/// Storage is taken on the first write (`initialCapacity`, or more) and can be given
+/// back while the buffer is empty (`releaseStorage`), so an idle connection holds no
+/// buffer memory, as nginx's do not.
 public final class ByteBuffer {
+    /// Points at `noStorage` while no memory is held (capacity 0).
     private(set) var base: UnsafeMutableRawPointer
     private(set) var capacity: Int
     private(set) var readIndex = 0
     private(set) var writeIndex = 0
+    private let initialCapacity: Int
+    /// A stand-in address for a buffer without storage (never written, never freed).
+    private static let noStorage = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
 
-    public init(capacity: Int = 4096) {
-        self.capacity = max(capacity, 64)
-        base = malloc(self.capacity)!
+    /// `lazy`: take no memory until the first write.
+    public init(capacity: Int = 4096, lazy: Bool = false) {
+        initialCapacity = max(capacity, 64)
+        if lazy {
+            self.capacity = 0
+            base = Self.noStorage
+        } else {
+            self.capacity = initialCapacity
+            base = malloc(initialCapacity)!
+        }
     }
 
-    deinit { free(base) }
+    deinit { if capacity > 0 { free(base) } }
+
+    /// Gives the memory back if nothing is buffered; the next write takes it again.
+    public func releaseStorage() {
+        guard capacity > 0, readIndex == writeIndex else { return }
+        free(base)
+        base = Self.noStorage
+        capacity = 0
+        readIndex = 0
+        writeIndex = 0
+    }
+
+    /// Bytes of memory held (0 after `releaseStorage`).
+    public var heldBytes: Int { capacity }
 
     public var readableBytes: Int { writeIndex - readIndex }
     public var isEmpty: Bool { readIndex == writeIndex }
@@ -26,6 +54,12 @@ public final class ByteBuffer {
 
     /// Makes room for at least `count` more bytes at the write position and returns it.
     public func writableSpace(atLeast count: Int) -> UnsafeMutableRawBufferPointer {
+        if capacity == 0 {
+            var first = initialCapacity
+            while first < count { first *= 2 }
+            base = malloc(first)!
+            capacity = first
+        }
         if capacity - writeIndex < count {
             if readIndex > 0 {
                 // Slide unread bytes to the front before growing.
