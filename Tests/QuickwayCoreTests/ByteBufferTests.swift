@@ -21,4 +21,11 @@ final class ByteBufferTests: XCTestCase {
         XCTAssertEqual(b.readable.count, 10_000)
         XCTAssertTrue(b.readable.allSatisfy { $0 == 7 })
     }
+
+    func testDecimalAndHex() {
+        let b = ByteBuffer(capacity: 64, lazy: true)
+        for v in [0, 7, 10, 99, 12345, Int.max] { b.appendDecimal(v); b.append(byte: 0x20) }
+        b.appendHex(0); b.append(byte: 0x20); b.appendHex(0x1f2e)
+        XCTAssertEqual(String(decoding: Array(b.readable), as: UTF8.self), "0 7 10 99 12345 \(Int.max) 0 1f2e")
+    }
 }

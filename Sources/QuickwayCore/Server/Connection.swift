@@ -242,7 +242,7 @@ final class Connection {
     private func writeErrorAndClose(_ code: GatewayErrorCode, _ message: String) {
         let id = worker.requestId(from: nil)
         let body = GatewayErrorBody.json(code, message: message, requestId: String(decoding: id, as: UTF8.self))
-        output.append("HTTP/1.1 \(code.status) \(HTTPReason.phrase(code.status))\r\nContent-Type: application/json\r\nX-Request-Id: ")
+        output.append(string: "HTTP/1.1 \(code.status) \(HTTPReason.phrase(code.status))\r\nContent-Type: application/json\r\nX-Request-Id: ")
         output.append(id)
         output.append("\r\nContent-Length: ")
         output.appendDecimal(body.count)
@@ -258,7 +258,7 @@ final class Connection {
         output.append("HTTP/1.1 ")
         output.appendDecimal(status)
         output.append(byte: 0x20)
-        if let reason, reason.count > 0 { output.append(reason) } else { output.append(HTTPReason.phrase(status)) }
+        if let reason, reason.count > 0 { output.append(reason) } else { output.append(string: HTTPReason.phrase(status)) }
         output.append("\r\n")
         if let headerLines { output.append(headerLines) }
         output.append("X-Request-Id: ")

@@ -97,24 +97,30 @@ public final class ByteBuffer {
 
     public func append(_ bytes: [UInt8]) { bytes.withUnsafeBytes { append($0) } }
     public func append(_ s: StaticString) { append(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)) }
-    public func append(_ s: String) { var s = s; s.withUTF8 { append(UnsafeRawBufferPointer($0)) } }
+    /// A run-time string (labelled, so that literals take the `StaticString` overload,
+    /// which copies from the binary with no String handling per call).
+    public func append(string s: String) { var s = s; s.withUTF8 { append(UnsafeRawBufferPointer($0)) } }
     public func append(byte: UInt8) {
         let space = writableSpace(atLeast: 1)
         space[0] = byte
         writeIndex += 1
     }
 
-    /// Appends a non-negative integer in decimal without building a String.
+    /// Appends a non-negative integer in decimal, straight into the buffer (no String,
+    /// no closure context).
     public func appendDecimal(_ value: Int) {
-        var v = value
-        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var n = 0
-        withUnsafeMutableBytes(of: &digits) { d in
-            repeat { d[19 - n] = UInt8(truncatingIfNeeded: 0x30 + v % 10); v /= 10; n += 1 } while v > 0 && n < 20
-            append(UnsafeRawBufferPointer(rebasing: d[(20 - n)...]))
-        }
+        var v = max(0, value)
+        var n = 1
+        var rest = v / 10
+        while rest > 0 { n += 1; rest /= 10 }
+        let space = writableSpace(atLeast: n)
+        var i = n
+        repeat {
+            i -= 1
+            space[i] = UInt8(truncatingIfNeeded: 0x30 + v % 10)
+            v /= 10
+        } while v > 0
+        writeIndex += n
     }
 
     /// Appends a non-negative integer in lower-case hex (chunk sizes).

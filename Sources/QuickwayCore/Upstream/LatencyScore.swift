@@ -193,12 +193,25 @@ public enum Selection {
 
     /// The candidate to use, given the one used last (`current`, if still a candidate).
     public static func fastest(_ candidates: [Candidate], current: Int?, switchMargin: Double) -> Int? {
-        guard let best = candidates.min(by: { score($0) < score($1) }) else { return nil }
-        if let cur = current, let c = candidates.first(where: { $0.index == cur }) {
-            if score(best) < score(c) * (1 - switchMargin) { return best.index }
-            return cur
+        fastest(count: candidates.count, current: current, switchMargin: switchMargin) { candidates[$0] }
+    }
+
+    /// The same rule over `count` slots without building a list (the request path):
+    /// `candidate(i)` is slot i's figures, or nil when it is not a candidate; the answer
+    /// is a slot (`Candidate.index` is not used).
+    @inline(__always)
+    public static func fastest(count: Int, current: Int?, switchMargin: Double, candidate: (Int) -> Candidate?) -> Int? {
+        var best: (slot: Int, score: Double)?
+        var currentScore: Double?
+        for i in 0..<count {
+            guard let c = candidate(i) else { continue }
+            let s = score(c)
+            if best == nil || s < best!.score { best = (i, s) }
+            if i == current { currentScore = s }
         }
-        return best.index
+        guard let best else { return nil }
+        if let cur = current, let cs = currentScore, !(best.score < cs * (1 - switchMargin)) { return cur }
+        return best.slot
     }
 }
 

@@ -70,27 +70,35 @@ public final class ServiceHealth: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         let t = now()
-        var live: [UpstreamMember] = []
+        // Which members may take it: the up ones, or in panic mode every one. Counted in
+        // place (no list per request).
+        var anyUp = false
+        var anyLive = false
         for m in members where !m.removed && !excluding.contains(where: { $0 === m }) {
             refreshEjection(m, t)
-            if m.state == .up { live.append(m) }
+            anyLive = true
+            if m.state == .up { anyUp = true }
         }
-        if live.isEmpty {
-            live = members.filter { m in !m.removed && !excluding.contains(where: { $0 === m }) }
+        guard anyLive else { return nil }
+        let list = members
+        @inline(__always) func eligible(_ m: UpstreamMember) -> Bool {
+            !m.removed && (!anyUp || m.state == .up) && !excluding.contains { $0 === m }
         }
-        guard !live.isEmpty else { return nil }
         let chosen: UpstreamMember
         switch config.strategy {
         case .roundRobin:
+            let live = list.filter(eligible)
             chosen = live[rrNext % live.count]
             rrNext &+= 1
         case .fastest:
-            let candidates = live.enumerated().map { i, m in
-                Selection.Candidate(index: i, latencyMillis: m.latency.estimateMillis(nowMillis: t), errorRate: m.window.rate, inFlight: m.inFlight)
+            let current = list.firstIndex { $0 === selected }
+            let i = Selection.fastest(count: list.count, current: current, switchMargin: config.switchMargin) { i in
+                let m = list[i]
+                guard eligible(m) else { return nil }
+                return Selection.Candidate(index: i, latencyMillis: m.latency.estimateMillis(nowMillis: t), errorRate: m.window.rate, inFlight: m.inFlight)
             }
-            let current = live.firstIndex { $0 === selected }
-            let i = Selection.fastest(candidates, current: current, switchMargin: config.switchMargin) ?? 0
-            chosen = live[i]
+            guard let i else { return nil }   // not reached: a live member is a candidate
+            chosen = list[i]
             if excluding.isEmpty { selected = chosen }
         }
         chosen.inFlight += 1
