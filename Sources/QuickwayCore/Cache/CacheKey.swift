@@ -36,10 +36,7 @@ public enum CacheKey {
                 key.append(contentsOf: name)
                 key.append(UInt8(ascii: ":"))
                 // `vary` names are lower case; header names compare case-insensitively.
-                for f in head.fields where f.name.count == name.count && zip(raw[f.name], name).allSatisfy({ HTTPSyntax.lower($0) == $1 }) {
-                    key.append(contentsOf: raw[f.value])
-                    key.append(UInt8(ascii: ","))
-                }
+                head.appendValues(ofLowercaseName: name, to: &key)
             }
             switch scope {
             case .everyone: break

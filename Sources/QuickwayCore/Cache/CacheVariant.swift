@@ -62,11 +62,7 @@ public struct CacheVariant: Sendable, Equatable {
                     if let h = head.hostField { for b in raw[head.fields[h].value] { out.append(HTTPSyntax.lower(b)) } }
                     continue
                 }
-                for f in head.fields where f.name.count == name.count
-                    && zip(raw[f.name], name).allSatisfy({ HTTPSyntax.lower($0) == $1 }) {
-                    out.append(contentsOf: raw[f.value])
-                    out.append(UInt8(ascii: ","))
-                }
+                head.appendValues(ofLowercaseName: name, to: &out)
             }
             return out
         }

@@ -69,6 +69,18 @@ public struct HTTPRequestHead: Sendable {
         return t.lowerBound..<end
     }
 
+    /// Appends every value of the header named `lowercaseName` (any case in the
+    /// request), each followed by `,`, so that an absent header and an empty one differ
+    /// (the `vary` part of cache keys and variants).
+    public func appendValues(ofLowercaseName name: [UInt8], to out: inout [UInt8]) {
+        withBytes { raw in
+            for f in fields where f.name.count == name.count && zip(raw[f.name], name).allSatisfy({ HTTPSyntax.lower($0) == $1 }) {
+                out.append(contentsOf: raw[f.value])
+                out.append(UInt8(ascii: ","))
+            }
+        }
+    }
+
     /// The first value of a header, by lower-case name.
     public func value(of lowercaseName: StaticString) -> Range<Int>? {
         withBytes { raw in

@@ -1,7 +1,8 @@
 /// Which request headers go upstream, and which the gateway adds. Pure byte work,
 /// tested without libcurl.
 ///
-/// Dropped: hop-by-hop headers (`Connection` and every header it names, `Keep-Alive`,
+/// Dropped: hop-by-hop headers (`Connection`, `Keep-Alive`, and the headers `Connection`
+/// names, which the parser already left out of `head.fields` so that no stage reads them;
 /// `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`), framing the
 /// upstream request redoes itself (`Content-Length`, `Expect`), `Host` (the service's
 /// host is sent instead), and the `X-Forwarded-*` and `X-Request-Id` headers, which are
@@ -19,10 +20,6 @@ public enum UpstreamRequestHeaders {
         var out: [UInt8] = []
         out.reserveCapacity(head.bytes.count + 128)
         head.withBytes { raw in
-            var connectionTokens: [Range<Int>] = []
-            if let conn = head.value(of: "connection") {
-                HTTPRequestParser.forEachToken(raw, conn) { connectionTokens.append($0) }
-            }
             var forwardedFor: Range<Int>?
             var sawContentType = false
             for f in head.fields {
@@ -30,7 +27,6 @@ public enum UpstreamRequestHeaders {
                 if isDropped(raw, n) || named(raw, n, "x-quickway-key") { continue }
                 if authKeyId != nil && named(raw, n, "authorization") { continue }
                 if named(raw, n, "x-forwarded-for") { forwardedFor = forwardedFor ?? f.value; continue }
-                if connectionTokens.contains(where: { sameName(raw, $0, n) }) { continue }
                 if HTTPSyntax.equalsLowercase(raw, n, "content-type") { sawContentType = true }
                 out.append(contentsOf: raw[n])
                 out.append(contentsOf: [UInt8(ascii: ":"), 0x20])
@@ -112,12 +108,6 @@ public enum UpstreamRequestHeaders {
             if c != lit[i] { return false }
             i += 1
         }
-        return true
-    }
-
-    static func sameName(_ raw: UnsafeRawBufferPointer, _ a: Range<Int>, _ b: Range<Int>) -> Bool {
-        guard a.count == b.count else { return false }
-        for (x, y) in zip(a, b) where HTTPSyntax.lower(raw[x]) != HTTPSyntax.lower(raw[y]) { return false }
         return true
     }
 }
