@@ -229,11 +229,13 @@ def test_client_that_never_reads_cannot_grow_memory(env):
 
 def test_max_connections_holds_and_existing_ones_keep_working(env):
     g, _ = env
+    # Each held connection finishes one request so that it sits under the 10 s idle
+    # timeout, not the 1 s header timeout: a slow machine must not free slots mid-test.
     held = [socket.create_connection(("127.0.0.1", g.port), timeout=5) for _ in range(40)]
     try:
-        f = held[0].makefile("rb")
-        held[0].sendall(b"GET /api/held HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert read_response(f)[0] == 200, "existing connections keep working"
+        for s in held:
+            s.sendall(b"GET /api/held HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(s.makefile("rb"))[0] == 200, "existing connections keep working"
         extra = socket.create_connection(("127.0.0.1", g.port), timeout=5)   # queued by the kernel, not served
         extra.sendall(b"GET /api/extra HTTP/1.1\r\nHost: x\r\n\r\n")
         extra.settimeout(0.5)
