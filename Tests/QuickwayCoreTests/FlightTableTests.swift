@@ -59,7 +59,7 @@ final class FlightTableTests: XCTestCase {
     private func key(_ round: Int) -> [UInt8] { Array("GET /flight/\(round)".utf8) }
 
     /// The leader's side races every waiter leaving on other threads. The leader's side is
-    /// one of two orders, as in ProxyHandler: its call starts (the cancel is set), then its
+    /// one of two orders, as in ForwardStage and ProxyPipeline.clientLeft: its call starts (the cancel is set), then its
     /// client leaves; or (with a shared tier) its client leaves while the tier is asked,
     /// then the call starts if anyone still waited. Whatever the interleaving, the
     /// upstream call is cancelled exactly once: by the leader itself when nobody waits at

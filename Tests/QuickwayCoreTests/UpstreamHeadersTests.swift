@@ -115,7 +115,7 @@ final class RoutingTests: XCTestCase {
     func testStripPrefix() {
         func strip(_ target: String, _ prefix: String) -> String {
             var t = target
-            return t.withUTF8 { String(decoding: ProxyHandler.stripped(UnsafeRawBufferPointer($0), prefixLength: prefix.utf8.count), as: UTF8.self) }
+            return t.withUTF8 { String(decoding: ForwardStage.stripped(UnsafeRawBufferPointer($0), prefixLength: prefix.utf8.count), as: UTF8.self) }
         }
         XCTAssertEqual(strip("/catalog/items?a=1", "/catalog/"), "/items?a=1")
         XCTAssertEqual(strip("/catalog/", "/catalog/"), "/")

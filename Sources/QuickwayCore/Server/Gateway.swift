@@ -79,7 +79,7 @@ public final class Gateway {
             let client = UpstreamClient(base: w.base)
             let tier = redisTier?.makeTier(base: w.base)
             workerTiers.append(tier)
-            w.setHandler(ProxyHandler(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots,
+            w.setHandler(ProxyPipeline(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots,
                                       shared: shared, services: services, sharedTier: tier))
             w.onLoopExit = { tier?.link.shutdown(); client.shutdown() }
             if let log = accessLog { w.accessLog = AccessLogBuffer(log: log) }
@@ -193,7 +193,7 @@ public final class Gateway {
         let cp = controlPlane!
         admin.post { cp.run(current) }
         for (i, w) in workers.enumerated() {
-            w.install(ProxyHandler(worker: w, config: applied, client: clients[i], authenticator: authenticator, statSlots: routeSlots,
+            w.install(ProxyPipeline(worker: w, config: applied, client: clients[i], authenticator: authenticator, statSlots: routeSlots,
                                    shared: shared, services: services, sharedTier: workerTiers[i]))
         }
         Log.level = applied.log.level

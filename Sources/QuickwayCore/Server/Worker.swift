@@ -22,7 +22,7 @@ final class Worker {
     private var sweepEvent: OpaquePointer?
     private var controlEvent: OpaquePointer?
     private var drainDeadlineEvent: OpaquePointer?
-    private var connections: [ObjectIdentifier: Connection] = [:]
+    private var connections: [ObjectIdentifier: ClientConnection] = [:]
     /// Set by another thread to ask for a graceful stop (read on the loop). An allocated
     /// cell: the atomic helpers need a stable address, which `&storedProperty` is not.
     private let drainFlag: UnsafeMutablePointer<Int32> = {
@@ -168,7 +168,7 @@ final class Worker {
             }
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-            let c = Connection(fd: fd, peer: ListeningSocket.peerAddress(&storage), worker: self)
+            let c = HTTP1Connection(fd: fd, peer: ListeningSocket.peerAddress(&storage), worker: self)
             connections[ObjectIdentifier(c)] = c
         }
     }
@@ -186,7 +186,7 @@ final class Worker {
         acceptPaused = true
     }
 
-    func connectionClosed(_ c: Connection) {
+    func connectionClosed(_ c: ClientConnection) {
         if connections.removeValue(forKey: ObjectIdentifier(c)) != nil { budget?.release() }
         resumeAcceptingIfRoom()
         if isDraining && connections.isEmpty { event_base_loopexit(base, nil) }
@@ -219,7 +219,7 @@ final class Worker {
             acceptReady()
             if connections.count == before { break }
         }
-        for (key, c) in connections where !known.contains(key) { c.onReadable() }
+        for (key, c) in connections where !known.contains(key) { c.readNow() }
         if let ev = listenEvent { event_free(ev); listenEvent = nil }
         close(listenFD)
         listenFD = -1

@@ -1,126 +1,117 @@
 import Glibc
-import CLibevent
 
-/// One client TCP connection on a worker's event loop: reads bytes, parses requests
-/// (pipelined ones one after another), hands them to the worker's handler, and writes
-/// responses.
+/// The HTTP/1.1 codec of one client connection: turns the transport's bytes into
+/// exchanges (pipelined requests one after another) and writes their responses back as
+/// HTTP/1.1 (status line, `Content-Length` or chunked framing, `Connection`).
 ///
-/// It keeps reading while a response is pending, so a client that hangs up is noticed
-/// at once and its exchange cancelled. Timeouts are deadlines checked by the worker's
-/// sweep timer. Thread rule: everything here runs on the owning worker's loop.
-/// The libevent callbacks get the connection through an unretained pointer; the
-/// worker's connection table holds the strong reference until `closeNow()`.
-final class Connection {
+/// Backpressure both ways: request parsing stops while answers pile up unread in the
+/// transport's output (`awaitingDrain`), and a streamed body gets `.pause` from
+/// `sendBody` past `outputHighWater` and is resumed from `transportDrained`. It keeps
+/// reading while a response is pending, so a client that hangs up is noticed at once and
+/// its exchange cancelled. Timeouts are deadlines checked by the worker's sweep.
+///
+/// Ownership: the worker's connection table holds the codec until `transportClosed`;
+/// the codec owns its transport. Thread rule: everything runs on the worker's loop.
+final class HTTP1Connection: TransportUser, ResponseSink, ClientConnection {
     /// Output beyond this makes streamed bodies pause their producer.
     static let outputHighWater = 256 * 1024
 
     enum Phase { case head, body, responding, closing }
-    enum Framing { case none, contentLength(Int), chunked }
 
-    let fd: Int32
+    let transport: TCPTransport
     unowned let worker: Worker
-    let peer: String
-    let peerBytes: [UInt8]
-    /// Taken on the first byte and given back while the connection is idle (`checkDeadline`).
-    let input = ByteBuffer(capacity: 4096, lazy: true)
-    let output = ByteBuffer(capacity: 4096, lazy: true)
-    private var readEvent: OpaquePointer?
-    private var writeEvent: OpaquePointer?
-    private var writeArmed = false
-    private var readArmed = false
     private var parser: HTTPRequestParser
     private var decoder: HTTPBodyDecoder?
     private(set) var exchange: Exchange?
     private(set) var phase = Phase.head
     /// Monotonic milliseconds after which the sweep acts; 0 for none.
     private(set) var deadline: Int64 = 0
-    var closeAfterResponse = false
-    private(set) var closed = false
+    private var headTimerRunning = false
+    private var closeAfterResponse = false
     private var processing = false
     private var needsFlush = false
     /// Set by a streaming producer that paused; called once the output drained.
-    var onDrained: (() -> Void)?
-    /// Request parsing stopped because unread answers filled `output`; resumes in `flush`.
+    private var onDrained: (() -> Void)?
+    /// Request parsing stopped because unread answers filled `output`; resumes on drain.
     private var awaitingDrain = false
+    /// The current response's framing: chunked, and whether its body goes on the wire.
+    private var responseChunked = false
+    private var responseCarriesBody = true
+
+    private var input: ByteBuffer { transport.input }
+    private var output: ByteBuffer { transport.output }
 
     init(fd: Int32, peer: String, worker: Worker) {
-        self.fd = fd
-        self.peer = peer
-        self.peerBytes = Array(peer.utf8)
         self.worker = worker
+        transport = TCPTransport(fd: fd, peer: peer, base: worker.base, readAheadLimit: worker.limits.maxHeaderBytes + 65536)
         parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
                                    allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
-        let me = Unmanaged.passUnretained(self).toOpaque()
-        readEvent = event_new(worker.base, fd, Int16(EV_READ | EV_PERSIST), connectionReadCallback, me)
-        writeEvent = event_new(worker.base, fd, Int16(EV_WRITE | EV_PERSIST), connectionWriteCallback, me)
-        event_add(readEvent, nil)
-        readArmed = true
+        transport.user = self
+        transport.enableReading()
         deadline = Clock.coarseMillis() + worker.limits.clientIdleTimeoutMillis
     }
 
-    // MARK: reading
+    // MARK: transport events
 
-    func onReadable() {
-        var sawEOF = false
-        while true {
-            if phase == .closing {
-                // Lingering close: read and drop until the client closes or the deadline.
-                let space = input.writableSpace(atLeast: 4096)
-                let n = recv(fd, space.baseAddress, space.count, 0)
-                if n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) { closeNow(); return }
-                if n < 0 { return }
-                continue
-            }
-            // Read only a bounded amount ahead: while a response is pending, stop reading
-            // until it is done; otherwise process what is buffered first (the rest stays
-            // in the kernel and wakes us again).
-            if input.readableBytes > worker.limits.maxHeaderBytes + 65536 {
-                if phase == .responding { disableReading() }
-                break
-            }
-            let space = input.writableSpace(atLeast: 4096)
-            let n = recv(fd, space.baseAddress, space.count, 0)
-            if n > 0 {
-                input.didWrite(n)
-                if n < space.count { break }
-                continue
-            }
-            if n == 0 { sawEOF = true; break }
-            if errno == EINTR { continue }
-            if errno == EAGAIN || errno == EWOULDBLOCK { break }
-            closeNow()
-            return
-        }
-        if sawEOF {
+    func readNow() { transport.readNow() }
+
+    func transportReadable(peerClosed: Bool) {
+        if phase == .closing { return }
+        if peerClosed {
             // The client hung up (or half-closed): abandon anything pending.
             closeNow()
             return
         }
+        // While a response is pending, read no further than the read-ahead bound.
+        if phase == .responding && transport.inputIsFull { transport.disableReading() }
         process()
     }
 
+    func transportDrained() {
+        if let drained = onDrained {
+            onDrained = nil
+            drained()
+        }
+        if awaitingDrain {
+            awaitingDrain = false
+            process()
+        }
+    }
+
+    func transportClosed() {
+        if let ex = exchange {
+            exchange = nil
+            worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
+            ex.cancel()
+        }
+        onDrained = nil
+        worker.connectionClosed(self)
+    }
+
+    // MARK: requests in
+
     /// Parses and dispatches as many buffered requests as the current phase allows.
     func process() {
-        guard !processing, !closed else { return }
+        guard !processing, !transport.closed else { return }
         processing = true
         defer {
             processing = false
-            if needsFlush && !closed { needsFlush = false; flush() }
+            if needsFlush && !transport.closed { needsFlush = false; transport.flush() }
         }
-        while !closed {
+        while !transport.closed {
             switch phase {
             case .head:
-                if output.readableBytes >= Connection.outputHighWater {
+                if output.readableBytes >= Self.outputHighWater {
                     // Answers pile up unread (pipelined cache hits are answered at once):
                     // take no more requests until the client has read them.
                     awaitingDrain = true
-                    disableReading()
+                    transport.disableReading()
                     return
                 }
                 if input.isEmpty {
                     parser.reset()
                     deadline = Clock.coarseMillis() + worker.limits.clientIdleTimeoutMillis
-                    enableReading()
+                    transport.enableReading()
                     return
                 }
                 let result: HTTPRequestParser.HeadResult
@@ -140,7 +131,7 @@ final class Connection {
                     // read-ahead bound of the previous (pipelined) response, with the
                     // rest of this head already in the kernel. Resume it here, at every
                     // point that waits for more bytes, or it stalls until the 408 sweep.
-                    enableReading()
+                    transport.enableReading()
                     return
                 case let .head(head, consumed):
                     input.consume(consumed)
@@ -149,7 +140,7 @@ final class Connection {
                 }
             case .body:
                 guard let ex = exchange, var dec = decoder else { return }
-                if input.isEmpty { enableReading(); return }   // see `.needMore` above
+                if input.isEmpty { transport.enableReading(); return }   // see `.needMore` above
                 do {
                     let before = ex.body.count
                     let used = try dec.decode(input.readable, into: &ex.body)
@@ -167,7 +158,7 @@ final class Connection {
                     dispatch(ex)
                 } else {
                     deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
-                    enableReading()   // see `.needMore` above
+                    transport.enableReading()   // see `.needMore` above
                     return
                 }
             case .responding, .closing:
@@ -176,10 +167,9 @@ final class Connection {
         }
     }
 
-    private var headTimerRunning = false
-
     private func start(_ head: HTTPRequestHead) {
-        let ex = Exchange(head: head, connection: self, requestId: worker.requestId(from: head))
+        let ex = Exchange(head: head, sink: self, requestId: worker.requestId(from: head),
+                          clientAddress: transport.peer, clientAddressBytes: transport.peerBytes)
         exchange = ex
         phase = .responding
         deadline = 0
@@ -230,16 +220,11 @@ final class Connection {
         if let ex = exchange {
             exchange = nil
             worker.requestDone(ex, status: code.status, nanos: Clock.monotonicNanos() &- ex.startNanos)
-            ex.cancel()
+            ex.cancel(status: code.status)
         } else {
             worker.stats.requestStarted()
             worker.requestDone(nil, status: code.status, nanos: 0)
         }
-        writeErrorAndClose(code, message)
-    }
-
-    /// Writes a JSON error outside any exchange and closes.
-    private func writeErrorAndClose(_ code: GatewayErrorCode, _ message: String) {
         let id = worker.requestId(from: nil)
         let body = GatewayErrorBody.json(code, message: message, requestId: String(decoding: id, as: UTF8.self))
         output.append(string: "HTTP/1.1 \(code.status) \(HTTPReason.phrase(code.status))\r\nContent-Type: application/json\r\nX-Request-Id: ")
@@ -251,16 +236,18 @@ final class Connection {
         beginClosing()
     }
 
-    // MARK: writing
+    // MARK: responses out (ResponseSink)
 
-    /// Writes a response head for `exchange`.
-    func writeHead(exchange: Exchange, status: Int, reason: UnsafeRawBufferPointer?, headerLines: UnsafeRawBufferPointer?, framing: Framing) {
+    func sendHead(_ head: ResponseHead, of exchange: Exchange) {
+        let status = head.status
+        responseCarriesBody = !exchange.isHeadRequest && status >= 200 && status != 204 && status != 304
+        responseChunked = false
         output.append("HTTP/1.1 ")
         output.appendDecimal(status)
         output.append(byte: 0x20)
-        if let reason, reason.count > 0 { output.append(reason) } else { output.append(string: HTTPReason.phrase(status)) }
+        if let reason = head.reason, reason.count > 0 { output.append(reason) } else { output.append(string: HTTPReason.phrase(status)) }
         output.append("\r\n")
-        if let headerLines { output.append(headerLines) }
+        if let lines = head.headerLines { output.append(lines) }
         output.append("X-Request-Id: ")
         output.append(exchange.requestId)
         output.append("\r\n")
@@ -274,14 +261,23 @@ final class Connection {
             output.appendDecimal(age)
             output.append("\r\n")
         }
-        switch framing {
-        case .none: break
-        case .contentLength(let n):
-            output.append("Content-Length: ")
-            output.appendDecimal(n)
-            output.append("\r\n")
-        case .chunked:
-            output.append("Transfer-Encoding: chunked\r\n")
+        // RFC 9112 6.1-6.3: no length on 1xx and 204; a 304 or a HEAD answer states the
+        // length the GET would have had.
+        if status >= 200 && status != 204 {
+            switch head.length {
+            case .known(let n):
+                output.append("Content-Length: ")
+                output.appendDecimal(n)
+                output.append("\r\n")
+            case .unknown where exchange.head.minorVersion == 1:
+                output.append("Transfer-Encoding: chunked\r\n")
+                responseChunked = true
+            case .unknown:
+                // An HTTP/1.0 client: the body ends when the connection closes.
+                closeAfterResponse = true
+            case .unstated:
+                break
+            }
         }
         if worker.isDraining { closeAfterResponse = true }
         if closeAfterResponse {
@@ -290,50 +286,32 @@ final class Connection {
             output.append("Connection: keep-alive\r\n")
         }
         output.append("\r\n")
+        if exchange.isStreaming { flushSoon() }
     }
 
-    /// Flushes now, or at the end of the current `process()` pass (so pipelined
-    /// answers leave in one write).
-    func flushSoon() {
-        if processing { needsFlush = true } else { flush() }
-    }
-
-    func flush() {
-        guard !closed else { return }
-        while !output.isEmpty {
-            let r = output.readable
-            let n = send(fd, r.baseAddress, r.count, Int32(MSG_NOSIGNAL))
-            if n > 0 { output.consume(n); continue }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if !writeArmed { event_add(writeEvent, nil); writeArmed = true }
-                return
+    func sendBody(_ bytes: UnsafeRawBufferPointer, of exchange: Exchange) -> BodyWrite {
+        if responseCarriesBody && bytes.count > 0 {
+            if responseChunked {
+                output.appendHex(bytes.count)
+                output.append("\r\n")
+                output.append(bytes)
+                output.append("\r\n")
+            } else {
+                output.append(bytes)
             }
-            closeNow()
-            return
         }
-        if writeArmed { event_del(writeEvent); writeArmed = false }
-        if phase == .closing {
-            shutdown(fd, Int32(SHUT_WR))
-            return
-        }
-        if let drained = onDrained {
-            onDrained = nil
-            drained()
-        }
-        if awaitingDrain {
-            awaitingDrain = false
-            process()
-        }
+        if exchange.isStreaming { flushSoon() }
+        return output.readableBytes < Self.outputHighWater ? .accepted : .pause
     }
 
-    func onWritable() { flush() }
+    func whenWritable(_ resume: @escaping () -> Void) {
+        if output.isEmpty { resume() } else { onDrained = resume }
+    }
 
-    // MARK: end of an exchange
-
-    func exchangeFinished(_ ex: Exchange) {
-        worker.requestDone(ex, status: ex.status, nanos: Clock.monotonicNanos() &- ex.startNanos)
-        exchange = nil
+    func sendEnd(of exchange: Exchange) {
+        if responseChunked && responseCarriesBody { output.append("0\r\n\r\n") }
+        worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+        self.exchange = nil
         onDrained = nil
         if closeAfterResponse {
             beginClosing()
@@ -343,37 +321,43 @@ final class Connection {
         if processing {
             needsFlush = true
         } else {
-            flush()
+            transport.flush()
             process()
         }
     }
 
-    func exchangeAborted(_ ex: Exchange) {
-        worker.requestDone(ex, status: ex.status, nanos: Clock.monotonicNanos() &- ex.startNanos)
-        exchange = nil
-        flush()
+    func sendAbort(of exchange: Exchange) {
+        worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+        self.exchange = nil
+        transport.flush()
         closeNow()
     }
+
+    /// Flushes now, or at the end of the current `process()` pass (so pipelined
+    /// answers leave in one write).
+    private func flushSoon() {
+        if processing { needsFlush = true } else { transport.flush() }
+    }
+
+    // MARK: closing and timeouts (ClientConnection)
 
     /// Stops taking requests: flushes what is written, half-closes, and drops what the
     /// client still sends for a short while (so it reads our answer instead of a reset).
     private func beginClosing() {
         phase = .closing
         deadline = Clock.coarseMillis() + 2000
-        enableReading()
-        flushSoon()
+        if processing { needsFlush = false }
+        transport.closeAfterWriting()
     }
 
-    /// Called by the worker's sweep with the current monotonic time.
     func checkDeadline(_ now: Int64) {
         // Idle between requests: hold no buffer memory (thousands of kept-alive
         // connections would otherwise hold 8 KiB each). At most once a sweep, so a busy
         // connection rarely takes its buffers again.
         if phase == .head && input.isEmpty && output.isEmpty && !processing {
-            input.releaseStorage()
-            output.releaseStorage()
+            transport.releaseIdleBuffers()
         }
-        guard deadline != 0, now >= deadline, !closed else { return }
+        guard deadline != 0, now >= deadline, !transport.closed else { return }
         switch phase {
         case .head where input.isEmpty: closeNow()
         case .head, .body:
@@ -383,43 +367,9 @@ final class Connection {
         }
     }
 
-    /// Called when the worker starts draining: idle connections go at once.
     func drain() {
         if phase == .head && input.isEmpty { closeNow() }
     }
 
-    var isIdle: Bool { phase == .head && input.isEmpty }
-
-    private func enableReading() {
-        if !readArmed && !closed { event_add(readEvent, nil); readArmed = true }
-    }
-
-    private func disableReading() {
-        if readArmed { event_del(readEvent); readArmed = false }
-    }
-
-    func closeNow() {
-        guard !closed else { return }
-        closed = true
-        event_free(readEvent); readEvent = nil
-        event_free(writeEvent); writeEvent = nil
-        close(fd)
-        if let ex = exchange {
-            exchange = nil
-            worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
-            ex.cancel()
-        }
-        onDrained = nil
-        worker.connectionClosed(self)
-    }
-}
-
-let connectionReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    let c = Unmanaged<Connection>.fromOpaque(arg!).takeUnretainedValue()
-    c.onReadable()
-}
-
-let connectionWriteCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    let c = Unmanaged<Connection>.fromOpaque(arg!).takeUnretainedValue()
-    c.onWritable()
+    func closeNow() { transport.close() }
 }

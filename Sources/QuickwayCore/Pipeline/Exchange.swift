@@ -1,0 +1,165 @@
+import Glibc
+
+/// One request and its response, whatever the wire protocol: the normalised request
+/// (head and body) and the response API the stages answer through. The codec that made
+/// the exchange is its `ResponseSink`.
+///
+/// Ownership: the codec holds its current exchange strongly and the exchange holds the
+/// sink until the response finishes or the client leaves, when the link is cut; whatever
+/// produces the response (a stage waiting for Redis, an upstream call) holds the
+/// exchange. All on one event-loop thread.
+final class Exchange {
+    let head: HTTPRequestHead
+    var body: [UInt8] = []
+    let requestId: [UInt8]
+    let startNanos: UInt64
+    let clientAddress: String
+    /// The client's address as bytes (shared with the transport).
+    let clientAddressBytes: [UInt8]
+    private(set) var sink: ResponseSink?
+    /// The handler (config snapshot) the request started with; a reload in the middle
+    /// of its body does not move it to another snapshot.
+    var handler: RequestHandler?
+    /// What the handler keeps between `preflight` and `handle` (its per-request state).
+    var handlerState: AnyObject?
+    /// Hashes the body as it arrives (set by a stage when a signature covers it).
+    var bodyHasher: SHA256Hasher?
+
+    // What the stages found, for the response head, the access log and the counters.
+
+    /// The matched route's counter slot (`RouteStatSlots`), -1 for none.
+    var routeStatSlot = -1
+    /// The matched route's name, as bytes (shared with the route table, not copied).
+    var routeName: [UInt8]?
+    /// `X-Cache` value for routed requests (HIT, MISS, COALESCED, STALE, BYPASS).
+    var cacheStatus: StaticString?
+    /// `Age` in seconds for answers from the cache.
+    var age: Int?
+    /// The upstream IP the request was last sent to (for the access log).
+    var upstreamAddress: String?
+    /// The key id of a verified signature, sent upstream as `X-Quickway-Key`.
+    var authKeyId: String?
+    /// Scheme named in `WWW-Authenticate` on 401 answers.
+    var authChallenge: String?
+
+    private(set) var status = 0
+    private(set) var bytesSent = 0
+    private(set) var isStreaming = false
+    private(set) var isFinished = false
+    /// The one cancellation signal: run once if the client goes away before the response
+    /// is complete. Set by whoever owns the request's processing (the pipeline).
+    private var onCancel: (() -> Void)?
+
+    init(head: HTTPRequestHead, sink: ResponseSink, requestId: [UInt8], clientAddress: String, clientAddressBytes: [UInt8]) {
+        self.head = head
+        self.sink = sink
+        self.requestId = requestId
+        self.clientAddress = clientAddress
+        self.clientAddressBytes = clientAddressBytes
+        self.startNanos = Clock.monotonicNanos()
+    }
+
+    var isHeadRequest: Bool { head.methodIs("HEAD") }
+    var requestIdString: String { String(decoding: requestId, as: UTF8.self) }
+    /// The client left before the response was complete.
+    var isCancelled: Bool { sink == nil && !isFinished }
+    /// Someone still waits for this response.
+    var isOpen: Bool { sink != nil }
+
+    /// Sets what runs if the client leaves (replacing nothing: set once per request).
+    func whenCancelled(_ action: @escaping () -> Void) {
+        precondition(onCancel == nil, "an exchange has one cancellation handler")
+        onCancel = action
+    }
+
+    // MARK: complete responses
+
+    /// Writes a whole response. `headerLines` are complete `Name: value\r\n` lines;
+    /// `length` overrides the length stated (HEAD answers relayed from upstream).
+    func respond(status: Int, reason: UnsafeRawBufferPointer? = nil, headerLines: UnsafeRawBufferPointer? = nil,
+                 body: UnsafeRawBufferPointer, length: ResponseLength? = nil) {
+        guard let sink, !isFinished, !isStreaming else { return }
+        self.status = status
+        sink.sendHead(ResponseHead(status: status, reason: reason, headerLines: headerLines, length: length ?? .known(body.count)), of: self)
+        if body.count > 0 && carriesBody {
+            _ = sink.sendBody(body, of: self)
+            bytesSent = body.count
+        }
+        finish()
+    }
+
+    func respond(status: Int, contentType: StaticString, body: [UInt8], extraHeaders: String = "") {
+        var lines = "Content-Type: \(contentType)\r\n\(extraHeaders)"
+        lines.withUTF8 { h in body.withUnsafeBytes { b in respond(status: status, headerLines: UnsafeRawBufferPointer(h), body: b) } }
+    }
+
+    /// Answers with the gateway's JSON error body.
+    func respondError(_ code: GatewayErrorCode, _ message: String) {
+        let body = GatewayErrorBody.json(code, message: message, requestId: requestIdString)
+        let challenge = code.status == 401 ? "WWW-Authenticate: \(authChallenge ?? "QW1-HMAC-SHA256")\r\n" : ""
+        respond(status: code.status, contentType: "application/json", body: body, extraHeaders: challenge)
+    }
+
+    /// Whether this response has a body on the wire (not for HEAD, 1xx, 204, 304).
+    private var carriesBody: Bool { !isHeadRequest && status >= 200 && status != 204 && status != 304 }
+
+    // MARK: streamed responses
+
+    /// Starts a response whose body follows in pieces (`contentLength` nil: not known).
+    func beginStream(status: Int, reason: UnsafeRawBufferPointer?, headerLines: UnsafeRawBufferPointer?, contentLength: Int?) {
+        guard let sink, !isFinished, !isStreaming else { return }
+        self.status = status
+        isStreaming = true
+        sink.sendHead(ResponseHead(status: status, reason: reason, headerLines: headerLines,
+                                   length: contentLength.map { .known($0) } ?? .unknown), of: self)
+    }
+
+    /// Sends a piece of a streamed body. `.pause`: stop until `whenWritable`'s closure runs.
+    func streamBody(_ bytes: UnsafeRawBufferPointer) -> BodyWrite {
+        guard let sink, isStreaming, !isFinished, bytes.count > 0 else { return .accepted }
+        if carriesBody { bytesSent += bytes.count }
+        return sink.sendBody(bytes, of: self)
+    }
+
+    /// Runs `resume` once the client has taken what is buffered (or never, if it leaves).
+    func whenWritable(_ resume: @escaping () -> Void) {
+        sink?.whenWritable(resume)
+    }
+
+    /// Completes a streamed body.
+    func endStream() {
+        guard sink != nil, isStreaming, !isFinished else { return }
+        finish()
+    }
+
+    /// Ends a response that cannot be completed (the upstream failed mid-body).
+    func abort() {
+        guard let sink, !isFinished else { return }
+        if status == 0 { status = 502 }
+        isFinished = true
+        self.sink = nil
+        onCancel = nil
+        handlerState = nil
+        sink.sendAbort(of: self)
+    }
+
+    private func finish() {
+        guard let sink else { return }
+        isFinished = true
+        self.sink = nil
+        onCancel = nil
+        handlerState = nil
+        sink.sendEnd(of: self)
+    }
+
+    /// The client went away (called by the codec): stop whatever produces the response.
+    func cancel(status: Int = 499) {
+        guard !isFinished else { return }
+        sink = nil
+        if self.status == 0 { self.status = status }
+        handlerState = nil
+        let cancel = onCancel
+        onCancel = nil
+        cancel?()
+    }
+}

@@ -1,0 +1,58 @@
+/// One proxied request's state as it walks the stages: what each stage found (route,
+/// credentials, cache plan, flight) and what the request is waiting on, if anything.
+/// Owned by the pipeline run (held by the exchange's cancellation handler and by
+/// whatever the request waits on). Loop thread only.
+final class ProxyContext {
+    let exchange: Exchange
+    /// The pipeline running the request (held by the exchange as its handler).
+    unowned let pipeline: ProxyPipeline
+    /// Where the run goes on after a suspended stage (an index into the pipeline's stages).
+    var nextStage = 0
+
+    /// Set by the route stage: the index of the matched route in the pipeline's table.
+    var routeIndex = -1
+
+    /// Credentials that passed the head checks, waiting for the body hash.
+    var pendingAuth: Authenticator.PendingAuth?
+
+    /// Set by the cache lookup: where and how long to store the answer (nil: not stored).
+    var plan: CachePlan?
+    /// The flight this request leads (merged waiters get its answer). Finished only by
+    /// `ShareWithWaitersStage`, which clears it.
+    var flight: FlightTable.Flight?
+    /// Set by `StoreStage`: merged waiters may be given the upstream's answer.
+    var shareable = false
+
+    /// What the request waits on; the pipeline's `clientLeft` reads it (the one place
+    /// that decides what a client hang-up does).
+    var waiting = Waiting.nothing
+
+    enum Waiting {
+        case nothing
+        /// A Redis reply (nonce claim or shared-tier lookup); the reply handler checks
+        /// `exchange.isCancelled`, and a leader's flight goes on for its waiters.
+        case redis
+        /// A merged waiter: its id in the flight and its wait timer.
+        case flight(FlightTable.Flight, id: Int, timer: LoopTimer?)
+        /// An upstream call.
+        case upstream(UpstreamRelay)
+    }
+
+    /// The leader's client left and nobody waits for the flight: its Redis lookup
+    /// result is dropped instead of going upstream.
+    var abandoned = false
+
+    init(exchange: Exchange, pipeline: ProxyPipeline) {
+        self.exchange = exchange
+        self.pipeline = pipeline
+    }
+}
+
+/// Where and how long to store a forwarded call's answer.
+struct CachePlan {
+    let key: [UInt8]
+    let ttlMillis: Int64
+    let allowSetCookie: Bool
+    /// The request carried credentials the backend sees (`CachePolicy`).
+    let credentialed: Bool
+}

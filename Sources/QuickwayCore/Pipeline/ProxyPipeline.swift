@@ -1,0 +1,164 @@
+import Glibc
+
+/// Objects every worker's pipeline shares: the response cache and the flight table for
+/// merging. Thread-safe; they outlive reloads.
+final class SharedStages: @unchecked Sendable {
+    let cache: ResponseCache
+    let flights = FlightTable()
+    init(cache: ResponseCache) { self.cache = cache }
+}
+
+/// The proxy's request path for one worker and config snapshot: the stages in order, the
+/// way back, and the one place that decides what a client hang-up does.
+///
+/// Way in (`stages`): route, authenticate (head; then body and nonce), cache lookup,
+/// coalesce, shared-tier lookup, forward. Stages before the first that `needsBody` run
+/// from `preflight`, before the body is read. The shared tier comes after coalescing so
+/// that merged requests cost one Redis read (the leader's).
+///
+/// Way back (`answerStages`), for answers from the upstream or the shared tier:
+/// stale-if-error, store, share with waiters; then the client is answered. Counting and
+/// the access log happen when the exchange ends (`Worker.requestDone`, called by the
+/// codec), once for every request, whoever answered it.
+///
+/// Runs on its worker's loop.
+final class ProxyPipeline: RequestHandler {
+    unowned let worker: Worker
+    let routes: RouteSnapshot
+    let stages: [RequestStage]
+    let answerStages: [AnswerStage]
+    /// Index of the first stage that needs the body.
+    private let firstBodyStage: Int
+    let shared: SharedStages
+    let sharedTier: SharedTier?
+    let authenticator: Authenticator?
+
+    init(worker: Worker, config: GatewayConfig, client: UpstreamCallMaker, authenticator: Authenticator?,
+         statSlots: RouteStatSlots, shared: SharedStages, services: [String: ServiceRuntime], sharedTier: SharedTier? = nil) {
+        self.worker = worker
+        self.shared = shared
+        self.sharedTier = sharedTier
+        self.authenticator = authenticator
+        let routes = RouteSnapshot(config: config, statSlots: statSlots, services: services)
+        self.routes = routes
+        stages = [
+            RouteStage(routes: routes),
+            AuthenticateHeadStage(routes: routes, authenticator: authenticator, stats: worker.stats),
+            AuthenticateBodyStage(authenticator: authenticator, sharedTier: sharedTier, stats: worker.stats),
+            CacheLookupStage(routes: routes, cache: shared.cache, cacheConfig: config.cache),
+            CoalesceStage(routes: routes, flights: shared.flights, worker: worker),
+            SharedTierLookupStage(sharedTier: sharedTier),
+            ForwardStage(routes: routes, upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes),
+        ]
+        answerStages = [
+            StaleIfErrorStage(cache: shared.cache, cacheConfig: config.cache),
+            StoreStage(cache: shared.cache, cacheConfig: config.cache, sharedTier: sharedTier),
+            ShareWithWaitersStage(flights: shared.flights),
+        ]
+        firstBodyStage = stages.firstIndex { $0.needsBody } ?? stages.count
+    }
+
+    // MARK: RequestHandler (called by the codec)
+
+    /// The head stages: answers now (without reading the body) if one refuses.
+    func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
+        let ctx = ProxyContext(exchange: exchange, pipeline: self)
+        exchange.handlerState = ctx
+        exchange.whenCancelled { [unowned self] in self.clientLeft(ctx) }
+        for i in 0..<firstBodyStage {
+            switch stages[i].run(ctx) {
+            case .next: continue
+            case let .refuse(code, message): return (code, message)
+            case .answered, .suspended: preconditionFailure("a stage that runs on the head alone only continues or refuses")
+            }
+        }
+        ctx.nextStage = firstBodyStage
+        return nil
+    }
+
+    /// The rest of the stages, once the body is in.
+    func handle(_ exchange: Exchange) {
+        guard let state = exchange.handlerState else { return }
+        exchange.handlerState = nil
+        // Only this pipeline sets the state of exchanges it handles.
+        let ctx = unsafeDowncast(state, to: ProxyContext.self)
+        resume(ctx)
+    }
+
+    // MARK: running the stages
+
+    /// Runs the stages from `ctx.nextStage` until one answers or suspends.
+    func resume(_ ctx: ProxyContext) {
+        while ctx.nextStage < stages.count {
+            let stage = stages[ctx.nextStage]
+            ctx.nextStage += 1
+            switch stage.run(ctx) {
+            case .next: continue
+            case let .refuse(code, message): ctx.exchange.respondError(code, message); return
+            case .answered, .suspended: return
+            }
+        }
+    }
+
+    /// The way back: the answer passes the answer stages, then reaches the client.
+    func answer(_ ctx: ProxyContext, _ answer: ProxyAnswer) {
+        var answer = answer
+        for stage in answerStages { stage.see(ctx, &answer) }
+        let exchange = ctx.exchange
+        guard exchange.isOpen else { return }
+        switch answer {
+        case .upstream(let r):
+            r.reason.withUnsafeBytes { reason in
+                r.headerLines.withUnsafeBytes { lines in
+                    r.body.withUnsafeBytes { b in exchange.respond(status: r.status, reason: reason, headerLines: lines, body: b) }
+                }
+            }
+        case .sharedTier(let r, _): respondCached(exchange, r, "HIT")
+        case .stale(let r): respondCached(exchange, r, "STALE")
+        case let .failed(code, message): exchange.respondError(code, message)
+        case .streamed: break   // the relay is streaming it
+        }
+    }
+
+    /// Answers from a stored response (a hit, a merged answer, a stale one), with `Age`.
+    func respondCached(_ exchange: Exchange, _ r: CachedResponse, _ status: StaticString) {
+        exchange.cacheStatus = status
+        exchange.age = max(0, Int(Clock.wallSeconds() - r.receivedAt))
+        r.reason.withUnsafeBytes { reason in
+            r.headerLines.withUnsafeBytes { lines in
+                r.body.withUnsafeBytes { b in exchange.respond(status: r.status, reason: reason, headerLines: lines, body: b) }
+            }
+        }
+    }
+
+    // MARK: cancellation
+
+    /// The client went away: what that means depends only on what the request waits on.
+    /// A leader's call (or its Redis lookup) goes on while merged waiters remain.
+    func clientLeft(_ ctx: ProxyContext) {
+        let waiting = ctx.waiting
+        ctx.waiting = .nothing
+        switch waiting {
+        case .nothing:
+            if let flight = ctx.flight, !shared.flights.leaderLeft(flight) { ctx.flight = nil }
+        case .redis:
+            // The reply handler checks the exchange; a leader without waiters drops the
+            // lookup's result instead of going upstream.
+            if let flight = ctx.flight {
+                if !shared.flights.leaderLeft(flight) { ctx.flight = nil; ctx.abandoned = true }
+            } else {
+                ctx.abandoned = true
+            }
+        case let .flight(flight, id, timer):
+            timer?.cancel()
+            shared.flights.leave(flight, id: id)
+        case .upstream(let relay):
+            if let flight = ctx.flight, shared.flights.leaderLeft(flight) {
+                ctx.waiting = .upstream(relay)   // waiters remain: the call goes on for them
+                return
+            }
+            ctx.flight = nil
+            relay.cancel()
+        }
+    }
+}

@@ -1,0 +1,43 @@
+/// What a request stage did (Envoy's filter statuses, nginx's phase results).
+enum StageResult {
+    /// Go on with the next stage.
+    case next
+    /// Refuse the request with a JSON error. Before the body is read, the codec answers
+    /// without reading it (`Expect: 100-continue` clients never send it).
+    case refuse(GatewayErrorCode, String)
+    /// The stage answered the request (or handed it to something that will); later
+    /// stages do not run.
+    case answered
+    /// The stage waits for something (a Redis reply, a merged flight); it sets
+    /// `ctx.waiting` and later calls `ProxyPipeline.resume(ctx)` or answers.
+    case suspended
+}
+
+/// One step of the request path (`ProxyPipeline.stages` lists them in order). A stage
+/// reads the exchange and the context, records what it found in the context, and
+/// continues, refuses, answers or suspends. Loop thread only.
+protocol RequestStage: AnyObject {
+    /// Whether the stage needs the whole body (stages before the first that does run
+    /// on the head alone, before the body is read).
+    var needsBody: Bool { get }
+    func run(_ ctx: ProxyContext) -> StageResult
+}
+
+/// What the way back carries: the answer for the client and merged waiters.
+enum ProxyAnswer {
+    /// A complete answer from the upstream.
+    case upstream(CachedResponse)
+    /// A hit in the shared tier, with the time it has left there.
+    case sharedTier(CachedResponse, ttlMillis: Int64)
+    /// An expired entry served instead of a failure (stale-if-error).
+    case stale(CachedResponse)
+    case failed(GatewayErrorCode, String)
+    /// The answer is being streamed to the client: too large to store or share.
+    case streamed
+}
+
+/// One step of the way back (`ProxyPipeline.answerStages`): sees every answer a
+/// forwarded or shared-tier request gets, in order, and may replace it.
+protocol AnswerStage: AnyObject {
+    func see(_ ctx: ProxyContext, _ answer: inout ProxyAnswer)
+}

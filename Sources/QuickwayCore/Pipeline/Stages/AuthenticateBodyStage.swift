@@ -1,0 +1,80 @@
+/// Authenticate, body part: the signature over the request and its body hash, then the
+/// nonce: claimed in the shared tier when there is one (suspends until Redis replies,
+/// within `redis.timeout`), else in the local store.
+final class AuthenticateBodyStage: RequestStage {
+    private let authenticator: Authenticator?
+    private let sharedTier: SharedTier?
+    private let stats: WorkerStats
+    var needsBody: Bool { true }
+
+    init(authenticator: Authenticator?, sharedTier: SharedTier?, stats: WorkerStats) {
+        self.authenticator = authenticator
+        self.sharedTier = sharedTier
+        self.stats = stats
+    }
+
+    func run(_ ctx: ProxyContext) -> StageResult {
+        guard let p = ctx.pendingAuth, let auth = authenticator else { return .next }
+        let exchange = ctx.exchange
+        ctx.pendingAuth = nil
+        var bodyHash = Crypto.emptyBodyHashHex
+        if var hasher = exchange.bodyHasher {
+            bodyHash = Crypto.hex(hasher.finish())
+            exchange.bodyHasher = nil
+        }
+        let nonce: Authenticator.OneTimeValue
+        let head = exchange.head
+        switch auth.verifySignature(p, head: head, bodyHashHex: bodyHash) {
+        case .verified(let n): nonce = n
+        case let .rejected(r, message): return conclude(exchange, .rejected(r, message))
+        }
+        let now = Int64(Clock.wallSeconds() * 1000)
+        guard let tier = sharedTier, tier.config.nonces else {
+            return conclude(exchange, auth.rememberNonce(p, nonce: nonce, head: head, nowMillis: now))
+        }
+        let claimKey = nonce.withBytes(head: head) { tier.nonceKey(keyId: p.key.idBytes, nonce: $0) }
+        ctx.waiting = .redis
+        tier.claimNonce(claimKey, ttlMillis: auth.config.nonceTTLMillis) { [self] claim in
+            guard exchange.isOpen else { return }
+            ctx.waiting = .nothing
+            let verdict: Authenticator.Verdict
+            switch claim {
+            case .claimed:
+                tier.stats.add(.nonceClaims)
+                // Remembered locally too, so this gateway still knows it if Redis goes away.
+                let local = auth.rememberNonce(p, nonce: nonce, head: head, nowMillis: now)
+                verdict = local == .overloaded ? .accepted(keyId: p.key.id) : local
+            case .replayed:
+                tier.stats.add(.nonceReplays)
+                verdict = .rejected(.replayed, "this signed request was already used (at this or another gateway)")
+            case .unavailable(let why):
+                guard tier.config.onFailure == .failOpen else {
+                    tier.stats.add(.nonceFailClosed)
+                    exchange.respondError(.redisUnavailable, "the shared nonce store cannot be reached (\(why)); signed calls are refused until it is back (redis.on_failure: fail_closed)")
+                    return
+                }
+                tier.stats.add(.nonceFailOpen)
+                verdict = auth.rememberNonce(p, nonce: nonce, head: head, nowMillis: now)
+            }
+            if case .next = conclude(exchange, verdict) { ctx.pipeline.resume(ctx) }
+        }
+        return .suspended
+    }
+
+    /// Counts the verdict and answers a refused call.
+    private func conclude(_ exchange: Exchange, _ verdict: Authenticator.Verdict) -> StageResult {
+        switch verdict {
+        case .accepted(let keyId):
+            stats.authAccepted()
+            exchange.authKeyId = keyId
+            return .next
+        case let .rejected(r, message):
+            stats.authRejected(r)
+            exchange.respondError(r.errorCode, message)
+            return .answered
+        case .overloaded:
+            exchange.respondError(.overloaded, "too many signed requests in the replay window; try again shortly")
+            return .answered
+        }
+    }
+}

@@ -1,0 +1,41 @@
+/// Route: the first route whose normalised prefix and methods match
+/// (`Routing/RouteTable.swift`). Refuses encoded slashes unless the route allows them,
+/// and a stripped path that would gain a dot segment.
+final class RouteStage: RequestStage {
+    private let routes: RouteSnapshot
+    var needsBody: Bool { false }
+
+    init(routes: RouteSnapshot) { self.routes = routes }
+
+    func run(_ ctx: ProxyContext) -> StageResult {
+        let exchange = ctx.exchange
+        let head = exchange.head
+        return head.withBytes { raw in
+            // The normalised path (`RequestTargetNormalizer`): `/api/%61dmin` is routed,
+            // keyed and forwarded as `/api/admin`.
+            let path = UnsafeRawBufferPointer(rebasing: raw[head.path])
+            switch routes.table.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path) {
+            case .route(let i):
+                let route = routes.table.entries[i].config
+                if head.encodedSlashInPath && !route.allowEncodedSlashes {
+                    return .refuse(.badRequest, "the path must not contain an encoded / or \\ (%2F, %5C): the backend could read another path than the one routed")
+                }
+                // What goes upstream must pass the same checks: `/catalog../x` less the
+                // prefix `/catalog` would be `/../x` (only a prefix not ending in `/` can
+                // make a new segment).
+                if route.stripPrefix && route.pathPrefix.utf8.last != UInt8(ascii: "/"),
+                   ForwardStage.stripped(path, prefixLength: route.pathPrefix.utf8.count).withUnsafeBytes({ RequestTargetNormalizer.hasDotSegment($0) }) {
+                    return .refuse(.badRequest, "the path must not contain . or .. segments")
+                }
+                ctx.routeIndex = i
+                exchange.routeStatSlot = routes.statSlots[i]
+                exchange.routeName = routes.table.entries[i].nameBytes
+                return .next
+            case .methodNotAllowed:
+                return .refuse(.methodNotAllowed, "\(head.methodString) is not allowed on \(head.string(head.path))")
+            case .noRoute:
+                return .refuse(.noRoute, "no route matches \(head.string(head.path))")
+            }
+        }
+    }
+}

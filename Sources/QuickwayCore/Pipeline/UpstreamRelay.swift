@@ -1,0 +1,189 @@
+import Glibc
+
+/// One forwarded call (started by `ForwardStage`): picks the IP, relays the upstream's
+/// answer, and retries a connection failure or timeout of an idempotent request on the
+/// next-best IP (up to the service's `retries`, while nothing has reached the client).
+///
+/// Bodies up to `cache.max_object_bytes` are buffered and handed back as one answer
+/// through the pipeline's answer stages (stored, shared with waiters); larger ones are
+/// streamed, pausing the upstream while the client's sink says `.pause`.
+///
+/// Ownership: the relay holds its context until the call ends or is cancelled (the
+/// context holds the relay in `waiting` meanwhile; both links are cut then). The
+/// upstream call holds the relay as its delegate. Loop thread only.
+final class UpstreamRelay: UpstreamCallDelegate {
+    private var ctx: ProxyContext?
+    private let exchange: Exchange
+    private let service: ServiceRuntime
+    private let upstream: UpstreamCallMaker
+    private let request: UpstreamRequest
+    private let maxObjectBytes: Int
+    /// The answer is wanted in full (to store or share), even for a HEAD request.
+    private let buffersForCache: Bool
+    private var transfer: UpstreamCall?
+    private var tried: [UpstreamMember] = []
+    private var retriesLeft: Int
+    private var body: [UInt8] = []
+    private var relayLines: [UInt8] = []
+    private var streaming = false
+    /// The sink said `.pause`: the next piece pauses the upstream until it drains.
+    private var clientFull = false
+    private var upstreamPaused = false
+
+    init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: UpstreamRequest, maxObjectBytes: Int) {
+        self.ctx = ctx
+        self.exchange = ctx.exchange
+        self.service = service
+        self.upstream = upstream
+        self.request = request
+        self.maxObjectBytes = maxObjectBytes
+        buffersForCache = ctx.plan != nil
+        retriesLeft = request.idempotent ? service.config.retries : 0
+    }
+
+    /// GET, HEAD, OPTIONS, PUT, DELETE, TRACE, or any request with an Idempotency-Key.
+    static func isIdempotent(_ head: HTTPRequestHead) -> Bool {
+        head.methodIs("GET") || head.methodIs("HEAD") || head.methodIs("OPTIONS") || head.methodIs("PUT")
+            || head.methodIs("DELETE") || head.methodIs("TRACE") || head.value(of: "idempotency-key") != nil
+    }
+
+    /// Sends the request to the best IP.
+    func start() {
+        guard let member = service.health.pick() else {
+            finish(.failed(.noHealthyUpstream, "\(service.config.name) has no IP to send to"))
+            return
+        }
+        send(to: member)
+    }
+
+    private func send(to member: UpstreamMember) {
+        tried.append(member)
+        exchange.upstreamAddress = member.ip
+        let t = upstream.makeCall(service: service, member: member)
+        transfer = t
+        t.start(request, delegate: self)
+    }
+
+    /// Stops the call (nobody wants the answer any more); nothing is answered.
+    func cancel() {
+        transfer?.cancel()
+        transfer = nil
+        if let ctx, case .upstream = ctx.waiting { ctx.waiting = .nothing }
+        ctx = nil
+    }
+
+    /// Hands the answer back to the pipeline (once) and lets go of the context.
+    private func finish(_ answer: ProxyAnswer) {
+        guard let ctx else { return }
+        self.ctx = nil
+        if case .upstream = ctx.waiting { ctx.waiting = .nothing }
+        ctx.pipeline.answer(ctx, answer)
+    }
+
+    // MARK: UpstreamCallDelegate
+
+    func upstreamHeadReceived(_ t: UpstreamCall) {
+        relayLines = t.head.linesToRelay()
+        if !exchange.isHeadRequest || buffersForCache, let n = t.head.contentLength {
+            if n > maxObjectBytes { startStreaming(contentLength: n) } else { body.reserveCapacity(n) }
+        }
+    }
+
+    func upstreamBody(_ t: UpstreamCall, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        if streaming {
+            if clientFull {
+                // The sink took the last piece but asked for a pause: hold this one.
+                upstreamPaused = true
+                return false
+            }
+            stream(bytes, t)
+            return true
+        }
+        body.append(contentsOf: bytes)
+        if body.count > maxObjectBytes {
+            startStreaming(contentLength: t.head.contentLength)
+            let pending = body
+            body = []
+            pending.withUnsafeBytes { stream($0, t) }
+        }
+        return true
+    }
+
+    /// Hands a piece to the client; on `.pause`, holds the next piece (pausing the
+    /// upstream) until the sink has drained.
+    private func stream(_ bytes: UnsafeRawBufferPointer, _ t: UpstreamCall) {
+        guard exchange.streamBody(bytes) == .pause else { return }
+        clientFull = true
+        exchange.whenWritable { [weak self, weak t] in
+            guard let self else { return }
+            self.clientFull = false
+            if self.upstreamPaused { self.upstreamPaused = false; t?.resume() }
+        }
+    }
+
+    private func startStreaming(contentLength: Int?) {
+        streaming = true
+        // Too large to store or share: merged waiters make their own calls.
+        if let ctx { ctx.pipeline.answer(ctx, .streamed) }
+        guard let head = transfer?.head else { return }
+        head.reason.withUnsafeBytes { reason in
+            relayLines.withUnsafeBytes { lines in
+                exchange.beginStream(status: head.status, reason: reason, headerLines: lines, contentLength: contentLength)
+            }
+        }
+    }
+
+    func upstreamFinished(_ t: UpstreamCall, _ outcome: UpstreamOutcome) {
+        switch outcome {
+        case .complete:
+            if streaming {
+                exchange.endStream()
+                release()
+                return
+            }
+            let head = t.head
+            if exchange.isHeadRequest && !buffersForCache {
+                // A plain HEAD relayed as HEAD: keep the upstream's length.
+                head.reason.withUnsafeBytes { reason in
+                    relayLines.withUnsafeBytes { lines in
+                        exchange.respond(status: head.status, reason: reason, headerLines: lines, body: UnsafeRawBufferPointer(start: nil, count: 0),
+                                         length: head.contentLength.map { .known($0) } ?? .unstated)
+                    }
+                }
+                release()
+                return
+            }
+            // An answer that varies (upstream `Vary`) records the values this request had.
+            var variant: CacheVariant?
+            if buffersForCache, case .names(let names) = CacheVariant.selector(headerLines: relayLines) {
+                variant = CacheVariant(names: names, head: exchange.head, keyId: exchange.authKeyId)
+            }
+            finish(.upstream(CachedResponse(status: head.status, reason: head.reason, headerLines: relayLines, body: body,
+                                            receivedAt: Clock.wallSeconds(), variant: variant)))
+        case let .failed(code, message, connectionError):
+            if streaming {
+                Log.warn("request \(exchange.requestIdString): \(message) after the response began; closing the client connection")
+                exchange.abort()
+                release()
+                return
+            }
+            // Retry only while someone still wants the answer (the client, or merged waiters).
+            if retriesLeft > 0, connectionError, exchange.isOpen || ctx?.flight != nil,
+               let next = service.health.pick(excluding: tried) {
+                retriesLeft -= 1
+                service.health.countRetry()
+                Log.debug("request \(exchange.requestIdString): \(message); retrying on \(next.ip)")
+                send(to: next)
+                return
+            }
+            finish(.failed(code, message))
+        }
+    }
+
+    /// The call ended without an answer for the answer stages (streamed, or a HEAD
+    /// relayed as is): cut the links to the context.
+    private func release() {
+        if let ctx, case .upstream = ctx.waiting { ctx.waiting = .nothing }
+        ctx = nil
+    }
+}

@@ -1,0 +1,154 @@
+import Glibc
+import CLibevent
+
+/// What a transport reports to the codec above it. Loop thread only.
+protocol TransportUser: AnyObject {
+    /// New bytes are in `transport.input`; `peerClosed` when the client hung up or
+    /// half-closed (the codec abandons what is pending).
+    func transportReadable(peerClosed: Bool)
+    /// Everything written to `transport.output` has been sent.
+    func transportDrained()
+    /// The socket is closed (by the codec, or after a read or write error).
+    func transportClosed()
+}
+
+/// The byte layer of one accepted client socket on a worker's loop: reads into `input`
+/// (bounded read-ahead), writes `output` with backpressure (a write event while the
+/// kernel's buffer is full), lingering close. It knows nothing of HTTP; a TLS transport
+/// will offer the same surface.
+///
+/// Ownership: libevent's callbacks get the transport through an unretained pointer; the
+/// codec that owns it (held by the worker's connection table) keeps it alive until
+/// `close()`. Thread rule: everything runs on the owning worker's loop.
+final class TCPTransport {
+    let fd: Int32
+    let peer: String
+    let peerBytes: [UInt8]
+    /// Taken on the first byte and given back while idle (`releaseIdleBuffers`).
+    let input = ByteBuffer(capacity: 4096, lazy: true)
+    let output = ByteBuffer(capacity: 4096, lazy: true)
+    /// Reading stops while `input` holds more than this (the codec resumes it).
+    var readAheadLimit: Int
+    unowned(unsafe) var user: TransportUser?
+    private var readEvent: OpaquePointer?
+    private var writeEvent: OpaquePointer?
+    private var readArmed = false
+    private var writeArmed = false
+    /// Lingering close: what the client still sends is read and dropped.
+    private var discarding = false
+    private(set) var closed = false
+
+    init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int) {
+        self.fd = fd
+        self.peer = peer
+        self.peerBytes = Array(peer.utf8)
+        self.readAheadLimit = readAheadLimit
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        readEvent = event_new(base, fd, Int16(EV_READ | EV_PERSIST), transportReadCallback, me)
+        writeEvent = event_new(base, fd, Int16(EV_WRITE | EV_PERSIST), transportWriteCallback, me)
+    }
+
+    // MARK: reading
+
+    /// Reads what the kernel has (up to the read-ahead limit) and tells the user.
+    func readNow() {
+        var peerClosed = false
+        while !closed {
+            if discarding {
+                let space = input.writableSpace(atLeast: 4096)
+                let n = recv(fd, space.baseAddress, space.count, 0)
+                if n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) { close(); return }
+                if n < 0 { return }
+                continue
+            }
+            // Read only a bounded amount ahead: the rest stays in the kernel and wakes
+            // us again once the codec has used what is buffered.
+            if input.readableBytes > readAheadLimit { break }
+            let space = input.writableSpace(atLeast: 4096)
+            let n = recv(fd, space.baseAddress, space.count, 0)
+            if n > 0 {
+                input.didWrite(n)
+                if n < space.count { break }
+                continue
+            }
+            if n == 0 { peerClosed = true; break }
+            if errno == EINTR { continue }
+            if errno == EAGAIN || errno == EWOULDBLOCK { break }
+            close()
+            return
+        }
+        if !closed { user?.transportReadable(peerClosed: peerClosed) }
+    }
+
+    /// Whether `input` is at its read-ahead limit (reading would stop).
+    var inputIsFull: Bool { input.readableBytes > readAheadLimit }
+
+    func enableReading() {
+        if !readArmed && !closed { event_add(readEvent, nil); readArmed = true }
+    }
+
+    func disableReading() {
+        if readArmed { event_del(readEvent); readArmed = false }
+    }
+
+    // MARK: writing
+
+    /// Sends `output` until it is empty or the kernel's buffer is full (then a write
+    /// event continues). Calls `transportDrained` once empty.
+    func flush() {
+        guard !closed else { return }
+        while !output.isEmpty {
+            let r = output.readable
+            let n = send(fd, r.baseAddress, r.count, Int32(MSG_NOSIGNAL))
+            if n > 0 { output.consume(n); continue }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if !writeArmed { event_add(writeEvent, nil); writeArmed = true }
+                return
+            }
+            close()
+            return
+        }
+        if writeArmed { event_del(writeEvent); writeArmed = false }
+        if discarding {
+            shutdown(fd, Int32(SHUT_WR))
+            return
+        }
+        user?.transportDrained()
+    }
+
+    // MARK: closing
+
+    /// Lingering close: sends what is written, half-closes, and reads and drops what
+    /// the client still sends (so it reads our answer instead of a reset). The codec
+    /// closes for good at its deadline or when the client closes.
+    func closeAfterWriting() {
+        discarding = true
+        enableReading()
+        flush()
+    }
+
+    /// Closes the socket now and frees the events. Idempotent.
+    func close() {
+        guard !closed else { return }
+        closed = true
+        event_free(readEvent); readEvent = nil
+        event_free(writeEvent); writeEvent = nil
+        Glibc.close(fd)
+        user?.transportClosed()
+    }
+
+    /// Gives back the buffers' memory while the connection is idle.
+    func releaseIdleBuffers() {
+        input.releaseStorage()
+        output.releaseStorage()
+    }
+}
+
+private let transportReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<TCPTransport>.fromOpaque(arg!).takeUnretainedValue().readNow()
+}
+
+private let transportWriteCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<TCPTransport>.fromOpaque(arg!).takeUnretainedValue().flush()
+}
