@@ -39,5 +39,5 @@ let package = Package(
                           swiftSettings: [.unsafeFlags(["-parse-as-library"])]),
         .testTarget(name: "QuickwayCoreTests", dependencies: ["QuickwayCore"]),
     ],
-    swiftLanguageModes: [.v5]
+    swiftLanguageModes: [.v6]
 )

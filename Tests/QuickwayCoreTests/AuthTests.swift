@@ -93,7 +93,8 @@ final class QW1Tests: XCTestCase {
 
     func testNonceStoreUnderConcurrentUse() {
         let store = NonceStore(ttlMillis: 60_000)
-        let accepted = UnsafeMutablePointer<Int>.allocate(capacity: 4)
+        // Each thread writes its own slot only.
+        nonisolated(unsafe) let accepted = UnsafeMutablePointer<Int>.allocate(capacity: 4)
         accepted.initialize(repeating: 0, count: 4)
         DispatchQueue.concurrentPerform(iterations: 4) { t in
             var n = 0

@@ -85,6 +85,7 @@ final class FlightTableTests: XCTestCase {
             // The leader's part takes a different slot each round, so it runs first in
             // some rounds and last in others.
             let leaderSlot = round % (waiterCount + 1)
+            let waiterIds = ids   // an immutable copy for the concurrent closure
             DispatchQueue.concurrentPerform(iterations: waiterCount + 1) { i in
                 if i == leaderSlot && round % 2 == 0 {
                     table.setCancelUpstream(flight) { cancels.closure(round) }
@@ -97,7 +98,7 @@ final class FlightTableTests: XCTestCase {
                         cancels.leaderLeft(round)
                     }
                 } else {
-                    table.leave(flight, id: ids[i < leaderSlot ? i : i - 1])
+                    table.leave(flight, id: waiterIds[i < leaderSlot ? i : i - 1])
                 }
             }
         }
@@ -154,11 +155,12 @@ final class FlightTableTests: XCTestCase {
                 ids.append(id)
             }
             table.setCancelUpstream(flight) { cancels.closure(round) }
+            let waiterIds = ids   // an immutable copy for the concurrent closure
             DispatchQueue.concurrentPerform(iterations: 5) { i in
                 switch i {
                 case 0: _ = table.leaderLeft(flight)
                 case 1: table.finish(flight, .goUpstream)
-                default: table.leave(flight, id: ids[i - 2])
+                default: table.leave(flight, id: waiterIds[i - 2])
                 }
             }
         }

@@ -8,6 +8,8 @@ import Glibc
 /// the head alone (missing, malformed, unknown key, expired), before the body is read;
 /// `verify` once the body hash is known (signature, then replay). Only calls whose
 /// signature verified reach the nonce store.
+/// `@unchecked Sendable`: its own fields are immutable after `init`; the nonce store it
+/// shares is locked per shard.
 public final class Authenticator: @unchecked Sendable {
     struct Key {
         let id: String

@@ -12,6 +12,7 @@ import Foundation
 /// each including hash-table slack, so the default of 1,000,000 stays under ~50 MB.
 /// When a shard is full of unexpired pairs a new one is refused (`.full`), never
 /// evicted: forgetting a live nonce would let its request be replayed.
+/// `@unchecked Sendable`: every shard's state is read and written under its own lock.
 public final class NonceStore: @unchecked Sendable {
     public enum Outcome: Equatable { case accepted, replayed, full }
 

@@ -34,6 +34,7 @@ public struct SigV4Request {
 /// URI-encoded as AWS does for services other than S3. The payload hash is the
 /// `X-Amz-Content-Sha256` header when sent (which must then match the body), else the
 /// body's own hash.
+/// `@unchecked Sendable`: immutable after `init` (its keys hold only precomputed state).
 public final class SigV4Verifier: @unchecked Sendable {
     public let region: String
     public let service: String

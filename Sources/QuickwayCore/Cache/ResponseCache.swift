@@ -2,6 +2,7 @@ import Foundation
 
 /// A stored answer. Immutable and shared between workers (a hit on any worker, the
 /// answer handed to merged waiters on other workers).
+/// `@unchecked Sendable`: every field is a `let` of value type.
 public final class CachedResponse: @unchecked Sendable {
     public let status: Int
     public let reason: [UInt8]
@@ -36,6 +37,7 @@ public final class CachedResponse: @unchecked Sendable {
 /// and array headers, measured at about 200 bytes). Expired entries stay until evicted
 /// or purged, so they can be served stale (`stale_if_error`); a lookup says whether the
 /// entry is fresh.
+/// `@unchecked Sendable`: every shard's map and list are touched only under its lock.
 public final class ResponseCache: @unchecked Sendable {
     public static let entryOverhead = 256
 

@@ -1,7 +1,7 @@
 import Foundation
 
 /// What a merged request's waiters get when the flight lands.
-enum FlightOutcome {
+enum FlightOutcome: Sendable {
     case response(CachedResponse)
     /// An expired cache entry served because the upstream failed (stale-if-error).
     case stale(CachedResponse)
@@ -24,16 +24,18 @@ enum FlightOutcome {
 /// private to this file, so only the table's methods touch them); delivery closures run
 /// on their waiter's worker and the upstream cancel on the leader's, never under the lock.
 final class FlightTable: @unchecked Sendable {
-    final class Flight {
+    /// `@unchecked Sendable`: handed between workers; its mutable fields are private to
+    /// this file and touched only under the table's `lock`.
+    final class Flight: @unchecked Sendable {
         let key: [UInt8]
         let leaderWorker: Worker
-        fileprivate var waiters: [(id: Int, worker: Worker, deliver: (FlightOutcome) -> Void)] = []
+        fileprivate var waiters: [(id: Int, worker: Worker, deliver: @Sendable (FlightOutcome) -> Void)] = []
         fileprivate var leaderAttached = true
         fileprivate var done = false
         /// Ended with nobody left waiting (the leader's client and every waiter left).
         fileprivate var orphaned = false
         /// Cancels the upstream call; set by `setCancelUpstream`, posted to `leaderWorker`.
-        fileprivate var cancelUpstream: (() -> Void)?
+        fileprivate var cancelUpstream: (@Sendable () -> Void)?
         init(key: [UInt8], leaderWorker: Worker) { self.key = key; self.leaderWorker = leaderWorker }
     }
 
@@ -51,7 +53,7 @@ final class FlightTable: @unchecked Sendable {
     private(set) var waitersTotal: Int64 = 0
 
     /// Joins the flight for `key`, or starts it. `deliver` runs on `worker`.
-    func join(_ key: [UInt8], worker: Worker, maxWaiters: Int, deliver: @escaping (FlightOutcome) -> Void) -> Join {
+    func join(_ key: [UInt8], worker: Worker, maxWaiters: Int, deliver: @escaping @Sendable (FlightOutcome) -> Void) -> Join {
         lock.lock()
         defer { lock.unlock() }
         if let f = flights[key], !f.done {
@@ -86,7 +88,7 @@ final class FlightTable: @unchecked Sendable {
     /// `cancel` runs on the leader's worker (posted there, whichever thread the last
     /// waiter leaves on). Called by the leader when its call starts. If everybody has
     /// already left by then, `cancel` is posted at once.
-    func setCancelUpstream(_ f: Flight, _ cancel: @escaping () -> Void) {
+    func setCancelUpstream(_ f: Flight, _ cancel: @escaping @Sendable () -> Void) {
         lock.lock()
         let orphaned = f.orphaned
         if !orphaned { f.cancelUpstream = cancel }

@@ -8,6 +8,8 @@ import Glibc
 /// to this writer's queue; one writer thread does the `write`s, so no worker ever waits
 /// on a disk. `reopen()` (SIGUSR1) makes the writer close and reopen the file between two
 /// batches, for log rotation: every line lands whole in the old file or the new one.
+/// `@unchecked Sendable`: the queue and flags are touched only under `cond`; the file
+/// descriptor only by the writer thread.
 public final class AccessLog: @unchecked Sendable {
     public enum Target: Equatable { case stdout, file(String) }
 

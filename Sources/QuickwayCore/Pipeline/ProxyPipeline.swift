@@ -2,6 +2,7 @@ import Glibc
 
 /// Objects every worker's pipeline shares: the response cache and the flight table for
 /// merging. Thread-safe; they outlive reloads.
+/// `@unchecked Sendable`: immutable; the cache and the flight table lock themselves.
 final class SharedStages: @unchecked Sendable {
     let cache: ResponseCache
     let flights = FlightTable()

@@ -2,6 +2,7 @@ import Glibc
 
 /// The gateway-wide side of the shared Redis tier: the settings, the resolved address
 /// and the counters. Each event loop gets its own `RedisLink` from `makeTier(base:)`.
+/// `@unchecked Sendable`: immutable after `init`; its counters are atomic (`RedisStats`).
 final class RedisTier: @unchecked Sendable {
     let config: RedisConfig
     let address: String

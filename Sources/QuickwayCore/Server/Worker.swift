@@ -7,7 +7,12 @@ import Foundation
 /// (`SO_REUSEPORT`), its connections, and (for the proxy) its libcurl multi handle.
 /// Nothing here is touched from another thread except through `requestDrain()`, which
 /// wakes the loop with `event_active` on its control event.
-final class Worker {
+///
+/// `@unchecked Sendable`: a worker is created on one thread and runs on its own. Its
+/// loop-side state is touched only on the loop thread; the entry points other threads
+/// call (`post`, `install`, `requestDrain`, `join`) go through `pendingLock`, the atomic
+/// `drainFlag` or the `finished` semaphore.
+final class Worker: @unchecked Sendable {
     let id: Int
     let name: String
     let base: OpaquePointer

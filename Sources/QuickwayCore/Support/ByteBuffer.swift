@@ -16,8 +16,9 @@ public final class ByteBuffer {
     private(set) var readIndex = 0
     private(set) var writeIndex = 0
     private let initialCapacity: Int
-    /// A stand-in address for a buffer without storage (never written, never freed).
-    private static let noStorage = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
+    /// A stand-in address for a buffer without storage (never written, never freed, so
+    /// sharing it between threads is safe).
+    nonisolated(unsafe) private static let noStorage = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
 
     /// `lazy`: take no memory until the first write.
     public init(capacity: Int = 4096, lazy: Bool = false) {

@@ -1,5 +1,6 @@
 /// A service as the proxy stages use it: its URL prefix (`http://host:port`) and its
 /// shared `ServiceHealth` (IP list, scores, states). Immutable; shared by all workers.
+/// `@unchecked Sendable`: immutable; `ServiceHealth` locks itself.
 final class ServiceRuntime: @unchecked Sendable {
     let config: ServiceConfig
     /// `http://host` or `https://host:port`, as bytes.

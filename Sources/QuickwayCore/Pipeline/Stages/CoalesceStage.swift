@@ -21,8 +21,9 @@ final class CoalesceStage: RequestStage {
         guard route.coalesce, !Self.asksForItsOwnAnswer(ctx.exchange.head) else { return .next }
         // The flight holds the delivery closure until it lands; the closure holds the
         // context only weakly (a waiter that left is not kept).
-        switch flights.join(plan.key, worker: worker, maxWaiters: route.coalesceMaxWaiters, deliver: { [weak ctx] outcome in
-            if let ctx { Self.deliver(outcome, to: ctx) }
+        let waiter = WeakLoopBound(ctx)
+        switch flights.join(plan.key, worker: worker, maxWaiters: route.coalesceMaxWaiters, deliver: { outcome in
+            if let ctx = waiter.value { Self.deliver(outcome, to: ctx) }
         }) {
         case .leader(let flight):
             ctx.flight = flight

@@ -37,7 +37,8 @@ final class ForwardStage: RequestStage {
         ctx.waiting = .upstream(relay)
         if let flight = ctx.flight {
             // The call belongs to the flight: it outlives the leader's client while anyone waits.
-            flights.setCancelUpstream(flight) { [weak relay] in relay?.cancel() }
+            let call = WeakLoopBound(relay)
+            flights.setCancelUpstream(flight) { call.value?.cancel() }
         }
         relay.start()
         return .answered

@@ -1,0 +1,11 @@
+/// A weak reference to a loop-confined object (a request's context, an upstream relay)
+/// that travels inside a closure to another thread only to be used back on the loop that
+/// made it: a merged waiter's delivery, posted to the waiter's worker; an upstream
+/// cancel, posted to the leader's worker.
+///
+/// `@unchecked Sendable`: the referent is touched only on its own loop (`Worker.post`
+/// runs the closure there); other threads only carry the reference.
+struct WeakLoopBound<T: AnyObject>: @unchecked Sendable {
+    weak var value: T?
+    init(_ value: T) { self.value = value }
+}
