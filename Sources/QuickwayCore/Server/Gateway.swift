@@ -118,12 +118,14 @@ public final class Gateway {
 
     var isDraining: Bool { qw_flag_load(drainingFlag) == 1 }
 
+    private var aggregator: StatsAggregator { StatsAggregator(workers: workers.map(\.stats), routeSlots: routeSlots) }
+
+    /// `/stats`: the workers' counters summed by `StatsAggregator`, plus the shared stores'
+    /// and the services' figures.
     func statsSnapshot() -> StatsSnapshot {
-        let routes = config.routes.map { ($0.name, routeSlots.slot(for: $0.name)) }
-        // (services are read under the lock below)
-        var s = StatsSnapshot(version: QuickwayVersion.string,
-                              uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
-                              routes: routes, workers: workers.map(\.stats))
+        var s = aggregator.snapshot(version: QuickwayVersion.string,
+                                    uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
+                                    routeNames: config.routes.map(\.name))
         s.cache = shared.cache.figures
         s.cacheMaxBytes = shared.cache.maxBytes
         (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures
@@ -204,21 +206,7 @@ public final class Gateway {
 
     /// `/metrics`: the snapshot plus per-route duration histograms merged from the workers.
     func metricsText() -> String {
-        let s = statsSnapshot()
-        let slots = config.routes.map { routeSlots.slot(for: $0.name) }
-        let n = WorkerStats.durationBucketsSeconds.count + 1
-        let histograms: [(buckets: [Int64], sumSeconds: Double)] = slots.map { slot in
-            var counts = [Int64](repeating: 0, count: n)
-            var sum: Int64 = 0
-            guard slot >= 0 else { return (counts, 0) }
-            for w in workers {
-                for b in 0..<n { counts[b] += w.stats.routeCount(slot, slot: 6 + b) }
-                sum += w.stats.routeCount(slot, slot: WorkerStats.sumSlot)
-            }
-            for b in 1..<n { counts[b] += counts[b - 1] }   // cumulative
-            return (counts, Double(sum) / 1e6)
-        }
-        return PrometheusText.render(s, routeHistograms: histograms)
+        return PrometheusText.render(statsSnapshot(), routeHistograms: aggregator.routeHistograms(routeNames: config.routes.map(\.name)))
     }
 
     /// Removes cache entries (`POST /cache/purge`) from the local tier, then, with a
