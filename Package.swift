@@ -11,6 +11,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/jpsim/Yams", from: "5.0.1"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
         // System libraries from Debian's -dev packages (see scripts/setup.sh).
@@ -33,7 +34,8 @@ let package = Package(
             // Release builds use SwiftPM's -O: bounds and overflow checks stay on in the
             // shipped binary, the same checked build that is fuzzed (not -Ounchecked).
         ),
-        .executableTarget(name: "quickway", dependencies: ["QuickwayCore"]),
+        .executableTarget(name: "quickway", dependencies: ["QuickwayCore",
+                                                           .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         // Config-loader fuzz harness (scripts/fuzz.sh builds it with libFuzzer).
         .executableTarget(name: "quickway-fuzz-config", dependencies: ["QuickwayCore"],
                           swiftSettings: [.unsafeFlags(["-parse-as-library"])]),

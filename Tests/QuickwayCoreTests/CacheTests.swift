@@ -52,8 +52,8 @@ final class WorkerStatsTests: XCTestCase {
             let truth = Double(exact[Int(q * 1000) - 1])
             XCTAssertEqual(LatencyBuckets.coarseQuantile(q, counts: window), truth, accuracy: truth * 0.1, "q=\(q)")
         }
-        XCTAssertEqual(w.routeCount(0, slot: 0), 1000)
-        XCTAssertEqual(w.routeCount(0, slot: 2), 1000, "all 2xx")
+        XCTAssertEqual(w.routeRequests(0), 1000)
+        XCTAssertEqual(w.routeStatusClassCount(0, 2), 1000, "all 2xx")
     }
 }
 

@@ -366,6 +366,25 @@ def test_cli_check_help_version(tmp_path):
     assert out.returncode == 0, out.stderr
 
 
+def test_cli_flag_spellings_and_usage_errors(tmp_path):
+    qw = quickway_binary()
+    conf = os.path.join(ROOT, "config.yaml")
+    for args in (["check", "-c", conf], ["check", f"--config={conf}"], ["check"]):
+        out = subprocess.run([qw, *args], capture_output=True, text=True, timeout=10, cwd=ROOT)
+        assert out.returncode == 0 and "config.yaml: valid" in out.stdout, (args, out.stderr)
+    for args in ([], ["help"], ["help", "serve"], ["serve", "--help"]):
+        out = subprocess.run([qw, *args], capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0 and "--config" in out.stdout, args
+    assert "SIGHUP" in subprocess.run([qw, "--help"], capture_output=True, text=True, timeout=10).stdout
+    out = subprocess.run([qw, "version"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0 and out.stdout.startswith("quickway ")
+    # Usage errors: exit 2 with the reason on stderr.
+    for args in (["bogus"], ["check", "--config"], ["check", "extra"], ["serve", "--port", "1"],
+                 ["demo-backends", "--backend", "nope"], ["sign", "--key", "k"]):
+        out = subprocess.run([qw, *args], capture_output=True, text=True, timeout=10)
+        assert out.returncode == 2 and "Error:" in out.stderr, (args, out.returncode, out.stderr)
+
+
 def test_idle_keepalive_connection_is_closed(backends):
     g = make_gateway(backends, workers=1)
     try:

@@ -1,8 +1,7 @@
 import Foundation
 
-/// `/stats` figures merged from every worker's counters at the moment of reading
-/// (workers keep running; each counter is read atomically, the set is not a
-/// transaction, so `in_flight` is clamped at zero).
+/// `/stats` figures at the moment of reading: every worker's counters merged by
+/// `StatsAggregator`, plus the cache, coalescing, Redis and service figures.
 public struct StatsSnapshot {
     public var version: String
     public var uptimeSeconds: Double
@@ -28,31 +27,11 @@ public struct StatsSnapshot {
     public var workers = 0
     public var connections = 0
 
-    /// `routes`: the current routes' names with their counter slots.
-    init(version: String, uptimeSeconds: Double, routes routeSlots: [(String, Int)], workers: [WorkerStats]) {
+    /// Empty figures; `StatsAggregator` fills in the workers' counters and the gateway
+    /// the shared stores' figures.
+    init(version: String, uptimeSeconds: Double) {
         self.version = version
         self.uptimeSeconds = uptimeSeconds
-        self.workers = workers.count
-        var started: Int64 = 0
-        let nowSecond = Clock.coarseMillis() / 1000
-        routes = routeSlots.map { ($0.0, 0, [Int64](repeating: 0, count: 5)) }
-        for w in workers {
-            let fin = w.finished
-            total += fin
-            started += w.started
-            for c in 1...5 { byClass[c - 1] += w.statusClassCount(c) }
-            maxMicros = max(maxMicros, w.maxMicros)
-            w.addLastMinute(into: &lastMinute, nowSecond: nowSecond)
-            authAccepted += w.authAcceptedCount
-            underscoreHeadersDropped += w.underscoreHeadersDroppedCount
-            for r in AuthRejection.allCases { authRejected[r.rawValue] += w.authRejectedCount(r) }
-            for i in 0..<LatencyBuckets.count { histogram[i] += w.histogramCount(i) }
-            for (r, (_, slot)) in routeSlots.enumerated() where slot >= 0 && slot < w.routeCount {
-                routes[r].requests += w.routeCount(slot, slot: 0)
-                for c in 1...5 { routes[r].byClass[c - 1] += w.routeCount(slot, slot: c) }
-            }
-        }
-        inFlight = max(0, started - total)
     }
 
     /// A bucket's midpoint can lie above the largest value seen; never report more than it.

@@ -16,11 +16,19 @@ public final class WorkerStats {
         static let fixed = 16
     }
     /// Per route: requests, 1xx..5xx, then the duration histogram's buckets
-    /// (`durationBucketsSeconds`, cumulative on read), then the sum of durations in µs.
+    /// (`durationBucketsSeconds`, then +Inf), then the sum of durations in µs.
+    private enum RouteSlot {
+        static let requests = 0
+        static let statusClass = 1 // 1...5 for 1xx...5xx
+        static let durationBuckets = 6
+        static let durationSum = durationBuckets + durationBucketCount
+        static let count = durationSum + 1
+    }
     public static let durationBucketsSeconds: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
     static let durationBucketMicros: [Int64] = durationBucketsSeconds.map { Int64($0 * 1_000_000) }
-    public static let routeSlots = 6 + durationBucketsSeconds.count + 2 // + the +Inf bucket + the sum
-    static let sumSlot = 6 + durationBucketsSeconds.count + 1
+    /// The per-route duration buckets: one per bound of `durationBucketsSeconds`, plus +Inf.
+    public static let durationBucketCount = durationBucketsSeconds.count + 1
+    public static let routeSlots = RouteSlot.count
     /// Route counters are kept per route *name* (see `RouteStatSlots`), so they survive
     /// reloads; this many distinct names over the process's life.
     public static let maxRoutes = 512
@@ -57,13 +65,13 @@ public final class WorkerStats {
         qw_counter_add(cells + Slot.statusClass + cls - 1, 1)
         let micros = Int64(nanos / 1000)
         if routeIndex >= 0 && routeIndex < routeCount {
-            let base = Slot.fixed + routeIndex * Self.routeSlots
-            qw_counter_add(cells + base, 1)
-            qw_counter_add(cells + base + cls, 1)
+            let base = cells + Slot.fixed + routeIndex * Self.routeSlots
+            qw_counter_add(base + RouteSlot.requests, 1)
+            qw_counter_add(base + RouteSlot.statusClass + cls - 1, 1)
             var b = 0
             while b < Self.durationBucketMicros.count && micros > Self.durationBucketMicros[b] { b += 1 }
-            qw_counter_add(cells + base + 6 + b, 1)
-            qw_counter_add(cells + base + Self.sumSlot, micros)
+            qw_counter_add(base + RouteSlot.durationBuckets + b, 1)
+            qw_counter_add(base + RouteSlot.durationSum, micros)
         }
         let bucket = LatencyBuckets.index(micros: micros)
         qw_counter_add(cells + histogramStart + bucket, 1)
@@ -92,7 +100,15 @@ public final class WorkerStats {
     public var underscoreHeadersDroppedCount: Int64 { qw_counter_load(cells + Slot.underscoreHeadersDropped) }
     public func authRejectedCount(_ r: AuthRejection) -> Int64 { qw_counter_load(cells + Slot.authRejected + r.rawValue) }
     public func statusClassCount(_ cls: Int) -> Int64 { qw_counter_load(cells + Slot.statusClass + cls - 1) }
-    public func routeCount(_ route: Int, slot: Int) -> Int64 { qw_counter_load(cells + Slot.fixed + route * Self.routeSlots + slot) }
+    /// Requests counted for the route in counter slot `route` (see `RouteStatSlots`).
+    public func routeRequests(_ route: Int) -> Int64 { routeCell(route, RouteSlot.requests) }
+    /// The route's requests answered with status class `cls` (1...5).
+    public func routeStatusClassCount(_ route: Int, _ cls: Int) -> Int64 { routeCell(route, RouteSlot.statusClass + cls - 1) }
+    /// The route's requests in duration bucket `bucket` (0..<durationBucketCount, not cumulative).
+    public func routeDurationBucketCount(_ route: Int, _ bucket: Int) -> Int64 { routeCell(route, RouteSlot.durationBuckets + bucket) }
+    /// The sum of the route's request durations, in µs.
+    public func routeDurationSumMicros(_ route: Int) -> Int64 { routeCell(route, RouteSlot.durationSum) }
+    private func routeCell(_ route: Int, _ slot: Int) -> Int64 { qw_counter_load(cells + Slot.fixed + route * Self.routeSlots + slot) }
     public func histogramCount(_ i: Int) -> Int64 { qw_counter_load(cells + histogramStart + i) }
 
     /// Adds this worker's last-minute counts (seconds `now-59 ... now`) into `into`.

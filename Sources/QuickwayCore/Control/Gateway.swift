@@ -1,25 +1,26 @@
 import CQuickwayShims
 import Foundation
-import Glibc
 
-public enum QuickwayVersion {
-    public static let string = "0.1.0"
-}
-
-/// A running gateway: the proxy workers (one event loop each on the shared port), the
-/// admin loop, and the process lifecycle. `run()` blocks the calling thread in
-/// `sigwait`, so signals are handled as ordinary code, never in a signal handler:
-/// SIGTERM/SIGINT drain and stop, SIGHUP reloads the config file.
+/// A running gateway, and the composition root: it builds the proxy workers (one event
+/// loop each on the shared port), the objects they share, and the admin worker, then
+/// `run()` serves until a stop signal (`SignalLoop`). A reload (`ReloadPolicy` decides
+/// what it may change) builds new handler snapshots; requests in flight keep theirs.
 ///
 /// Thread rules: `config` and the reload state are guarded by `lock` (reloads come from
 /// the signal thread or the admin loop); workers only ever see whole handler snapshots
 /// through `Worker.install`.
 public final class Gateway {
+    /// A proxy worker and what its handler snapshots keep across reloads: its libcurl
+    /// multi handle (pooled connections) and its Redis link.
+    private struct ProxyWorker {
+        let worker: Worker
+        let client: UpstreamClient
+        let tier: SharedTier?
+    }
+
     private let lock = NSLock()
     private var currentConfig: GatewayConfig
-    private var workers: [Worker] = []
-    /// One libcurl multi handle per worker, kept across reloads (pooled connections).
-    private var clients: [UpstreamClient] = []
+    private var proxyWorkers: [ProxyWorker] = []
     private var admin: Worker!
     private let startedNanos = Clock.monotonicNanos()
     /// Set once a stop began. An allocated cell: the atomic helpers need a stable
@@ -43,19 +44,16 @@ public final class Gateway {
     /// The shared Redis tier (nil without `redis`), one link per worker plus the admin
     /// loop's (used for purges). Bound to the loops, so a `redis` change needs a restart.
     private var redisTier: RedisTier?
-    private var workerTiers: [SharedTier?] = []
     private var adminTier: SharedTier?
     private var purgeSubscriber: RedisLink?
+    private var cachePurge: CachePurge!
 
     public var config: GatewayConfig { lock.lock(); defer { lock.unlock() }; return currentConfig }
 
     public init(config: GatewayConfig) throws {
         currentConfig = config
         shared = SharedStages(cache: ResponseCache(maxBytes: config.cache.maxBytes, maxObjectBytes: config.cache.maxObjectBytes))
-        // Block the signals we handle before any thread starts, so only sigwait sees them.
-        var set = Self.handledSignals()
-        pthread_sigmask(SIG_BLOCK, &set, nil)
-        signal(SIGPIPE, SIG_IGN)
+        SignalLoop.blockHandledSignals()
         let budget = ConnectionBudget(limit: config.limits.maxConnections)
         switch config.log.accessLog {
         case "off": accessLog = nil
@@ -78,13 +76,11 @@ public final class Gateway {
             w.budget = budget
             let client = UpstreamClient(base: w.base)
             let tier = redisTier?.makeTier(base: w.base)
-            workerTiers.append(tier)
-            w.setHandler(ProxyPipeline(worker: w, config: config, client: client, authenticator: authenticator, statSlots: routeSlots,
-                                      shared: shared, services: services, sharedTier: tier))
+            let proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
+            w.setHandler(makePipeline(proxyWorker, config: config, authenticator: authenticator))
             w.onLoopExit = { tier?.link.shutdown(); client.shutdown() }
             if let log = accessLog { w.accessLog = AccessLogBuffer(log: log) }
-            workers.append(w)
-            clients.append(client)
+            proxyWorkers.append(proxyWorker)
         }
         admin = try Worker(id: config.workers, name: "quickway-admin", listen: config.admin.listen, limits: config.limits,
                            maxConnections: 256, routeCount: 0)
@@ -93,12 +89,19 @@ public final class Gateway {
         controlPlane = cp
         let aTier = redisTier?.makeTier(base: admin.base)
         adminTier = aTier
+        cachePurge = CachePurge(cache: shared.cache, tier: aTier)
         let subscriber = config.redis?.cache == true ? redisTier?.makePurgeSubscriber(base: admin.base, cache: shared.cache) : nil
         purgeSubscriber = subscriber
         admin.onLoopExit = { aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); cp.client.shutdown() }
     }
 
     deinit { drainingFlag.deallocate() }
+
+    /// The one place a `ProxyPipeline` is built: at start-up and on every reload.
+    private func makePipeline(_ p: ProxyWorker, config: GatewayConfig, authenticator: Authenticator?) -> ProxyPipeline {
+        ProxyPipeline(worker: p.worker, config: config, client: p.client, authenticator: authenticator, statSlots: routeSlots,
+                     shared: shared, services: services, sharedTier: p.tier)
+    }
 
     private static func buildServices(_ config: GatewayConfig, previous: [String: ServiceRuntime]) -> [String: ServiceRuntime] {
         var out: [String: ServiceRuntime] = [:]
@@ -116,14 +119,25 @@ public final class Gateway {
         return Authenticator(config: auth, nonces: nonceStore!)
     }
 
+    /// (Re)starts probes and IP-list refreshes for the current services, on the admin loop.
+    private func restartControlPlane() {
+        let current = Array(services.values)
+        let cp = controlPlane!
+        admin.post { cp.run(current) }
+    }
+
+    // MARK: admin API
+
     var isDraining: Bool { qw_flag_load(drainingFlag) == 1 }
 
+    private var aggregator: StatsAggregator { StatsAggregator(workers: proxyWorkers.map(\.worker.stats), routeSlots: routeSlots) }
+
+    /// `/stats`: the workers' counters summed by `StatsAggregator`, plus the shared stores'
+    /// and the services' figures.
     func statsSnapshot() -> StatsSnapshot {
-        let routes = config.routes.map { ($0.name, routeSlots.slot(for: $0.name)) }
-        // (services are read under the lock below)
-        var s = StatsSnapshot(version: QuickwayVersion.string,
-                              uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
-                              routes: routes, workers: workers.map(\.stats))
+        var s = aggregator.snapshot(version: QuickwayVersion.string,
+                                    uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
+                                    routeNames: config.routes.map(\.name))
         s.cache = shared.cache.figures
         s.cacheMaxBytes = shared.cache.maxBytes
         (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures
@@ -132,6 +146,16 @@ public final class Gateway {
         s.services = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
         lock.unlock()
         return s
+    }
+
+    /// `/metrics`: the snapshot plus per-route duration histograms merged from the workers.
+    func metricsText() -> String {
+        PrometheusText.render(statsSnapshot(), routeHistograms: aggregator.routeHistograms(routeNames: config.routes.map(\.name)))
+    }
+
+    /// `POST /cache/purge` (see `CachePurge`). Admin loop only.
+    func purgeCache(_ what: ResponseCache.Purge, _ done: @escaping (Int, Result<Int, RedisFailure>?) -> Void) {
+        cachePurge.run(what, done)
     }
 
     // MARK: reload
@@ -143,9 +167,9 @@ public final class Gateway {
     }
 
     /// Re-reads the config file. An invalid file changes nothing. A valid one is applied
-    /// to every worker between requests: requests in flight finish on the settings they
-    /// started with, the cache of pooled upstream connections and the nonce store stay.
-    /// Listener addresses, the worker count and `limits` need a restart and are reported.
+    /// to every worker between requests, as far as `ReloadPolicy` allows: requests in
+    /// flight finish on the settings they started with; the cache, pooled upstream
+    /// connections and the nonce store stay.
     public func reload() -> ReloadResult {
         lock.lock()
         defer { lock.unlock() }
@@ -160,127 +184,44 @@ public final class Gateway {
             let e = ConfigError(file: old.sourcePath, issues: [ConfigIssue(path: "", line: nil, message: "\(error)")])
             return .invalid(e)
         }
-        var changes = ConfigDiff.describe(old: old, new: new)
-        var applied = new
-        // Settings bound to sockets and threads stay until a restart.
-        if new.listen != old.listen || new.workers != old.workers || new.admin.listen != old.admin.listen {
-            changes.append("listen, admin.listen and workers changes need a restart (kept: \(old.listen), \(old.workers) worker(s))")
-            // (admin.token_env is not bound to the socket: a new token applies at once.)
-            applied.listen = old.listen; applied.workers = old.workers; applied.admin.listen = old.admin.listen
-        }
-        if new.cache.maxBytes != old.cache.maxBytes || new.cache.maxObjectBytes != old.cache.maxObjectBytes {
-            changes.append("cache.max_bytes and max_object_bytes changes need a restart (the cache is kept)")
-            applied.cache.maxBytes = old.cache.maxBytes; applied.cache.maxObjectBytes = old.cache.maxObjectBytes
-        }
-        if new.log.accessLog != old.log.accessLog {
-            changes.append("log.access_log changes need a restart (SIGUSR1 reopens the current file)")
-            applied.log.accessLog = old.log.accessLog
-        }
-        if new.limits != old.limits {
-            changes.append("limits changes need a restart (kept the running limits)")
-            applied.limits = old.limits
-        }
-        if new.redis != old.redis {
-            changes.append("redis changes need a restart (kept the running Redis settings)")
-            applied.redis = old.redis
-        }
-        if let a = new.auth, let b = old.auth, a.nonceTTLMillis != b.nonceTTLMillis || a.nonceCapacity != b.nonceCapacity {
-            changes.append("auth.nonce_ttl and nonce_capacity changes need a restart (remembered nonces are kept)")
-        }
+        let plan = ReloadPolicy.plan(running: old, loaded: new)
+        let applied = plan.config
         let authenticator = makeAuthenticator(applied)
         services = Self.buildServices(applied, previous: services)
-        let current = Array(services.values)
-        let cp = controlPlane!
-        admin.post { cp.run(current) }
-        for (i, w) in workers.enumerated() {
-            w.install(ProxyPipeline(worker: w, config: applied, client: clients[i], authenticator: authenticator, statSlots: routeSlots,
-                                   shared: shared, services: services, sharedTier: workerTiers[i]))
+        restartControlPlane()
+        for p in proxyWorkers {
+            p.worker.install(makePipeline(p, config: applied, authenticator: authenticator))
         }
         Log.level = applied.log.level
         currentConfig = applied
-        Log.info("reload: applied \(old.sourcePath)" + (changes.isEmpty ? " (no changes)" : ": " + changes.joined(separator: "; ")))
-        return .applied(changes)
-    }
-
-    /// `/metrics`: the snapshot plus per-route duration histograms merged from the workers.
-    func metricsText() -> String {
-        let s = statsSnapshot()
-        let slots = config.routes.map { routeSlots.slot(for: $0.name) }
-        let n = WorkerStats.durationBucketsSeconds.count + 1
-        let histograms: [(buckets: [Int64], sumSeconds: Double)] = slots.map { slot in
-            var counts = [Int64](repeating: 0, count: n)
-            var sum: Int64 = 0
-            guard slot >= 0 else { return (counts, 0) }
-            for w in workers {
-                for b in 0..<n { counts[b] += w.stats.routeCount(slot, slot: 6 + b) }
-                sum += w.stats.routeCount(slot, slot: WorkerStats.sumSlot)
-            }
-            for b in 1..<n { counts[b] += counts[b - 1] }   // cumulative
-            return (counts, Double(sum) / 1e6)
-        }
-        return PrometheusText.render(s, routeHistograms: histograms)
-    }
-
-    /// Removes cache entries (`POST /cache/purge`) from the local tier, then, with a
-    /// shared tier, from Redis, and publishes the purge so every other gateway drops its
-    /// local copies too. Admin loop only; `done` runs there with the local count and the
-    /// Redis outcome (nil without Redis).
-    func purgeCache(_ what: ResponseCache.Purge, _ done: @escaping (Int, Result<Int, RedisFailure>?) -> Void) {
-        let local = shared.cache.purge(what)
-        guard let tier = adminTier, tier.config.cache else { return done(local, nil) }
-        tier.purge(what) { result in
-            guard case .success = result else { return done(local, result) }
-            tier.publishPurge(what) { reply in
-                if let why = reply.failure { done(local, .failure(RedisFailure(message: "the purge was not published to the other gateways: \(why)"))) } else { done(local, result) }
-            }
-        }
+        Log.info("reload: applied \(old.sourcePath)" + (plan.changes.isEmpty ? " (no changes)" : ": " + plan.changes.joined(separator: "; ")))
+        return .applied(plan.changes)
     }
 
     // MARK: lifecycle
 
-    private static func handledSignals() -> sigset_t {
-        var set = sigset_t()
-        sigemptyset(&set)
-        sigaddset(&set, SIGTERM)
-        sigaddset(&set, SIGINT)
-        sigaddset(&set, SIGHUP)
-        sigaddset(&set, SIGUSR1)
-        return set
-    }
-
     /// Serves until SIGTERM or SIGINT, then drains: stops accepting, lets requests in
     /// flight finish (bounded by `limits.drain_timeout`), and returns.
     public func run() {
-        for (w, tier) in zip(workers, workerTiers) {
-            w.start()
-            if let tier { w.post { tier.link.start() } }
+        for p in proxyWorkers {
+            p.worker.start()
+            if let tier = p.tier { p.worker.post { tier.link.start() } }
         }
         admin.start()
         if let tier = adminTier { admin.post { tier.link.start() } }
         if let sub = purgeSubscriber { admin.post { sub.start() } }
-        let current = Array(services.values)
-        let cp = controlPlane!
-        admin.post { cp.run(current) }
+        restartControlPlane()
         logStartup()
-        var set = Self.handledSignals()
-        while true {
-            var sig: Int32 = 0
-            guard sigwait(&set, &sig) == 0 else { continue }
-            if sig == SIGUSR1 {
-                accessLog?.reopen()
-                continue
-            }
-            if sig == SIGHUP {
+        let sig = SignalLoop.waitForStop(
+            reload: {
                 Log.info("SIGHUP: reloading \(config.sourcePath)")
                 _ = reload()
-                continue
-            }
-            Log.info("signal \(sig == SIGTERM ? "SIGTERM" : "SIGINT"): draining (up to \(Units.formatMillis(config.limits.drainTimeoutMillis)))")
-            break
-        }
+            },
+            reopenLogs: { accessLog?.reopen() })
+        Log.info("signal \(sig == SIGTERM ? "SIGTERM" : "SIGINT"): draining (up to \(Units.formatMillis(config.limits.drainTimeoutMillis)))")
         qw_flag_store(drainingFlag, 1)
-        for w in workers { w.requestDrain() }
-        for w in workers { w.join() }
+        for p in proxyWorkers { p.worker.requestDrain() }
+        for p in proxyWorkers { p.worker.join() }
         admin.requestDrain()
         admin.join()
         accessLog?.close()
