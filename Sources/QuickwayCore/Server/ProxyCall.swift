@@ -126,7 +126,7 @@ final class ProxyCall: UpstreamCallDelegate {
                 return
             }
             // A 5xx answer may be replaced by an expired entry too (RFC 5861 stale-if-error).
-            if [500, 502, 503, 504].contains(head.status), serveStale() { return }
+            if UpstreamFailure.isErrorStatus(head.status), serveStale() { return }
             // An answer that varies (upstream `Vary`) records the values this request had.
             var variant: CacheVariant?
             if plan != nil, case .names(let names) = CacheVariant.selector(headerLines: relayLines) {
@@ -152,14 +152,15 @@ final class ProxyCall: UpstreamCallDelegate {
                 }
             }
             if let f = flight { handler.shared.flights.finish(f, decision?.shareable == true ? .response(response) : .goUpstream) }
-        case let .failed(code, message, connectionError):
+        case .failed(let failure):
+            let message = failure.message
             if streaming {
                 Log.warn("request \(exchange.requestIdString): \(message) after the response began; closing the client connection")
                 exchange.abort()
                 return
             }
             // Retry only while someone still wants the answer (the client, or merged waiters).
-            if retriesLeft > 0, connectionError, exchange.connection != nil || flight != nil,
+            if retriesLeft > 0, failure.isConnectionError, exchange.connection != nil || flight != nil,
                let next = service.health.pick(excluding: tried) {
                 retriesLeft -= 1
                 service.health.countRetry()
@@ -168,7 +169,7 @@ final class ProxyCall: UpstreamCallDelegate {
                 return
             }
             if serveStale() { return }
-            fail(code, message)
+            fail(failure.code, message)
         }
     }
 

@@ -38,10 +38,11 @@ protocol UpstreamCallDelegate: AnyObject {
     func upstreamFinished(_ call: UpstreamCall, _ outcome: UpstreamOutcome)
 }
 
+/// How an upstream call ended, whichever client made it.
 enum UpstreamOutcome {
+    /// The whole answer is in (its status may still count as an error:
+    /// `UpstreamFailure.isErrorStatus`).
     case complete
-    /// `connectionError`: the connection failed or broke before an answer (refused,
-    /// reset, closed with nothing received) or timed out; safe to retry for idempotent
-    /// requests.
-    case failed(GatewayErrorCode, String, connectionError: Bool)
+    /// The error code, message and whether a retry is safe come from the failure.
+    case failed(UpstreamFailure)
 }
