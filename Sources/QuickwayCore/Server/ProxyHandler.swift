@@ -302,8 +302,8 @@ final class ProxyHandler: RequestHandler {
             return UpstreamRequest(
                 method: exchange.isHeadRequest && !upstreamHead ? Array("GET".utf8) : Array(raw[head.method]),
                 isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
-                headerLines: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
-                                                          requestId: exchange.requestId, hasBody: hasBody, authKeyId: exchange.authKeyId),
+                headers: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
+                                                      requestId: exchange.requestId, authKeyId: exchange.authKeyId),
                 pathAndQuery: route.config.stripPrefix ? Self.stripped(target, prefixLength: route.config.pathPrefix.utf8.count) : Array(target),
                 idempotent: ProxyCall.isIdempotent(head))
         }

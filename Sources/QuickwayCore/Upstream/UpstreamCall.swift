@@ -6,8 +6,9 @@ struct UpstreamRequest {
     /// Whether the client request had body framing (its body may still be empty).
     var hasBody: Bool
     var body: [UInt8]
-    /// NUL-separated header lines from `UpstreamRequestHeaders.build`.
-    var headerLines: [UInt8]
+    /// Name/value pairs from `UpstreamRequestHeaders.build`; each client frames them
+    /// (and adds its own, such as `Host` and `Content-Length`).
+    var headers: UpstreamHeaders
     /// Path and query to append to the service's URL prefix.
     var pathAndQuery: [UInt8]
     /// Safe to send again if a reused connection fails before any answer (RFC 9110

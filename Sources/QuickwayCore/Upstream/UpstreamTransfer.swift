@@ -91,19 +91,41 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
             }
         }
 
-        // Headers.
-        r.headerLines.withUnsafeBufferPointer { buf in
-            var start = 0
-            let base = UnsafeRawPointer(buf.baseAddress!).assumingMemoryBound(to: CChar.self)
-            for i in 0..<buf.count where buf[i] == 0 {
-                if i > start { headerList = curl_slist_append(headerList, base + start) }
-                start = i + 1
-            }
-        }
+        headerList = Self.headerList(r)
         qw_easy_setopt_ptr(h, CURLOPT_HTTPHEADER, headerList)
         qw_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Int(service.config.connectTimeoutMillis))
         qw_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Int(service.config.responseTimeoutMillis))
         client.add(h)
+    }
+
+    /// The request's header fields as libcurl's header list, which the caller frees
+    /// with `curl_slist_free_all` (curl copies each string; the list must outlive the
+    /// transfer). Each field is `Name: value`, or `Name;` when its value is empty
+    /// (`Name:` alone tells curl to leave a header out). With a body, `Expect:` and, if
+    /// the request has none, `Content-Type:` are added: "Name:" with nothing after it
+    /// tells libcurl not to add its own default (`Expect: 100-continue`, a form
+    /// Content-Type). curl's default `Accept: */*` is left: it means the same as no
+    /// Accept (RFC 9110 12.5.1).
+    static func headerList(_ r: UpstreamRequest) -> UnsafeMutablePointer<curl_slist>? {
+        var list: UnsafeMutablePointer<curl_slist>?
+        var line: [UInt8] = []
+        r.headers.forEach { name, value in
+            line.removeAll(keepingCapacity: true)
+            line.append(contentsOf: name)
+            if value.isEmpty {
+                line.append(UInt8(ascii: ";"))
+            } else {
+                line.append(contentsOf: ": ".utf8)
+                line.append(contentsOf: value)
+            }
+            line.append(0)
+            list = line.withUnsafeBufferPointer { curl_slist_append(list, UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self)) }
+        }
+        if r.hasBody {
+            list = curl_slist_append(list, "Expect:")
+            if !r.headers.contains("content-type") { list = curl_slist_append(list, "Content-Type:") }
+        }
+        return list
     }
 
     /// Stops the call (the client left). The upstream connection is closed by curl if
