@@ -120,10 +120,10 @@ final class FakeCall: UpstreamCall {
 
     var isPaused: Bool { !held.isEmpty }
 
-    func fail(_ code: GatewayErrorCode = .upstreamUnreachable, connectionError: Bool = true) {
+    func fail(_ kind: UpstreamFailure.Kind = .connectFailed) {
         guard let d = delegate else { return }
         delegate = nil
-        d.upstreamFinished(self, .failed(code, "fake failure", connectionError: connectionError))
+        d.upstreamFinished(self, .failed(UpstreamFailure(kind: kind, service: "api", address: ip)))
     }
 }
 

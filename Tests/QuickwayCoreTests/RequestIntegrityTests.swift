@@ -72,7 +72,7 @@ final class RequestTargetNormalizerTests: XCTestCase {
     func testOverridesAndForwardedAreNotForwarded() {
         let h = head("/", host: "API.Example.com", extra: "X-HTTP-Method-Override: DELETE\r\nX-HTTP-Method: PUT\r\nX-Method-Override: PATCH\r\n"
                      + "X-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\nForwarded: for=1.2.3.4\r\nX-Keep: 1\r\n").1!
-        let lines = UpstreamRequestHeaders.lines(head: h, clientAddress: "9.9.9.9", requestId: "r", hasBody: false)
+        let lines = UpstreamRequestHeaders.lines(head: h, clientAddress: "9.9.9.9", requestId: "r")
         XCTAssertEqual(lines.filter { !$0.hasPrefix("X-Forwarded-") && !$0.hasPrefix("X-Request-Id") }, ["X-Keep: 1"])
         XCTAssertTrue(lines.contains("X-Forwarded-Host: api.example.com"), "lower case, as keyed: \(lines)")
     }
@@ -110,7 +110,7 @@ final class RequestTargetNormalizerTests: XCTestCase {
         let kept = head("/", extra: "X_Quickway_Key: app-a\r\n", underscores: true).1!
         XCTAssertEqual(kept.fields.count, 2)
         // Even when forwarded, a name that reads as a gateway-managed header never passes.
-        let lines = UpstreamRequestHeaders.lines(head: kept, clientAddress: "1.2.3.4", requestId: "r", hasBody: false)
+        let lines = UpstreamRequestHeaders.lines(head: kept, clientAddress: "1.2.3.4", requestId: "r")
         XCTAssertFalse(lines.contains { $0.lowercased().hasPrefix("x_quickway_key") }, "\(lines)")
     }
 }

@@ -160,7 +160,8 @@ final class UpstreamRelay: UpstreamCallDelegate {
             }
             finish(.upstream(CachedResponse(status: head.status, reason: head.reason, headerLines: relayLines, body: body,
                                             receivedAt: Clock.wallSeconds(), variant: variant)))
-        case let .failed(code, message, connectionError):
+        case .failed(let failure):
+            let message = failure.message
             if streaming {
                 Log.warn("request \(exchange.requestIdString): \(message) after the response began; closing the client connection")
                 exchange.abort()
@@ -168,7 +169,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
                 return
             }
             // Retry only while someone still wants the answer (the client, or merged waiters).
-            if retriesLeft > 0, connectionError, exchange.isOpen || ctx?.flight != nil,
+            if retriesLeft > 0, failure.isConnectionError, exchange.isOpen || ctx?.flight != nil,
                let next = service.health.pick(excluding: tried) {
                 retriesLeft -= 1
                 service.health.countRetry()
@@ -176,7 +177,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
                 send(to: next)
                 return
             }
-            finish(.failed(code, message))
+            finish(.failed(failure.code, message))
         }
     }
 

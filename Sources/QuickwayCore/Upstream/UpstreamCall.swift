@@ -6,8 +6,9 @@ struct UpstreamRequest {
     /// Whether the client request had body framing (its body may still be empty).
     var hasBody: Bool
     var body: [UInt8]
-    /// NUL-separated header lines from `UpstreamRequestHeaders.build`.
-    var headerLines: [UInt8]
+    /// Name/value pairs from `UpstreamRequestHeaders.build`; each client frames them
+    /// (and adds its own, such as `Host` and `Content-Length`).
+    var headers: UpstreamHeaders
     /// Path and query to append to the service's URL prefix.
     var pathAndQuery: [UInt8]
     /// Safe to send again if a reused connection fails before any answer (RFC 9110
@@ -38,10 +39,11 @@ protocol UpstreamCallDelegate: AnyObject {
     func upstreamFinished(_ call: UpstreamCall, _ outcome: UpstreamOutcome)
 }
 
+/// How an upstream call ended, whichever client made it.
 enum UpstreamOutcome {
+    /// The whole answer is in (its status may still count as an error:
+    /// `UpstreamFailure.isErrorStatus`).
     case complete
-    /// `connectionError`: the connection failed or broke before an answer (refused,
-    /// reset, closed with nothing received) or timed out; safe to retry for idempotent
-    /// requests.
-    case failed(GatewayErrorCode, String, connectionError: Bool)
+    /// The error code, message and whether a retry is safe come from the failure.
+    case failed(UpstreamFailure)
 }

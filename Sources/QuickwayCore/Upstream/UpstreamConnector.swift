@@ -9,19 +9,15 @@ import Glibc
 /// and the easy handle is removed: the socket then belongs to an `UpstreamConnection`.
 ///
 /// Ownership: keeps itself alive (retained `CURLOPT_PRIVATE`) until curl reports the
-/// connect done; `done` runs once, on the loop thread.
+/// connect done; `done` runs once, on the loop thread. A failure is classified by
+/// `UpstreamFailure` like any other.
 final class UpstreamConnector: CurlTask {
-    enum Failure: Error {
-        case unreachable(String)
-        case timedOut(String)
-        case other(String)
-    }
-
     private let client: UpstreamClient
     private var easy: UnsafeMutableRawPointer?
     /// Read by the C close-socket callback: non-zero once the socket is ours.
     private let keepSocket = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
-    private var done: ((Result<Int32, Failure>) -> Void)?
+    private var done: ((Result<Int32, UpstreamFailure.Kind>) -> Void)?
+    private var connectTimeoutMillis: Int64 = 0
     private var retained: Unmanaged<UpstreamConnector>?
     private var url: [UInt8] = []
 
@@ -32,8 +28,9 @@ final class UpstreamConnector: CurlTask {
 
     deinit { keepSocket.deallocate() }
 
-    func start(service: ServiceRuntime, member: UpstreamMember, _ done: @escaping (Result<Int32, Failure>) -> Void) {
+    func start(service: ServiceRuntime, member: UpstreamMember, _ done: @escaping (Result<Int32, UpstreamFailure.Kind>) -> Void) {
         self.done = done
+        connectTimeoutMillis = service.config.connectTimeoutMillis
         let h = UpstreamClient.newEasyHandle()
         easy = h
         let me = Unmanaged.passRetained(self)
@@ -43,7 +40,7 @@ final class UpstreamConnector: CurlTask {
         url = service.urlPrefix + Array("/".utf8) + [0]
         url.withUnsafeBufferPointer { qw_easy_setopt_ptr(h, CURLOPT_URL, $0.baseAddress) }
         qw_easy_setopt_ptr(h, CURLOPT_CONNECT_TO, member.connectTo)
-        qw_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Int(service.config.connectTimeoutMillis))
+        qw_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Int(connectTimeoutMillis))
         _ = qw_easy_keep_socket_when_flagged(h, keepSocket)
         client.add(h)
     }
@@ -51,7 +48,7 @@ final class UpstreamConnector: CurlTask {
     override func finished(_ code: CURLcode) {
         guard let h = easy else { return }
         easy = nil
-        var result: Result<Int32, Failure>
+        var result: Result<Int32, UpstreamFailure.Kind>
         if code == CURLE_OK {
             var socket = -1
             qw_easy_getinfo_long(h, CURLINFO_LASTSOCKET, &socket)
@@ -61,12 +58,11 @@ final class UpstreamConnector: CurlTask {
             } else {
                 result = .failure(.other("libcurl connected but gave no socket"))
             }
-        } else if code == CURLE_OPERATION_TIMEDOUT {
-            result = .failure(.timedOut(String(cString: curl_easy_strerror(code))))
-        } else if code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST {
-            result = .failure(.unreachable(String(cString: curl_easy_strerror(code))))
         } else {
-            result = .failure(.other(String(cString: curl_easy_strerror(code))))
+            // Nothing of the request is sent here: a timeout is the connect's.
+            let kind = UpstreamFailure.kind(curl: code, requestSent: false, headComplete: false,
+                                            connectTimeoutMillis: connectTimeoutMillis, responseTimeoutMillis: connectTimeoutMillis)
+            result = .failure(kind ?? .other("libcurl reported no connection"))
         }
         // Removing a CONNECT_ONLY handle closes its connection: with keepSocket set, the
         // close-socket callback leaves the socket open for us.

@@ -44,9 +44,7 @@ final class UpstreamHTTPCall: UpstreamCall {
     private var done = false
     private var timer: LoopTimer?
     private var retainedSelf: Unmanaged<UpstreamHTTPCall>?
-    private var startNanos: UInt64 = 0
-    private var headMillis: Double?
-    private var reported = false
+    private var health: UpstreamHealthReport
 
     static let maxHeadBytes = 64 * 1024
 
@@ -54,25 +52,20 @@ final class UpstreamHTTPCall: UpstreamCall {
         self.client = client
         self.service = service
         self.member = member
+        health = UpstreamHealthReport(health: service.health, member: member)
     }
-
-    private var name: String { service.config.name }
 
     func start(_ r: UpstreamRequest, delegate: UpstreamCallDelegate) {
         self.delegate = delegate
         retainedSelf = Unmanaged.passRetained(self)
-        startNanos = Clock.monotonicNanos()
+        health.start()
         isHeadRequest = r.isHead
         idempotent = r.idempotent
         requestBytes = Self.requestBytes(r, authority: service.authority)
         let timeout = service.config.responseTimeoutMillis
         timer = LoopTimer(base: client.base, afterMillis: timeout) { [unowned self] in
             self.timer = nil
-            if self.connection == nil {
-                self.fail(.upstreamUnreachable, "\(self.name) did not accept a connection at \(self.member.ip) within \(Units.formatMillis(timeout))", connectionError: true)
-            } else {
-                self.fail(.upstreamTimeout, "\(self.name) did not answer within \(Units.formatMillis(timeout))", connectionError: true)
-            }
+            self.fail(self.connection == nil ? .connectTimedOut(millis: timeout) : .responseTimedOut(millis: timeout))
         }
         // A request that cannot be sent twice only goes on a pooled connection that is
         // still open and silent now (one peek), since a failure on it cannot be retried.
@@ -84,35 +77,41 @@ final class UpstreamHTTPCall: UpstreamCall {
         }
     }
 
-    /// `METHOD target HTTP/1.1`, `Host`, the forwarded header lines, `Content-Length`
-    /// for a body, then the body.
+    /// `METHOD target HTTP/1.1`, `Host`, each header field as a `Name: value` line,
+    /// `Content-Length` for a body, then the body (RFC 9112 sections 3 and 5). Every
+    /// plain-HTTP call makes one, so it is sized first and filled with plain copies
+    /// (`Array.append(contentsOf:)` costs tens of instructions a call, at ~30 calls).
     static func requestBytes(_ r: UpstreamRequest, authority: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(r.headerLines.count + r.pathAndQuery.count + r.body.count + 96)
-        out.append(contentsOf: r.isHead ? Array("HEAD".utf8) : r.method)
-        out.append(0x20)
-        out.append(contentsOf: r.pathAndQuery)
-        out.append(contentsOf: " HTTP/1.1\r\nHost: ".utf8)
-        out.append(contentsOf: authority)
-        out.append(contentsOf: [0x0D, 0x0A])
-        var start = 0
-        let lines = r.headerLines
-        for i in 0..<lines.count where lines[i] == 0 {
-            // "Name:" with nothing after it is a libcurl directive (suppress a default
-            // header); this client adds no defaults, so it is skipped.
-            if i > start && lines[i - 1] != UInt8(ascii: ":") {
-                out.append(contentsOf: lines[start..<i])
-                out.append(contentsOf: [0x0D, 0x0A])
+        let method = r.isHead ? Array("HEAD".utf8) : r.method
+        let sendsBody = r.hasBody && !r.isHead
+        let length: [UInt8] = sendsBody ? Array(String(r.body.count).utf8) : []
+        let size = method.count + 1 + r.pathAndQuery.count + 17 + authority.count + 2
+            + r.headers.bytes.count + 4 * r.headers.count
+            + (sendsBody ? 16 + length.count + 2 + r.body.count : 0) + 2
+        var out = [UInt8](repeating: 0, count: size)
+        out.withUnsafeMutableBytes { buffer in
+            var w = RequestWriter(buffer)
+            method.withUnsafeBytes { w.put($0) }
+            w.put(" ")
+            r.pathAndQuery.withUnsafeBytes { w.put($0) }
+            w.put(" HTTP/1.1\r\nHost: ")
+            authority.withUnsafeBytes { w.put($0) }
+            w.put("\r\n")
+            r.headers.forEach { name, value in
+                w.put(name)
+                w.put(": ")
+                w.put(value)
+                w.put("\r\n")
             }
-            start = i + 1
+            if sendsBody {
+                w.put("Content-Length: ")
+                length.withUnsafeBytes { w.put($0) }
+                w.put("\r\n")
+            }
+            w.put("\r\n")
+            if sendsBody { r.body.withUnsafeBytes { w.put($0) } }
+            precondition(w.at == size)
         }
-        if r.hasBody && !r.isHead {
-            out.append(contentsOf: "Content-Length: ".utf8)
-            out.append(contentsOf: String(r.body.count).utf8)
-            out.append(contentsOf: [0x0D, 0x0A])
-        }
-        out.append(contentsOf: [0x0D, 0x0A])
-        if r.hasBody && !r.isHead { out.append(contentsOf: r.body) }
         return out
     }
 
@@ -126,16 +125,8 @@ final class UpstreamHTTPCall: UpstreamCall {
                 // The call may have ended meanwhile (cancelled, timed out): the fresh
                 // connection is still good for the next one.
                 if done { client.pool.put(c) } else { send(on: c) }
-            case .failure(let f):
-                guard !done else { return }
-                switch f {
-                case .unreachable:
-                    fail(.upstreamUnreachable, "\(name) could not be connected at \(member.ip)", connectionError: true)
-                case .timedOut:
-                    fail(.upstreamUnreachable, "\(name) did not accept a connection at \(member.ip) within \(Units.formatMillis(service.config.connectTimeoutMillis))", connectionError: true)
-                case .other(let text):
-                    fail(.upstreamBadResponse, "\(name) at \(member.ip): \(text)", connectionError: false)
-                }
+            case .failure(let kind):
+                if !done { fail(kind) }
             }
         }
     }
@@ -149,7 +140,7 @@ final class UpstreamHTTPCall: UpstreamCall {
 
     func cancel() {
         guard !done else { return }
-        report(error: false)  // the client left: not the upstream's fault
+        health.cancelled()
         delegate = nil
         finish(reuse: false)
     }
@@ -233,8 +224,8 @@ final class UpstreamHTTPCall: UpstreamCall {
             head = h
             expectStatusLine = expect
             headBytes = seen
-            if seen > Self.maxHeadBytes { return badResponse("sent a response head over \(Self.maxHeadBytes / 1024) KiB") }
-            if let failure { return badResponse(failure) }
+            if seen > Self.maxHeadBytes { return fail(.headTooLarge(bytes: Self.maxHeadBytes)) }
+            if let failure { return fail(.malformed(failure)) }
             guard finished else { return }
             headComplete()
             if done { return }
@@ -268,8 +259,8 @@ final class UpstreamHTTPCall: UpstreamCall {
     }
 
     private func headComplete() {
-        headMillis = Double(Clock.monotonicNanos() &- startNanos) / 1e6
-        if head.framingError { return badResponse("sent conflicting or invalid Content-Length headers") }
+        health.headReceived()
+        if head.framingError { return fail(.malformed("sent conflicting or invalid Content-Length headers")) }
         if isHeadRequest || head.status == 204 || head.status == 304 {
             decoder = HTTPBodyDecoder(framing: .none, maxBodyBytes: 0)
         } else if head.isChunked {
@@ -296,7 +287,7 @@ final class UpstreamHTTPCall: UpstreamCall {
                 used = try d.decode(UnsafeRawBufferPointer(rebasing: input[i...]), into: &decoded)
             } catch {
                 decoder = d
-                return badResponse("sent a malformed chunked body")
+                return fail(.malformed("sent a malformed chunked body"))
             }
             decoder = d
             i += used
@@ -343,21 +334,17 @@ final class UpstreamHTTPCall: UpstreamCall {
         }
         let how = error.map { String(cString: strerror($0)) } ?? "closed the connection"
         if !head.isComplete {
-            fail(.upstreamBadResponse, "\(name) at \(member.ip): \(receivedAny ? "the response head was cut short (\(how))" : "no answer (\(how))")", connectionError: true)
+            fail(.closedBeforeHead(receivedAny ? "the response head was cut short (\(how))" : "no answer (\(how))"))
         } else {
-            fail(.upstreamBadResponse, "\(name) at \(member.ip): the response body was cut short (\(how))", connectionError: false)
+            fail(.closedInBody("the response body was cut short (\(how))"))
         }
     }
 
     // MARK: ending
 
-    private func badResponse(_ why: String) {
-        fail(.upstreamBadResponse, "\(name) at \(member.ip) \(why)", connectionError: false)
-    }
-
     private func complete(reusable: Bool = true) {
         guard !done else { return }
-        report(error: [500, 502, 503, 504].contains(head.status))
+        health.ended(.complete, status: head.status)
         let d = delegate
         delegate = nil
         // Never after HEAD: servers that write a body after a HEAD answer anyway (common
@@ -367,22 +354,14 @@ final class UpstreamHTTPCall: UpstreamCall {
         d?.upstreamFinished(self, .complete)
     }
 
-    private func fail(_ code: GatewayErrorCode, _ message: String, connectionError: Bool) {
+    private func fail(_ kind: UpstreamFailure.Kind) {
         guard !done else { return }
-        report(error: true)
+        let outcome = UpstreamOutcome.failed(UpstreamFailure(kind: kind, service: service.config.name, address: member.ip))
+        health.ended(outcome, status: head.status)
         let d = delegate
         delegate = nil
         finish(reuse: false)
-        d?.upstreamFinished(self, .failed(code, message, connectionError: connectionError))
-    }
-
-    /// Feeds the outcome to the service's health once: latency to the head (or to the
-    /// end) and whether it was an error.
-    private func report(error: Bool) {
-        guard !reported else { return }
-        reported = true
-        let latency = headMillis ?? Double(Clock.monotonicNanos() &- startNanos) / 1e6
-        service.health.requestFinished(member, latencyMillis: latency, error: error)
+        d?.upstreamFinished(self, outcome)
     }
 
     private func finish(reuse: Bool) {
@@ -400,4 +379,23 @@ final class UpstreamHTTPCall: UpstreamCall {
         retainedSelf = nil
         me?.release()
     }
+}
+
+/// Copies bytes into a buffer sized beforehand (`UpstreamHTTPCall.requestBytes`). A
+/// value passed `inout`, not a variable captured by a local function: that would be
+/// checked for exclusive access at run time on every copy.
+private struct RequestWriter {
+    private let buffer: UnsafeMutableRawBufferPointer
+    private(set) var at = 0
+
+    init(_ buffer: UnsafeMutableRawBufferPointer) { self.buffer = buffer }
+
+    mutating func put(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count > 0 else { return }  // an empty value may have no address
+        precondition(at + bytes.count <= buffer.count)
+        (buffer.baseAddress! + at).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        at += bytes.count
+    }
+
+    mutating func put(_ s: StaticString) { put(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)) }
 }

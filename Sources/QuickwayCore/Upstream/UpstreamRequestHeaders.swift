@@ -11,68 +11,41 @@
 /// Also dropped: method and URL overrides (`X-HTTP-Method-Override`, `X-HTTP-Method`,
 /// `X-Method-Override`, `X-Original-URL`, `X-Rewrite-URL`), which would make a backend act
 /// on another request than the one routed and verified, and the client's `Forwarded`.
-public enum UpstreamRequestHeaders {
-    /// Lines (`Name: value`, no line end) each followed by a NUL, ready for `curl_slist_append`.
+enum UpstreamRequestHeaders {
+    /// The header fields to send, as name/value pairs (framing is each client's own).
     /// `authKeyId`: the key of a verified signature; its Authorization header is then
     /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
-    public static func build(head: HTTPRequestHead, clientAddress: String, requestId: [UInt8], hasBody: Bool,
-                             authKeyId: String? = nil) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(head.bytes.count + 128)
+    static func build(head: HTTPRequestHead, clientAddress: String, requestId: [UInt8],
+                      authKeyId: String? = nil) -> UpstreamHeaders {
+        var out = UpstreamHeaders(byteCapacity: head.bytes.count + 128, fieldCapacity: head.fields.count + 5)
         head.withBytes { raw in
             var forwardedFor: Range<Int>?
-            var sawContentType = false
             for f in head.fields {
                 let n = f.name
                 if isDropped(raw, n) || named(raw, n, "x-quickway-key") { continue }
                 if authKeyId != nil && named(raw, n, "authorization") { continue }
                 if named(raw, n, "x-forwarded-for") { forwardedFor = forwardedFor ?? f.value; continue }
-                if HTTPSyntax.equalsLowercase(raw, n, "content-type") { sawContentType = true }
-                out.append(contentsOf: raw[n])
-                out.append(contentsOf: [UInt8(ascii: ":"), 0x20])
-                out.append(contentsOf: raw[f.value])
-                out.append(0)
+                out.add(name: raw[n], value: raw[f.value])
             }
-            out.append(contentsOf: "X-Forwarded-For: ".utf8)
-            if let ff = forwardedFor, !ff.isEmpty {
-                out.append(contentsOf: raw[ff])
-                out.append(contentsOf: ", ".utf8)
+            out.add(name: "X-Forwarded-For") { v in
+                if let ff = forwardedFor, !ff.isEmpty {
+                    v.append(contentsOf: raw[ff])
+                    v.append(contentsOf: ", ".utf8)
+                }
+                v.append(contentsOf: clientAddress.utf8)
             }
-            out.append(contentsOf: clientAddress.utf8)
-            out.append(0)
-            out.append(contentsOf: "X-Forwarded-Proto: http".utf8)
-            out.append(0)
+            out.add(name: "X-Forwarded-Proto", value: "http".utf8)
             if let h = head.hostField {
                 // Lower case, as the cache key reads it: a backend that told `EXAMPLE.com`
                 // from `example.com` could otherwise store its answer for the other.
-                out.append(contentsOf: "X-Forwarded-Host: ".utf8)
-                for b in raw[head.fields[h].value] { out.append(HTTPSyntax.lower(b)) }
-                out.append(0)
+                out.add(name: "X-Forwarded-Host") { v in
+                    for b in raw[head.fields[h].value] { v.append(HTTPSyntax.lower(b)) }
+                }
             }
-            out.append(contentsOf: "X-Request-Id: ".utf8)
-            out.append(contentsOf: requestId)
-            out.append(0)
-            if let authKeyId {
-                out.append(contentsOf: "X-Quickway-Key: ".utf8)
-                out.append(contentsOf: authKeyId.utf8)
-                out.append(0)
-            }
-            // "Name:" with nothing after it tells libcurl not to add its own default
-            // (it would add `Expect: 100-continue` and a form Content-Type to bodies).
-            // curl's default `Accept: */*` is left: it means the same as no Accept.
-            if hasBody {
-                out.append(contentsOf: "Expect:".utf8)
-                out.append(0)
-                if !sawContentType { out.append(contentsOf: "Content-Type:".utf8); out.append(0) }
-            }
+            out.add(name: "X-Request-Id", value: requestId)
+            if let authKeyId { out.add(name: "X-Quickway-Key", value: authKeyId.utf8) }
         }
         return out
-    }
-
-    /// The same lines as strings (for tests and debugging).
-    public static func lines(head: HTTPRequestHead, clientAddress: String, requestId: String, hasBody: Bool, authKeyId: String? = nil) -> [String] {
-        build(head: head, clientAddress: clientAddress, requestId: Array(requestId.utf8), hasBody: hasBody, authKeyId: authKeyId)
-            .split(separator: 0, omittingEmptySubsequences: true).map { String(decoding: $0, as: UTF8.self) }
     }
 
     static func isDropped(_ raw: UnsafeRawBufferPointer, _ n: Range<Int>) -> Bool {

@@ -24,11 +24,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     private(set) var head = UpstreamResponseHead()
     let member: UpstreamMember
     private var retainedSelf: Unmanaged<UpstreamTransfer>?
-    private var startNanos: UInt64 = 0
-    /// Time to the response head, once it is in.
-    private var headMillis: Double?
-    /// Set once the outcome has been reported to the service's health.
-    private var reported = false
+    private var health: UpstreamHealthReport
     /// Cancelled or finished: the delegate is gone, callbacks tell curl to abort, and all
     /// that is left is taking the handle off the multi handle.
     fileprivate private(set) var isEnded = false
@@ -37,6 +33,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         self.client = client
         self.service = service
         self.member = member
+        health = UpstreamHealthReport(health: service.health, member: member)
     }
 
     var upstreamAddress: String { member.ip }
@@ -54,7 +51,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         qw_easy_setopt_ptr(h, CURLOPT_WRITEDATA, ptr)
 
         // URL: service prefix + path and query, NUL-terminated (curl copies it).
-        startNanos = Clock.monotonicNanos()
+        health.start()
         var url = service.urlPrefix
         url.append(contentsOf: r.pathAndQuery)
         url.append(0)
@@ -94,26 +91,48 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
             }
         }
 
-        // Headers.
-        r.headerLines.withUnsafeBufferPointer { buf in
-            var start = 0
-            let base = UnsafeRawPointer(buf.baseAddress!).assumingMemoryBound(to: CChar.self)
-            for i in 0..<buf.count where buf[i] == 0 {
-                if i > start { headerList = curl_slist_append(headerList, base + start) }
-                start = i + 1
-            }
-        }
+        headerList = Self.headerList(r)
         qw_easy_setopt_ptr(h, CURLOPT_HTTPHEADER, headerList)
         qw_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Int(service.config.connectTimeoutMillis))
         qw_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Int(service.config.responseTimeoutMillis))
         client.add(h)
     }
 
+    /// The request's header fields as libcurl's header list, which the caller frees
+    /// with `curl_slist_free_all` (curl copies each string; the list must outlive the
+    /// transfer). Each field is `Name: value`, or `Name;` when its value is empty
+    /// (`Name:` alone tells curl to leave a header out). With a body, `Expect:` and, if
+    /// the request has none, `Content-Type:` are added: "Name:" with nothing after it
+    /// tells libcurl not to add its own default (`Expect: 100-continue`, a form
+    /// Content-Type). curl's default `Accept: */*` is left: it means the same as no
+    /// Accept (RFC 9110 12.5.1).
+    static func headerList(_ r: UpstreamRequest) -> UnsafeMutablePointer<curl_slist>? {
+        var list: UnsafeMutablePointer<curl_slist>?
+        var line: [UInt8] = []
+        r.headers.forEach { name, value in
+            line.removeAll(keepingCapacity: true)
+            line.append(contentsOf: name)
+            if value.isEmpty {
+                line.append(UInt8(ascii: ";"))
+            } else {
+                line.append(contentsOf: ": ".utf8)
+                line.append(contentsOf: value)
+            }
+            line.append(0)
+            list = line.withUnsafeBufferPointer { curl_slist_append(list, UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self)) }
+        }
+        if r.hasBody {
+            list = curl_slist_append(list, "Expect:")
+            if !r.headers.contains("content-type") { list = curl_slist_append(list, "Content-Type:") }
+        }
+        return list
+    }
+
     /// Stops the call (the client left). The upstream connection is closed by curl if
     /// the response was not complete. The delegate is not called again.
     func cancel() {
         guard easy != nil, !isEnded else { return }
-        report(error: false)  // the client left: not the upstream's fault
+        health.cancelled()
         delegate = nil
         isEnded = true
         // Inside a curl callback the handle cannot be removed: wait until curl returns.
@@ -136,18 +155,9 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
 
     fileprivate func headerLine(_ bytes: UnsafeRawBufferPointer) {
         if head.feed(bytes) {
-            headMillis = Double(Clock.monotonicNanos() &- startNanos) / 1e6
+            health.headReceived()
             delegate?.upstreamHeadReceived(self)
         }
-    }
-
-    /// Feeds the outcome to the service's health once: latency to the head (or to the
-    /// failure) and whether it was an error (connection failure, timeout, 5xx).
-    private func report(error: Bool) {
-        guard !reported else { return }
-        reported = true
-        let latency = headMillis ?? Double(Clock.monotonicNanos() &- startNanos) / 1e6
-        service.health.requestFinished(member, latencyMillis: latency, error: error)
     }
 
     fileprivate func bodyData(_ bytes: UnsafeRawBufferPointer) -> Bool {
@@ -171,7 +181,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         guard let h = easy else { return }
         if isEnded { detach(); return }
         let outcome = outcome(of: code, handle: h)
-        if case .failed = outcome { report(error: true) } else { report(error: [500, 502, 503, 504].contains(head.status)) }
+        health.ended(outcome, status: head.status)
         let d = delegate
         delegate = nil
         isEnded = true
@@ -180,29 +190,15 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         d?.upstreamFinished(self, outcome)
     }
 
+    /// How the transfer ended, classified like any upstream failure. Whether any of the
+    /// request went out tells a connect timeout from a response timeout.
     private func outcome(of code: CURLcode, handle h: UnsafeMutableRawPointer) -> UpstreamOutcome {
-        let name = service.config.name
-        switch code {
-        case CURLE_OK:
-            return head.isComplete ? .complete : .failed(.upstreamBadResponse, "\(name) sent no valid response head", connectionError: false)
-        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST:
-            return .failed(.upstreamUnreachable, "\(name) could not be connected at \(upstreamAddress)", connectionError: true)
-        case CURLE_OPERATION_TIMEDOUT:
-            // Nothing sent means no connection was made (a reused one has no connect
-            // time, so that cannot tell).
-            var requestBytes = 0
-            qw_easy_getinfo_long(h, CURLINFO_REQUEST_SIZE, &requestBytes)
-            if requestBytes == 0 {
-                return .failed(.upstreamUnreachable, "\(name) did not accept a connection at \(upstreamAddress) within \(Units.formatMillis(service.config.connectTimeoutMillis))", connectionError: true)
-            }
-            return .failed(.upstreamTimeout, "\(name) did not answer within \(Units.formatMillis(service.config.responseTimeoutMillis))", connectionError: true)
-        case CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR:
-            let text = String(cString: curl_easy_strerror(code))
-            return .failed(.upstreamBadResponse, "\(name) at \(upstreamAddress): \(text)", connectionError: !head.isComplete)
-        default:
-            let text = String(cString: curl_easy_strerror(code))
-            return .failed(.upstreamBadResponse, "\(name) at \(upstreamAddress): \(text)", connectionError: false)
-        }
+        var requestBytes = 0
+        qw_easy_getinfo_long(h, CURLINFO_REQUEST_SIZE, &requestBytes)
+        guard let kind = UpstreamFailure.kind(curl: code, requestSent: requestBytes > 0, headComplete: head.isComplete,
+                                              connectTimeoutMillis: service.config.connectTimeoutMillis,
+                                              responseTimeoutMillis: service.config.responseTimeoutMillis) else { return .complete }
+        return .failed(UpstreamFailure(kind: kind, service: service.config.name, address: upstreamAddress))
     }
 
     private func release(_ h: UnsafeMutableRawPointer) {

@@ -27,8 +27,8 @@ final class ForwardStage: RequestStage {
             return UpstreamRequest(
                 method: exchange.isHeadRequest && !upstreamHead ? Array("GET".utf8) : Array(raw[head.method]),
                 isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
-                headerLines: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
-                                                          requestId: exchange.requestId, hasBody: hasBody, authKeyId: exchange.authKeyId),
+                headers: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
+                                                      requestId: exchange.requestId, authKeyId: exchange.authKeyId),
                 pathAndQuery: route.stripPrefix ? Self.stripped(target, prefixLength: route.pathPrefix.utf8.count) : Array(target),
                 idempotent: UpstreamRelay.isIdempotent(head))
         }

@@ -13,7 +13,7 @@ final class StaleIfErrorStage: AnswerStage {
     func see(_ ctx: ProxyContext, _ answer: inout ProxyAnswer) {
         switch answer {
         case .failed: break
-        case .upstream(let r) where [500, 502, 503, 504].contains(r.status): break
+        case .upstream(let r) where UpstreamFailure.isErrorStatus(r.status): break
         default: return
         }
         guard let plan = ctx.plan, staleMillis > 0,

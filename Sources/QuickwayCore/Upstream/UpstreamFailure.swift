@@ -1,0 +1,102 @@
+import CCurl
+
+/// Why an upstream call failed, and what that means for the client and for a retry: the
+/// one classification both clients (`UpstreamHTTPCall`, `UpstreamTransfer`) and the
+/// connector report through, so the gateway error code, the message and the retry rule
+/// cannot drift between them.
+///
+/// A *connection error* (`isConnectionError`) is a failure before any answer: no
+/// connection, a connection that closed or broke before the response head was complete,
+/// or a timeout. Only those may be retried on another IP (and only for idempotent
+/// requests: `ProxyCall`). A failure after the head, a malformed answer or a TLS failure
+/// is not retried.
+struct UpstreamFailure: Error {
+    enum Kind: Error, Equatable {
+        /// No connection could be made (refused, unreachable, unresolvable).
+        case connectFailed
+        /// No connection within `millis`.
+        case connectTimedOut(millis: Int64)
+        /// Connected, but the whole answer did not come within `millis`.
+        case responseTimedOut(millis: Int64)
+        /// The connection closed, was reset or failed before the response head was
+        /// complete (`detail` says how).
+        case closedBeforeHead(String)
+        /// The connection closed, was reset or failed after the head, in the body.
+        case closedInBody(String)
+        /// A response head over `bytes`.
+        case headTooLarge(bytes: Int)
+        /// An answer that is not valid HTTP/1.x; `what` reads after "<service> at <ip>",
+        /// e.g. "sent an invalid status line".
+        case malformed(String)
+        /// The TLS handshake or the certificate check failed.
+        case tls(String)
+        /// Anything else libcurl reports.
+        case other(String)
+    }
+
+    let kind: Kind
+    /// The service's name and the IP called, for the message.
+    let service: String
+    let address: String
+
+    /// The code of the gateway's error response (`spec/admin-and-errors.md`).
+    var code: GatewayErrorCode {
+        switch kind {
+        case .connectFailed, .connectTimedOut: return .upstreamUnreachable
+        case .responseTimedOut: return .upstreamTimeout
+        case .closedBeforeHead, .closedInBody, .headTooLarge, .malformed, .tls, .other: return .upstreamBadResponse
+        }
+    }
+
+    /// Failed before any answer: safe to send again for an idempotent request.
+    var isConnectionError: Bool {
+        switch kind {
+        case .connectFailed, .connectTimedOut, .responseTimedOut, .closedBeforeHead: return true
+        case .closedInBody, .headTooLarge, .malformed, .tls, .other: return false
+        }
+    }
+
+    /// The message of the error response and the log line.
+    var message: String {
+        switch kind {
+        case .connectFailed: return "\(service) could not be connected at \(address)"
+        case .connectTimedOut(let ms): return "\(service) did not accept a connection at \(address) within \(Units.formatMillis(ms))"
+        case .responseTimedOut(let ms): return "\(service) did not answer within \(Units.formatMillis(ms))"
+        case .headTooLarge(let bytes): return "\(service) at \(address) sent a response head over \(bytes / 1024) KiB"
+        case .malformed(let what): return "\(service) at \(address) \(what)"
+        case .closedBeforeHead(let detail), .closedInBody(let detail), .tls(let detail), .other(let detail):
+            return "\(service) at \(address): \(detail)"
+        }
+    }
+
+    /// Whether an answer with this status counts as an upstream error, for the IP's
+    /// error rate and for `stale_if_error`: 500, 502, 503 and 504, the statuses RFC 5861
+    /// section 4 names. Others (501, 505, ...) are about the request, not the upstream.
+    static func isErrorStatus(_ status: Int) -> Bool {
+        status == 500 || status == 502 || status == 503 || status == 504
+    }
+
+    /// What a libcurl result means, or nil for a complete answer. `requestSent`: bytes of
+    /// the request went out (a timeout before that was in the connect; a reused
+    /// connection has no connect time, so that cannot tell). `headComplete`: the response
+    /// head was in.
+    static func kind(curl code: CURLcode, requestSent: Bool, headComplete: Bool,
+                     connectTimeoutMillis: Int64, responseTimeoutMillis: Int64) -> Kind? {
+        switch code {
+        case CURLE_OK:
+            return headComplete ? nil : .malformed("sent no valid response head")
+        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST:
+            return .connectFailed
+        case CURLE_OPERATION_TIMEDOUT:
+            return requestSent ? .responseTimedOut(millis: responseTimeoutMillis) : .connectTimedOut(millis: connectTimeoutMillis)
+        case CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR:
+            let text = String(cString: curl_easy_strerror(code))
+            return headComplete ? .closedInBody(text) : .closedBeforeHead(text)
+        case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
+             CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS:
+            return .tls(String(cString: curl_easy_strerror(code)))
+        default:
+            return .other(String(cString: curl_easy_strerror(code)))
+        }
+    }
+}
