@@ -18,9 +18,16 @@ final class HTTP1ConnectionTests: XCTestCase {
         func handle(_ exchange: Exchange) {
             exchanges.append(exchange)
             let path = exchange.head.string(exchange.head.path)
-            exchange.whenCancelled { [unowned self] in self.cancelled.append(path) }
+            exchange.setOwner(Owner { [unowned self] in self.cancelled.append(path) })
             if answerAtOnce { exchange.respond(status: 200, contentType: "text/plain", body: Array(path.utf8)) }
         }
+    }
+
+    /// Tells the test that the client left.
+    final class Owner: ExchangeOwner {
+        let left: () -> Void
+        init(_ left: @escaping () -> Void) { self.left = left }
+        func clientLeft() { left() }
     }
 
     private var loop: LoopHarness!

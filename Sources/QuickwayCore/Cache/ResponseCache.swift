@@ -42,7 +42,7 @@ public final class ResponseCache: @unchecked Sendable {
     public static let entryOverhead = 256
 
     final class Node {
-        let key: [UInt8]
+        let key: HashedKey
         let response: CachedResponse
         let expiresAt: Int64
         let size: Int
@@ -50,15 +50,15 @@ public final class ResponseCache: @unchecked Sendable {
         /// the map), so `prev` must not form a cycle with it.
         unowned(unsafe) var prev: Node?
         var next: Node?
-        init(key: [UInt8], response: CachedResponse, expiresAt: Int64) {
+        init(key: HashedKey, response: CachedResponse, expiresAt: Int64) {
             self.key = key; self.response = response; self.expiresAt = expiresAt
-            size = key.count + response.size + ResponseCache.entryOverhead
+            size = key.bytes.count + response.size + ResponseCache.entryOverhead
         }
     }
 
     final class Shard {
         let lock = NSLock()
-        var map: [[UInt8]: Node] = [:]
+        var map: [HashedKey: Node] = [:]
         var head: Node?   // most recently used
         var tail: Node?   // least recently used
         var bytes = 0
@@ -117,10 +117,8 @@ public final class ResponseCache: @unchecked Sendable {
         shardBudget = max(1, maxBytes / shardCount)
     }
 
-    private func shard(_ key: [UInt8]) -> Shard {
-        var h = Hasher()
-        h.combine(key)
-        return shards[Int(UInt(bitPattern: h.finalize()) % UInt(shards.count))]
+    private func shard(_ key: HashedKey) -> Shard {
+        shards[Int(UInt(bitPattern: key.hash) % UInt(shards.count))]
     }
 
     public struct Hit {
@@ -131,6 +129,7 @@ public final class ResponseCache: @unchecked Sendable {
     /// The entry for `key`, fresh or (for stale-if-error) expired but still held no
     /// longer than `staleMillis` past its expiry. Counts a hit or a miss.
     public func lookup(_ key: [UInt8], nowMillis: Int64, staleMillis: Int64 = 0, countAsMiss: Bool = true) -> Hit? {
+        let key = HashedKey(key)
         let s = shard(key)
         s.lock.lock()
         defer { s.lock.unlock() }
@@ -152,6 +151,7 @@ public final class ResponseCache: @unchecked Sendable {
     /// An expired entry usable for stale-if-error (no counting).
     public func stale(_ key: [UInt8], nowMillis: Int64, staleMillis: Int64) -> CachedResponse? {
         guard staleMillis > 0 else { return nil }
+        let key = HashedKey(key)
         let s = shard(key)
         s.lock.lock()
         defer { s.lock.unlock() }
@@ -163,6 +163,7 @@ public final class ResponseCache: @unchecked Sendable {
     /// Objects over `max_object_bytes` or over a shard's share of the budget are refused.
     @discardableResult
     public func store(_ key: [UInt8], _ response: CachedResponse, ttlMillis: Int64, nowMillis: Int64) -> Bool {
+        let key = HashedKey(key)
         let node = Node(key: key, response: response, expiresAt: nowMillis + ttlMillis)
         guard response.body.count <= maxObjectBytes, node.size <= shardBudget else { return false }
         let s = shard(key)
@@ -190,15 +191,16 @@ public final class ResponseCache: @unchecked Sendable {
     /// Removes entries; returns how many went.
     public func purge(_ what: Purge) -> Int {
         var removed = 0
+        let keyToRemove: HashedKey? = if case .key(let k) = what { HashedKey(k) } else { nil }
         for s in shards {
             s.lock.lock()
             switch what {
             case .all:
                 removed += s.removeAll()
-            case .key(let k):
-                if let n = s.map[k] { s.remove(n); removed += 1 }
+            case .key:
+                if let k = keyToRemove, let n = s.map[k] { s.remove(n); removed += 1 }
             case .prefix(let p):
-                for n in Array(s.map.values) where CacheKey.path(ofKey: n.key).starts(with: p) {
+                for n in Array(s.map.values) where CacheKey.path(ofKey: n.key.bytes).starts(with: p) {
                     s.remove(n)
                     removed += 1
                 }
@@ -223,4 +225,25 @@ public final class ResponseCache: @unchecked Sendable {
         }
         return f
     }
+}
+
+/// A key with its hash computed once, in one pass over its bytes. The hash picks the
+/// shard and is the dictionary's hash: hashing a `[UInt8]` itself feeds the hasher one
+/// byte at a time, and a lookup did that twice (shard, then dictionary). The hasher is
+/// the standard library's seeded one, so keys an attacker chooses cannot be made to
+/// collide on purpose.
+struct HashedKey: Hashable {
+    let bytes: [UInt8]
+    let hash: Int
+
+    init(_ bytes: [UInt8]) {
+        self.bytes = bytes
+        var h = Hasher()
+        bytes.withUnsafeBytes { h.combine(bytes: $0) }
+        hash = h.finalize()
+    }
+
+    func hash(into h: inout Hasher) { h.combine(hash) }
+
+    static func == (a: HashedKey, b: HashedKey) -> Bool { a.hash == b.hash && a.bytes == b.bytes }
 }

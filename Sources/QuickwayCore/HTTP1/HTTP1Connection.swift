@@ -38,12 +38,16 @@ final class HTTP1Connection: TransportUser, ResponseSink, ClientConnection {
     private var responseChunked = false
     private var responseCarriesBody = true
 
-    private var input: ByteBuffer { transport.input }
-    private var output: ByteBuffer { transport.output }
+    /// The transport's buffers, held directly: a computed property would retain and
+    /// release the buffer on each of the dozens of appends per response.
+    private let input: ByteBuffer
+    private let output: ByteBuffer
 
     init(fd: Int32, peer: String, worker: Worker) {
         self.worker = worker
         transport = TCPTransport(fd: fd, peer: peer, base: worker.base, readAheadLimit: worker.limits.maxHeaderBytes + 65536)
+        input = transport.input
+        output = transport.output
         parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
                                    allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
         transport.user = self

@@ -1,5 +1,11 @@
 import Glibc
 
+/// Whoever processes an exchange; told once if the client leaves before the response
+/// is complete. Loop thread only.
+protocol ExchangeOwner: AnyObject {
+    func clientLeft()
+}
+
 /// One request and its response, whatever the wire protocol: the normalised request
 /// (head and body) and the response API the stages answer through. The codec that made
 /// the exchange is its `ResponseSink`.
@@ -20,8 +26,6 @@ final class Exchange {
     /// The handler (config snapshot) the request started with; a reload in the middle
     /// of its body does not move it to another snapshot.
     var handler: RequestHandler?
-    /// What the handler keeps between `preflight` and `handle` (its per-request state).
-    var handlerState: AnyObject?
     /// Hashes the body as it arrives (set by a stage when a signature covers it).
     var bodyHasher: SHA256Hasher?
 
@@ -46,9 +50,9 @@ final class Exchange {
     private(set) var bytesSent = 0
     private(set) var isStreaming = false
     private(set) var isFinished = false
-    /// The one cancellation signal: run once if the client goes away before the response
-    /// is complete. Set by whoever owns the request's processing (the pipeline).
-    private var onCancel: (() -> Void)?
+    /// Whoever processes the request (the pipeline's per-request context), kept until
+    /// the exchange ends: the one cancellation signal goes to it.
+    private(set) var owner: ExchangeOwner?
 
     init(head: HTTPRequestHead, sink: ResponseSink, requestId: [UInt8], clientAddress: String, clientAddressBytes: [UInt8]) {
         self.head = head
@@ -57,19 +61,20 @@ final class Exchange {
         self.clientAddress = clientAddress
         self.clientAddressBytes = clientAddressBytes
         self.startNanos = Clock.monotonicNanos()
+        isHeadRequest = head.methodIs("HEAD")
     }
 
-    var isHeadRequest: Bool { head.methodIs("HEAD") }
+    let isHeadRequest: Bool
     var requestIdString: String { String(decoding: requestId, as: UTF8.self) }
     /// The client left before the response was complete.
     var isCancelled: Bool { sink == nil && !isFinished }
     /// Someone still waits for this response.
     var isOpen: Bool { sink != nil }
 
-    /// Sets what runs if the client leaves (replacing nothing: set once per request).
-    func whenCancelled(_ action: @escaping () -> Void) {
-        precondition(onCancel == nil, "an exchange has one cancellation handler")
-        onCancel = action
+    /// Sets who is told if the client leaves (once per request).
+    func setOwner(_ owner: ExchangeOwner) {
+        precondition(self.owner == nil, "an exchange has one owner")
+        self.owner = owner
     }
 
     // MARK: complete responses
@@ -138,8 +143,7 @@ final class Exchange {
         if status == 0 { status = 502 }
         isFinished = true
         self.sink = nil
-        onCancel = nil
-        handlerState = nil
+        owner = nil
         sink.sendAbort(of: self)
     }
 
@@ -147,8 +151,7 @@ final class Exchange {
         guard let sink else { return }
         isFinished = true
         self.sink = nil
-        onCancel = nil
-        handlerState = nil
+        owner = nil
         sink.sendEnd(of: self)
     }
 
@@ -157,9 +160,8 @@ final class Exchange {
         guard !isFinished else { return }
         sink = nil
         if self.status == 0 { self.status = status }
-        handlerState = nil
-        let cancel = onCancel
-        onCancel = nil
-        cancel?()
+        let owner = self.owner
+        self.owner = nil
+        owner?.clientLeft()
     }
 }

@@ -2,15 +2,16 @@
 /// credentials, cache plan, flight) and what the request is waiting on, if anything.
 /// Owned by the pipeline run (held by the exchange's cancellation handler and by
 /// whatever the request waits on). Loop thread only.
-final class ProxyContext {
+final class ProxyContext: ExchangeOwner {
     let exchange: Exchange
-    /// The pipeline running the request (held by the exchange as its handler).
-    unowned let pipeline: ProxyPipeline
+    /// The pipeline running the request. Not counted: the exchange holds it as its
+    /// `handler` for as long as the exchange (and so this context) is in use.
+    unowned(unsafe) let pipeline: ProxyPipeline
     /// Where the run goes on after a suspended stage (an index into the pipeline's stages).
     var nextStage = 0
 
-    /// Set by the route stage: the index of the matched route in the pipeline's table.
-    var routeIndex = -1
+    /// Set by the route stage: the matched route.
+    var route: Route!
 
     /// Credentials that passed the head checks, waiting for the body hash.
     var pendingAuth: Authenticator.PendingAuth?
@@ -41,6 +42,8 @@ final class ProxyContext {
     /// The leader's client left and nobody waits for the flight: its Redis lookup
     /// result is dropped instead of going upstream.
     var abandoned = false
+
+    func clientLeft() { pipeline.clientLeft(self) }
 
     init(exchange: Exchange, pipeline: ProxyPipeline) {
         self.exchange = exchange

@@ -44,12 +44,12 @@ final class ProxyPipeline: RequestHandler {
         self.routes = routes
         stages = [
             RouteStage(routes: routes),
-            AuthenticateHeadStage(routes: routes, authenticator: authenticator, stats: worker.stats),
+            AuthenticateHeadStage(authenticator: authenticator, stats: worker.stats),
             AuthenticateBodyStage(authenticator: authenticator, sharedTier: sharedTier, stats: worker.stats),
-            CacheLookupStage(routes: routes, cache: shared.cache, cacheConfig: config.cache),
-            CoalesceStage(routes: routes, flights: shared.flights, worker: worker),
+            CacheLookupStage(cache: shared.cache, cacheConfig: config.cache),
+            CoalesceStage(flights: shared.flights, worker: worker),
             SharedTierLookupStage(sharedTier: sharedTier),
-            ForwardStage(routes: routes, upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes),
+            ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes),
         ]
         answerStages = [
             StaleIfErrorStage(cache: shared.cache, cacheConfig: config.cache),
@@ -64,8 +64,7 @@ final class ProxyPipeline: RequestHandler {
     /// The head stages: answers now (without reading the body) if one refuses.
     func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
         let ctx = ProxyContext(exchange: exchange, pipeline: self)
-        exchange.handlerState = ctx
-        exchange.whenCancelled { [unowned self] in self.clientLeft(ctx) }
+        exchange.setOwner(ctx)
         for i in 0..<firstBodyStage {
             switch stages[i].run(ctx) {
             case .next: continue
@@ -79,10 +78,9 @@ final class ProxyPipeline: RequestHandler {
 
     /// The rest of the stages, once the body is in.
     func handle(_ exchange: Exchange) {
-        guard let state = exchange.handlerState else { return }
-        exchange.handlerState = nil
-        // Only this pipeline sets the state of exchanges it handles.
-        let ctx = unsafeDowncast(state, to: ProxyContext.self)
+        guard let owner = exchange.owner else { return }
+        // Only this pipeline owns the exchanges it handles.
+        let ctx = unsafeDowncast(owner, to: ProxyContext.self)
         resume(ctx)
     }
 

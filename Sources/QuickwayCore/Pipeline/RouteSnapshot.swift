@@ -1,21 +1,41 @@
-/// The routes of one config snapshot with what the stages derive from each, computed
-/// once at load: counter slot, `vary` names as bytes, and the service it forwards to.
-/// Immutable; shared by one pipeline's stages.
+/// The routes of one config snapshot, matched by `RouteTable`, with what the stages need
+/// of each route computed once at load (`Route`). Immutable; shared by one pipeline's
+/// stages.
 final class RouteSnapshot {
     let table: RouteTable
-    /// Counter slot of each route (by name, stable across reloads).
-    let statSlots: [Int]
-    /// Lower-case `vary` names of each route, as bytes.
-    let vary: [[[UInt8]]]
-    /// The service each route forwards to.
-    let services: [ServiceRuntime]
+    /// One per entry of `table`, in the same order.
+    let routes: [Route]
 
     init(config: GatewayConfig, statSlots: RouteStatSlots, services: [String: ServiceRuntime]) {
         table = RouteTable(config.routes)
-        self.statSlots = config.routes.map { statSlots.slot(for: $0.name) }
-        vary = config.routes.map { $0.vary.map { Array($0.utf8) } }
-        self.services = config.routes.map { services[$0.service]! }
+        routes = table.entries.map { Route($0, statSlot: statSlots.slot(for: $0.config.name), service: services[$0.config.service]!) }
     }
+}
 
-    @inline(__always) func config(_ i: Int) -> RouteConfig { table.entries[i].config }
+/// One route as the stages read it: its settings, its counter slot, its `vary` names as
+/// bytes and its service. A class, so a request holds it with one reference (copying
+/// `RouteConfig` would retain each of its strings and arrays).
+final class Route {
+    let config: RouteConfig
+    /// The route's name as bytes (access log).
+    let nameBytes: [UInt8]
+    /// Counter slot (by name, stable across reloads).
+    let statSlot: Int
+    /// Lower-case `vary` names, as bytes.
+    let vary: [[UInt8]]
+    let service: ServiceRuntime
+    /// `path_prefix`'s length in bytes (stripped when `strip_prefix`).
+    let prefixLength: Int
+    /// Stripping the prefix can make a new path segment (it does not end in `/`).
+    let strippingCanJoinSegments: Bool
+
+    init(_ entry: RouteTable.Entry, statSlot: Int, service: ServiceRuntime) {
+        config = entry.config
+        nameBytes = entry.nameBytes
+        self.statSlot = statSlot
+        vary = entry.config.vary.map { Array($0.lowercased().utf8) }
+        self.service = service
+        prefixLength = entry.config.pathPrefix.utf8.count
+        strippingCanJoinSegments = entry.config.stripPrefix && entry.config.pathPrefix.utf8.last != UInt8(ascii: "/")
+    }
 }

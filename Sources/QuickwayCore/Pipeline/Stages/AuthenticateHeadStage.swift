@@ -4,19 +4,17 @@ import Glibc
 /// unknown key, expired; a raw `+` in a signed query), before the body is read. A call
 /// that passes waits for its body hash (`AuthenticateBodyStage`).
 final class AuthenticateHeadStage: RequestStage {
-    private let routes: RouteSnapshot
     private let authenticator: Authenticator?
     private let stats: WorkerStats
     var needsBody: Bool { false }
 
-    init(routes: RouteSnapshot, authenticator: Authenticator?, stats: WorkerStats) {
-        self.routes = routes
+    init(authenticator: Authenticator?, stats: WorkerStats) {
         self.authenticator = authenticator
         self.stats = stats
     }
 
     func run(_ ctx: ProxyContext) -> StageResult {
-        let mode = routes.table.entries[ctx.routeIndex].config.auth
+        let mode = ctx.route.config.auth
         guard mode != .off, let auth = authenticator else { return .next }
         let exchange = ctx.exchange
         exchange.authChallenge = auth.schemeName

@@ -2,20 +2,19 @@
 /// verified key or to anonymous callers) and answers a fresh hit whose variant suits the
 /// request. On a miss it records the cache plan for the stages after it.
 final class CacheLookupStage: RequestStage {
-    private let routes: RouteSnapshot
     private let cache: ResponseCache
     private let staleIfErrorMillis: Int64
     var needsBody: Bool { true }
 
-    init(routes: RouteSnapshot, cache: ResponseCache, cacheConfig: CacheConfig) {
-        self.routes = routes
+    init(cache: ResponseCache, cacheConfig: CacheConfig) {
         self.cache = cache
         staleIfErrorMillis = cacheConfig.staleIfErrorMillis
     }
 
     func run(_ ctx: ProxyContext) -> StageResult {
         let exchange = ctx.exchange
-        let route = routes.table.entries[ctx.routeIndex].config
+        let routeRef = ctx.route!
+        let route = routeRef.config
         let head = exchange.head
         let cacheable = (head.methodIs("GET") || head.methodIs("HEAD")) && head.body == .none
             && (route.cacheTTLMillis > 0 || route.coalesce) && !head.keptUnderscoreFields
@@ -27,7 +26,7 @@ final class CacheLookupStage: RequestStage {
         // verified key (or between anonymous ones).
         let scope: CacheKey.Scope = route.auth == .off || route.sharedAcrossKeys ? .everyone
             : exchange.authKeyId.map { .key($0) } ?? .anonymous
-        let key = CacheKey.build(head: head, vary: routes.vary[ctx.routeIndex], scope: scope)
+        let key = CacheKey.build(head: head, vary: routeRef.vary, scope: scope)
         if route.cacheTTLMillis > 0, let hit = cache.lookup(key, nowMillis: Clock.monotonicMillis(), staleMillis: staleIfErrorMillis),
            hit.fresh, hit.response.suits(head, keyId: exchange.authKeyId) {
             ctx.pipeline.respondCached(exchange, hit.response, "HIT")

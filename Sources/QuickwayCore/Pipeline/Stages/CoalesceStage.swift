@@ -2,20 +2,18 @@
 /// on; later identical ones wait for its answer, delivered on their own worker, for at
 /// most `coalesce_wait`. Range and conditional requests make their own calls.
 final class CoalesceStage: RequestStage {
-    private let routes: RouteSnapshot
     private let flights: FlightTable
     private unowned let worker: Worker
     var needsBody: Bool { true }
 
-    init(routes: RouteSnapshot, flights: FlightTable, worker: Worker) {
-        self.routes = routes
+    init(flights: FlightTable, worker: Worker) {
         self.flights = flights
         self.worker = worker
     }
 
     func run(_ ctx: ProxyContext) -> StageResult {
         guard let plan = ctx.plan else { return .next }
-        let route = routes.table.entries[ctx.routeIndex].config
+        let route = ctx.route.config
         // A conditional or partial request can get a 304 or 206 made for it alone: it
         // makes its own call rather than lead (or join) a merged one.
         guard route.coalesce, !Self.asksForItsOwnAnswer(ctx.exchange.head) else { return .next }

@@ -3,14 +3,12 @@
 /// (`Pipeline/UpstreamRelay.swift` picks the IP, relays, retries). A HEAD on a cached
 /// route is fetched as GET, so the body can be stored.
 final class ForwardStage: RequestStage {
-    private let routes: RouteSnapshot
     private let upstream: UpstreamCallMaker
     private let flights: FlightTable
     let maxObjectBytes: Int
     var needsBody: Bool { true }
 
-    init(routes: RouteSnapshot, upstream: UpstreamCallMaker, flights: FlightTable, maxObjectBytes: Int) {
-        self.routes = routes
+    init(upstream: UpstreamCallMaker, flights: FlightTable, maxObjectBytes: Int) {
         self.upstream = upstream
         self.flights = flights
         self.maxObjectBytes = maxObjectBytes
@@ -18,7 +16,7 @@ final class ForwardStage: RequestStage {
 
     func run(_ ctx: ProxyContext) -> StageResult {
         let exchange = ctx.exchange
-        let route = routes.table.entries[ctx.routeIndex].config
+        let route = ctx.route!
         let head = exchange.head
         let hasBody = head.body != .none || head.value(of: "content-length") != nil
         let upstreamHead = exchange.isHeadRequest && ctx.plan == nil
@@ -29,10 +27,10 @@ final class ForwardStage: RequestStage {
                 isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
                 headers: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
                                                       requestId: exchange.requestId, authKeyId: exchange.authKeyId),
-                pathAndQuery: route.stripPrefix ? Self.stripped(target, prefixLength: route.pathPrefix.utf8.count) : Array(target),
+                pathAndQuery: route.config.stripPrefix ? Self.stripped(target, prefixLength: route.prefixLength) : Array(target),
                 idempotent: UpstreamRelay.isIdempotent(head))
         }
-        let relay = UpstreamRelay(ctx: ctx, service: routes.services[ctx.routeIndex], upstream: upstream,
+        let relay = UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream,
                                   request: request, maxObjectBytes: maxObjectBytes)
         ctx.waiting = .upstream(relay)
         if let flight = ctx.flight {

@@ -16,20 +16,20 @@ final class RouteStage: RequestStage {
             let path = UnsafeRawBufferPointer(rebasing: raw[head.path])
             switch routes.table.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path) {
             case .route(let i):
-                let route = routes.table.entries[i].config
-                if head.encodedSlashInPath && !route.allowEncodedSlashes {
+                let route = routes.routes[i]
+                if head.encodedSlashInPath && !route.config.allowEncodedSlashes {
                     return .refuse(.badRequest, "the path must not contain an encoded / or \\ (%2F, %5C): the backend could read another path than the one routed")
                 }
                 // What goes upstream must pass the same checks: `/catalog../x` less the
                 // prefix `/catalog` would be `/../x` (only a prefix not ending in `/` can
                 // make a new segment).
-                if route.stripPrefix && route.pathPrefix.utf8.last != UInt8(ascii: "/"),
-                   ForwardStage.stripped(path, prefixLength: route.pathPrefix.utf8.count).withUnsafeBytes({ RequestTargetNormalizer.hasDotSegment($0) }) {
+                if route.strippingCanJoinSegments,
+                   ForwardStage.stripped(path, prefixLength: route.prefixLength).withUnsafeBytes({ RequestTargetNormalizer.hasDotSegment($0) }) {
                     return .refuse(.badRequest, "the path must not contain . or .. segments")
                 }
-                ctx.routeIndex = i
-                exchange.routeStatSlot = routes.statSlots[i]
-                exchange.routeName = routes.table.entries[i].nameBytes
+                ctx.route = route
+                exchange.routeStatSlot = route.statSlot
+                exchange.routeName = route.nameBytes
                 return .next
             case .methodNotAllowed:
                 return .refuse(.methodNotAllowed, "\(head.methodString) is not allowed on \(head.string(head.path))")
