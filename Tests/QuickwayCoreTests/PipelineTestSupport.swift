@@ -141,7 +141,9 @@ final class LoopHarness {
     /// Runs `body` on the loop thread and waits for it.
     func onLoop<T>(_ body: @escaping () -> T) -> T {
         let done = DispatchSemaphore(value: 0)
+        // The test thread waits while the loop runs `body`: nothing is used on both at once.
         nonisolated(unsafe) var result: T?
+        nonisolated(unsafe) let body = body
         worker.post {
             result = body()
             done.signal()

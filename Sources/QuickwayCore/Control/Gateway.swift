@@ -122,8 +122,8 @@ public final class Gateway {
     /// (Re)starts probes and IP-list refreshes for the current services, on the admin loop.
     private func restartControlPlane() {
         let current = Array(services.values)
-        let cp = controlPlane!
-        admin.post { cp.run(current) }
+        let cp = LoopBound(controlPlane!)
+        admin.post { cp.value.run(current) }
     }
 
     // MARK: admin API
@@ -205,11 +205,11 @@ public final class Gateway {
     public func run() {
         for p in proxyWorkers {
             p.worker.start()
-            if let tier = p.tier { p.worker.post { tier.link.start() } }
+            if let tier = p.tier.map(LoopBound.init) { p.worker.post { tier.value.link.start() } }
         }
         admin.start()
-        if let tier = adminTier { admin.post { tier.link.start() } }
-        if let sub = purgeSubscriber { admin.post { sub.start() } }
+        if let tier = adminTier.map(LoopBound.init) { admin.post { tier.value.link.start() } }
+        if let sub = purgeSubscriber.map(LoopBound.init) { admin.post { sub.value.start() } }
         restartControlPlane()
         logStartup()
         let sig = SignalLoop.waitForStop(

@@ -9,3 +9,12 @@ struct WeakLoopBound<T: AnyObject>: @unchecked Sendable {
     weak var value: T?
     init(_ value: T) { self.value = value }
 }
+
+/// A loop-confined object handed to its own loop by the thread that built it (the gateway
+/// starting a worker's Redis link, or the admin loop's probes, with `Worker.post`).
+///
+/// `@unchecked Sendable`: after the hand-off only the target loop uses the object.
+struct LoopBound<T: AnyObject>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
+}

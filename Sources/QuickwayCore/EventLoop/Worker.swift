@@ -74,7 +74,7 @@ final class Worker: @unchecked Sendable {
 
     /// Runs `work` on this worker's loop, from any thread; wakes the loop at once.
     /// After the loop has ended, `work` is dropped (whatever it answered is gone too).
-    func post(_ work: @escaping () -> Void) {
+    func post(_ work: @escaping @Sendable () -> Void) {
         pendingLock.lock()
         defer { pendingLock.unlock() }
         guard !loopClosed else { return }
