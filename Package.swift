@@ -25,7 +25,7 @@ let package = Package(
         // hiredis (libhiredis-dev) with its libevent adapter for the shared Redis tier.
         .target(name: "CQuickwayShims", dependencies: ["CCurl", "COpenSSL", "CLibevent"],
                 cSettings: [.unsafeFlags(["-O2"])],
-                linkerSettings: [.linkedLibrary("hiredis")]),
+                linkerSettings: [.linkedLibrary("hiredis"), .linkedLibrary("ssl")]),
         .target(
             name: "QuickwayCore",
             dependencies: ["CLibevent", "CCurl", "COpenSSL", "CQuickwayShims",

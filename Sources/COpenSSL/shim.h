@@ -5,4 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
 #endif

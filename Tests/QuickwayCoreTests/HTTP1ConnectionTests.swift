@@ -33,7 +33,7 @@ final class HTTP1ConnectionTests: XCTestCase {
     private var loop: LoopHarness!
     private var handler: Handler!
     private var client: Int32 = -1
-    private var connection: HTTP1Connection!
+    private var connection: HTTP1Connection<TCPTransport>!
 
     override func setUpWithError() throws {
         loop = try LoopHarness()
@@ -48,7 +48,8 @@ final class HTTP1ConnectionTests: XCTestCase {
         let (worker, handler) = (loop.worker, handler!)
         connection = loop.onLoop {
             worker.setHandler(handler)
-            return HTTP1Connection(fd: server, peer: "127.0.0.9", worker: worker)
+            let transport = TCPTransport(fd: server, peer: "127.0.0.9", base: worker.base, readAheadLimit: 16384 + 65536)
+            return HTTP1Connection(transport: transport, worker: worker)
         }
     }
 
@@ -170,7 +171,7 @@ final class HTTP1ConnectionTests: XCTestCase {
             }
             return n * piece.count
         }
-        XCTAssertGreaterThanOrEqual(offered, HTTP1Connection.outputHighWater, "not before the output is full")
+        XCTAssertGreaterThanOrEqual(offered, HTTP1Codec.outputHighWater, "not before the output is full")
         XCTAssertLessThan(offered, 64 << 20, "paused long before 64 MiB")
         final class Flag { var resumed = false }
         let flag = Flag()

@@ -3,3 +3,4 @@
 #include "qw_socket.h"
 #include "qw_crypto.h"
 #include "qw_redis.h"
+#include "qw_tls.h"

@@ -81,6 +81,10 @@ public enum ConfigLoader {
             a.finish()
         }
         if admin.listen == listen { top.report("admin", "admin.listen must differ from listen") }
+        let tlsListen = top.map("tls_listen").flatMap { readTLSListen($0) }
+        if let t = tlsListen, t.listen == listen || t.listen == admin.listen {
+            top.report("tls_listen", "tls_listen.listen must differ from listen and admin.listen")
+        }
 
         var limits = LimitsConfig()
         if let l = top.map("limits") {
@@ -143,8 +147,52 @@ public enum ConfigLoader {
         }
         if routes.isEmpty && sink.issues.isEmpty { sink.add("routes", nil, "at least one route is required") }
         top.finish()
-        return GatewayConfig(listen: listen, workers: workers, admin: admin, limits: limits, log: log, auth: auth,
+        return GatewayConfig(listen: listen, workers: workers, admin: admin, tlsListen: tlsListen, limits: limits, log: log, auth: auth,
                              cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
+    }
+
+    /// `tls_listen`: each certificate and key is loaded here (`TLSContext.check`), so a
+    /// missing, unreadable or mismatched file is a config error naming it, at its line.
+    private static func readTLSListen(_ t: YAMLMapReader) -> TLSListenConfig? {
+        let listen = t.value("listen", "expected an address host:port", ListenAddress.parse)
+        if listen == nil && t.node("listen") == nil { t.report("listen", "is required") }
+        var certificates: [TLSListenConfig.Certificate] = []
+        if let list = t.list("certificates") {
+            for (i, node) in list.enumerated() {
+                let path = t.childPath("certificates") + "[\(i)]"
+                guard let c = YAMLMapReader(node, path: path, sink: t.sink) else { continue }
+                let cert = c.string("cert_file"), key = c.string("key_file")
+                if cert == nil { c.report("cert_file", "is required") }
+                if key == nil { c.report("key_file", "is required") }
+                if let cert, let key {
+                    if let problem = TLSContext.check(certFile: cert, keyFile: key) {
+                        t.sink.add(path, c.line, problem)
+                    } else {
+                        certificates.append(.init(certFile: cert, keyFile: key, path: path, line: c.line))
+                    }
+                }
+                c.finish()
+            }
+        }
+        if t.node("certificates") == nil { t.report("certificates", "at least one certificate (cert_file, key_file) is required") }
+        var alpn = ["h2", "http/1.1"]
+        if let list = t.stringList("alpn") {
+            for p in list where p != "h2" && p != "http/1.1" { t.report("alpn", "expected h2 or http/1.1, got \"\(p)\"") }
+            if list.isEmpty { t.report("alpn", "offer at least one protocol") }
+            alpn = list
+        }
+        var minVersion: Int32 = 0x0303
+        if let v = t.string("min_version") {
+            switch v {
+            case "TLS1.2": minVersion = 0x0303
+            case "TLS1.3": minVersion = 0x0304
+            default: t.report("min_version", "expected TLS1.2 or TLS1.3, got \"\(v)\"")
+            }
+        }
+        let tickets = t.bool("session_tickets") ?? true
+        t.finish()
+        guard let listen, !certificates.isEmpty else { return nil }
+        return TLSListenConfig(listen: listen, certificates: certificates, alpn: alpn, minVersion: minVersion, sessionTickets: tickets)
     }
 
     private static func positive(_ m: YAMLMapReader, _ key: String) -> Int64? {

@@ -8,6 +8,8 @@ public struct GatewayConfig: Sendable {
     public var listen: ListenAddress
     public var workers: Int
     public var admin: AdminConfig
+    /// `tls_listen`: the client-facing TLS listener (nil: none).
+    public var tlsListen: TLSListenConfig?
     public var limits: LimitsConfig
     public var log: LogConfig
     public var auth: AuthConfig?
@@ -21,6 +23,26 @@ public struct GatewayConfig: Sendable {
     public var sourcePath: String
 
     public func service(named name: String) -> ServiceConfig? { services.first { $0.name == name } }
+}
+
+/// `tls_listen`: a client-facing TLS listener (`spec/config.md`).
+public struct TLSListenConfig: Sendable, Equatable {
+    public struct Certificate: Sendable, Equatable {
+        /// PEM chain, leaf first.
+        public var certFile: String
+        public var keyFile: String
+        /// Where it is in the config file, for errors found when loading it.
+        public var path: String
+        public var line: Int?
+    }
+    public var listen: ListenAddress
+    /// Chosen by SNI (the certificate's names); the first is the default.
+    public var certificates: [Certificate]
+    /// Protocols offered by ALPN, in order of preference.
+    public var alpn: [String] = ["h2", "http/1.1"]
+    /// 0x0303 (TLS 1.2) or 0x0304 (TLS 1.3).
+    public var minVersion: Int32 = 0x0303
+    public var sessionTickets = true
 }
 
 /// `host:port`; IPv6 hosts are written `[::1]:8080` and stored without brackets.

@@ -70,9 +70,13 @@ public final class Gateway {
             _ = s.health.replaceIPs(ips, source: "cache_file")
             Log.info("service \(s.config.name): \(ips.count) IP(s) from \(file)")
         }
+        let tls = try config.tlsListen.map { try TLSContext($0) }
+        if let t = config.tlsListen, t.alpn.contains("h2") {
+            Log.info("tls_listen: ALPN offers http/1.1 only; h2 is listed but the HTTP/2 codec is not built yet")
+        }
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", listen: config.listen, limits: config.limits,
-                               maxConnections: config.limits.maxConnections)
+                               maxConnections: config.limits.maxConnections, tlsListen: config.tlsListen?.listen, tlsContext: tls)
             w.budget = budget
             let client = UpstreamClient(base: w.base)
             let tier = redisTier?.makeTier(base: w.base)
@@ -186,6 +190,18 @@ public final class Gateway {
         }
         let plan = ReloadPolicy.plan(running: old, loaded: new)
         let applied = plan.config
+        // Certificates are read again whether or not the file changed: a certificate
+        // renewed on disk is served to new connections; open ones keep theirs.
+        if let t = applied.tlsListen, old.tlsListen != nil {
+            do {
+                let context = try TLSContext(t)
+                for p in proxyWorkers { p.worker.installTLSContext(context) }
+            } catch {
+                Log.error("reload: tls_listen: \(error); keeping the running certificates")
+                let e = ConfigError(file: old.sourcePath, issues: [ConfigIssue(path: "tls_listen", line: nil, message: "\(error)")])
+                return .invalid(e)
+            }
+        }
         let authenticator = makeAuthenticator(applied)
         services = Self.buildServices(applied, previous: services)
         restartControlPlane()

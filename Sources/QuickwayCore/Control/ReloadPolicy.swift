@@ -19,6 +19,14 @@ enum ReloadPolicy {
             changes.append("listen, admin.listen and workers changes need a restart (kept: \(old.listen), \(old.workers) worker(s))")
             applied.listen = old.listen; applied.workers = old.workers; applied.admin.listen = old.admin.listen
         }
+        // The TLS listener's socket is bound at start; its certificates and settings are
+        // re-read on every reload (a renewed certificate on disk is picked up).
+        if new.tlsListen?.listen != old.tlsListen?.listen {
+            changes.append("adding, removing or moving tls_listen needs a restart (kept: \(old.tlsListen.map { "\($0.listen)" } ?? "none"))")
+            applied.tlsListen = old.tlsListen.map { o in new.tlsListen.map { var n = $0; n.listen = o.listen; return n } ?? o }
+        } else if new.tlsListen != old.tlsListen {
+            changes.append("tls_listen: certificates and settings changed")
+        }
         // The cache is one store, sized at start-up and kept across reloads.
         if new.cache.maxBytes != old.cache.maxBytes || new.cache.maxObjectBytes != old.cache.maxObjectBytes {
             changes.append("cache.max_bytes and max_object_bytes changes need a restart (the cache is kept)")

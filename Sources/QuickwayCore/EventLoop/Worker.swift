@@ -23,6 +23,10 @@ final class Worker: @unchecked Sendable {
     private let maxConnections: Int
     private var listenFD: Int32 = -1
     private var listenEvent: OpaquePointer?
+    /// The TLS listener (`tls_listen`), if any, and the context new connections get.
+    private var tlsListenFD: Int32 = -1
+    private var tlsListenEvent: OpaquePointer?
+    private var tlsContext: TLSContext?
     private var acceptPaused = false
     private var sweepEvent: OpaquePointer?
     private var controlEvent: OpaquePointer?
@@ -45,7 +49,8 @@ final class Worker: @unchecked Sendable {
     /// The gateway-wide connection limit (nil: only this worker's `maxConnections`).
     var budget: ConnectionBudget?
 
-    init(id: Int, name: String, listen: ListenAddress, limits: LimitsConfig, maxConnections: Int, routeCount: Int = WorkerStats.maxRoutes) throws {
+    init(id: Int, name: String, listen: ListenAddress, limits: LimitsConfig, maxConnections: Int, routeCount: Int = WorkerStats.maxRoutes,
+         tlsListen: ListenAddress? = nil, tlsContext: TLSContext? = nil) throws {
         self.id = id
         self.name = name
         self.listenAddress = listen
@@ -57,6 +62,16 @@ final class Worker: @unchecked Sendable {
         let seed = UInt64.random(in: 0..<(1 << 48))
         requestIdPrefix = Array(String(seed, radix: 16).utf8) + Array("-\(id)-".utf8)
         listenFD = try ListeningSocket.open(listen)
+        if let tlsListen, let tlsContext {
+            tlsListenFD = try ListeningSocket.open(tlsListen)
+            self.tlsContext = tlsContext
+        }
+    }
+
+    /// Hands the loop the TLS context new connections get (a reload's certificates), from
+    /// any thread. Connections already open keep theirs.
+    func installTLSContext(_ c: TLSContext) {
+        post { [self] in tlsContext = c }
     }
 
     deinit { drainFlag.deallocate() }
@@ -97,6 +112,10 @@ final class Worker: @unchecked Sendable {
         let me = Unmanaged.passUnretained(self).toOpaque()
         listenEvent = event_new(base, listenFD, Int16(EV_READ | EV_PERSIST), workerAcceptCallback, me)
         event_add(listenEvent, nil)
+        if tlsListenFD >= 0 {
+            tlsListenEvent = event_new(base, tlsListenFD, Int16(EV_READ | EV_PERSIST), workerTLSAcceptCallback, me)
+            event_add(tlsListenEvent, nil)
+        }
         sweepEvent = event_new(base, -1, Int16(EV_PERSIST), workerSweepCallback, me)
         var tv = EventLoopSupport.timeval(millis: 250)
         event_add(sweepEvent, &tv)
@@ -109,6 +128,7 @@ final class Worker: @unchecked Sendable {
             // their upstream calls while the upstream client exists; then the client, the
             // Redis links and the probes free their events (onLoopExit); then the base.
             for c in Array(connections.values) { c.closeNow() }
+            retired.removeAll()
             onLoopExit?()
             closeLoop()
             finished.signal()
@@ -136,15 +156,19 @@ final class Worker: @unchecked Sendable {
         loopClosed = true
         mailbox.removeAll()
         pendingLock.unlock()
-        for e in [listenEvent, sweepEvent, controlEvent, drainDeadlineEvent] { if let e { event_free(e) } }
-        listenEvent = nil; sweepEvent = nil; controlEvent = nil; drainDeadlineEvent = nil
+        for e in [listenEvent, tlsListenEvent, sweepEvent, controlEvent, drainDeadlineEvent] { if let e { event_free(e) } }
+        listenEvent = nil; tlsListenEvent = nil; sweepEvent = nil; controlEvent = nil; drainDeadlineEvent = nil
         if listenFD >= 0 { close(listenFD); listenFD = -1 }
+        if tlsListenFD >= 0 { close(tlsListenFD); tlsListenFD = -1 }
         event_base_free(base)
     }
 
     // MARK: loop-thread side
 
-    fileprivate func acceptReady() {
+    /// Takes the connections waiting on a listener (`tls`: the TLS one), up to 64 a turn.
+    fileprivate func acceptReady(tls: Bool = false) {
+        let listener = tls ? tlsListenFD : listenFD
+        guard listener >= 0 else { return }
         for _ in 0..<64 {
             if connections.count >= maxConnections {
                 // Leave further connections in the kernel's queue until one closes.
@@ -159,7 +183,7 @@ final class Worker: @unchecked Sendable {
             var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let fd = withUnsafeMutablePointer(to: &storage) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    qw_accept_nonblocking(listenFD, $0, &len)
+                    qw_accept_nonblocking(listener, $0, &len)
                 }
             }
             if fd < 0 {
@@ -173,7 +197,15 @@ final class Worker: @unchecked Sendable {
             }
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-            let c = HTTP1Connection(fd: fd, peer: ListeningSocket.peerAddress(&storage), worker: self)
+            let peer = ListeningSocket.peerAddress(&storage)
+            let readAhead = HTTP1Connection<TCPTransport>.readAheadLimit(limits)
+            let c: ClientConnection
+            if tls, let context = tlsContext {
+                c = HTTP1Connection(transport: TLSTransport(fd: fd, peer: peer, base: base, context: context, stats: stats,
+                                                            readAheadLimit: readAhead), worker: self)
+            } else {
+                c = HTTP1Connection(transport: TCPTransport(fd: fd, peer: peer, base: base, readAheadLimit: readAhead), worker: self)
+            }
             connections[ObjectIdentifier(c)] = c
         }
     }
@@ -183,21 +215,32 @@ final class Worker: @unchecked Sendable {
         guard acceptPaused, !isDraining, connections.count < maxConnections, budget?.hasRoom ?? true, let ev = listenEvent else { return }
         acceptPaused = false
         event_add(ev, nil)
+        if let t = tlsListenEvent { event_add(t, nil) }
     }
 
     private func pauseAccepting() {
         guard !acceptPaused, let ev = listenEvent else { return }
         event_del(ev)
+        if let t = tlsListenEvent { event_del(t) }
         acceptPaused = true
     }
 
+    /// Connections closed since the last sweep, still referenced: a connection closes
+    /// from inside its own methods (a read error, a hang-up seen mid-`process`), and the
+    /// codec and transport frames still on the stack must not outlive their objects.
+    private var retired: [ClientConnection] = []
+
     func connectionClosed(_ c: ClientConnection) {
-        if connections.removeValue(forKey: ObjectIdentifier(c)) != nil { budget?.release() }
+        if let removed = connections.removeValue(forKey: ObjectIdentifier(c)) {
+            retired.append(removed)
+            budget?.release()
+        }
         resumeAcceptingIfRoom()
         if isDraining && connections.isEmpty { event_base_loopexit(base, nil) }
     }
 
     fileprivate func sweep() {
+        retired.removeAll(keepingCapacity: true)   // no connection code is on the stack here
         accessLog?.flush(ifOlderThanMillis: 1000)
         resumeAcceptingIfRoom()
         let now = Clock.coarseMillis()
@@ -222,12 +265,15 @@ final class Worker: @unchecked Sendable {
         for _ in 0..<64 {
             let before = connections.count
             acceptReady()
+            acceptReady(tls: true)
             if connections.count == before { break }
         }
         for (key, c) in connections where !known.contains(key) { c.readNow() }
         if let ev = listenEvent { event_free(ev); listenEvent = nil }
+        if let ev = tlsListenEvent { event_free(ev); tlsListenEvent = nil }
         close(listenFD)
         listenFD = -1
+        if tlsListenFD >= 0 { close(tlsListenFD); tlsListenFD = -1 }
         for c in Array(connections.values) { c.drain() }
         if connections.isEmpty {
             event_base_loopexit(base, nil)
@@ -275,6 +321,9 @@ final class Worker: @unchecked Sendable {
     }
 }
 
+private let workerTLSAcceptCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<Worker>.fromOpaque(arg!).takeUnretainedValue().acceptReady(tls: true)
+}
 private let workerAcceptCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
     Unmanaged<Worker>.fromOpaque(arg!).takeUnretainedValue().acceptReady()
 }

@@ -1,5 +1,12 @@
 import Glibc
 
+/// Settings of the HTTP/1.1 codec shared by every transport it runs on.
+enum HTTP1Codec {
+    /// Output beyond this makes streamed bodies pause their producer, and stops request
+    /// parsing while pipelined answers pile up unread.
+    static let outputHighWater = 256 * 1024
+}
+
 /// The HTTP/1.1 codec of one client connection: turns the transport's bytes into
 /// exchanges (pipelined requests one after another) and writes their responses back as
 /// HTTP/1.1 (status line, `Content-Length` or chunked framing, `Connection`).
@@ -12,13 +19,11 @@ import Glibc
 ///
 /// Ownership: the worker's connection table holds the codec until `transportClosed`;
 /// the codec owns its transport. Thread rule: everything runs on the worker's loop.
-final class HTTP1Connection: TransportUser, ResponseSink, ClientConnection {
-    /// Output beyond this makes streamed bodies pause their producer.
-    static let outputHighWater = 256 * 1024
+final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSink, ClientConnection {
 
     enum Phase { case head, body, responding, closing }
 
-    let transport: TCPTransport
+    let transport: Transport
     unowned let worker: Worker
     private var parser: HTTPRequestParser
     private var decoder: HTTPBodyDecoder?
@@ -43,9 +48,12 @@ final class HTTP1Connection: TransportUser, ResponseSink, ClientConnection {
     private let input: ByteBuffer
     private let output: ByteBuffer
 
-    init(fd: Int32, peer: String, worker: Worker) {
+    /// How far ahead a transport for this codec may read.
+    static func readAheadLimit(_ limits: LimitsConfig) -> Int { limits.maxHeaderBytes + 65536 }
+
+    init(transport: Transport, worker: Worker) {
         self.worker = worker
-        transport = TCPTransport(fd: fd, peer: peer, base: worker.base, readAheadLimit: worker.limits.maxHeaderBytes + 65536)
+        self.transport = transport
         input = transport.input
         output = transport.output
         parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
@@ -105,7 +113,7 @@ final class HTTP1Connection: TransportUser, ResponseSink, ClientConnection {
         while !transport.closed {
             switch phase {
             case .head:
-                if output.readableBytes >= Self.outputHighWater {
+                if output.readableBytes >= HTTP1Codec.outputHighWater {
                     // Answers pile up unread (pipelined cache hits are answered at once):
                     // take no more requests until the client has read them.
                     awaitingDrain = true
@@ -305,7 +313,7 @@ final class HTTP1Connection: TransportUser, ResponseSink, ClientConnection {
             }
         }
         if exchange.isStreaming { flushSoon() }
-        return output.readableBytes < Self.outputHighWater ? .accepted : .pause
+        return output.readableBytes < HTTP1Codec.outputHighWater ? .accepted : .pause
     }
 
     func whenWritable(_ resume: @escaping () -> Void) {

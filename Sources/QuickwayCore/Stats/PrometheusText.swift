@@ -61,6 +61,11 @@ public enum PrometheusText {
         }
         w.family("quickway_requests_in_flight", "gauge", "Requests being answered now.")
         w.sample("quickway_requests_in_flight", [], Double(s.inFlight))
+        w.family("quickway_tls_handshakes_total", "counter", "TLS handshakes on the TLS listener, by result.")
+        w.sample("quickway_tls_handshakes_total", [("result", "ok")], Double(s.tlsHandshakes))
+        w.sample("quickway_tls_handshakes_total", [("result", "failed")], Double(s.tlsHandshakeFailures))
+        w.family("quickway_tls_resumed_total", "counter", "Completed TLS handshakes that resumed a session (ticket or cache).")
+        w.sample("quickway_tls_resumed_total", [], Double(s.tlsResumed))
         w.family("quickway_underscore_headers_dropped_total", "counter", "Request header lines dropped because their names hold an underscore.")
         w.sample("quickway_underscore_headers_dropped_total", [], Double(s.underscoreHeadersDropped))
         w.family("quickway_cache_hits_total", "counter", "Answers served from the cache.")

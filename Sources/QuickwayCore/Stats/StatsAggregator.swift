@@ -25,6 +25,9 @@ struct StatsAggregator {
             w.addLastMinute(into: &s.lastMinute, nowSecond: nowSecond)
             s.authAccepted += w.authAcceptedCount
             s.underscoreHeadersDropped += w.underscoreHeadersDroppedCount
+            s.tlsHandshakes += w.tlsHandshakeCount
+            s.tlsResumed += w.tlsResumedCount
+            s.tlsHandshakeFailures += w.tlsHandshakeFailureCount
             for r in AuthRejection.allCases { s.authRejected[r.rawValue] += w.authRejectedCount(r) }
             for i in 0..<LatencyBuckets.count { s.histogram[i] += w.histogramCount(i) }
             for (r, slot) in slots.enumerated() where slot >= 0 && slot < w.routeCount {

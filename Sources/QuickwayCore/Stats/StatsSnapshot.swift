@@ -16,6 +16,10 @@ public struct StatsSnapshot {
     public var authAccepted: Int64 = 0
     /// Request header lines dropped because their names hold `_`.
     public var underscoreHeadersDropped: Int64 = 0
+    /// TLS listener: handshakes completed, of them resumed, and handshakes that failed.
+    public var tlsHandshakes: Int64 = 0
+    public var tlsResumed: Int64 = 0
+    public var tlsHandshakeFailures: Int64 = 0
     public var authRejected = [Int64](repeating: 0, count: AuthRejection.allCases.count)
     public var cache = ResponseCache.Figures()
     public var cacheMaxBytes = 0
@@ -64,6 +68,7 @@ public struct StatsSnapshot {
 
     public func json() -> String {
         var s = "{\"version\":\(JSONText.quoted(version)),\"uptime_seconds\":\(JSONText.number(uptimeSeconds)),"
+        s += "\"tls\":{\"handshakes\":\(tlsHandshakes),\"resumed\":\(tlsResumed),\"handshake_failures\":\(tlsHandshakeFailures)},"
         s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"underscore_headers_dropped\":\(underscoreHeadersDropped),\"by_status\":\(Self.classes(byClass, all: true))},"
         s += "\"latency_ms\":{\"p50\":\(JSONText.number(latencyMillis(0.5))),\"p90\":\(JSONText.number(latencyMillis(0.9))),"
         s += "\"p99\":\(JSONText.number(latencyMillis(0.99))),\"max\":\(JSONText.number(Double(maxMicros) / 1000))},"

@@ -13,7 +13,10 @@ public final class WorkerStats {
         static let authAccepted = 8
         static let authRejected = 9 // 9...14, in AuthRejection order
         static let underscoreHeadersDropped = 15
-        static let fixed = 16
+        static let tlsHandshakes = 16
+        static let tlsResumed = 17
+        static let tlsHandshakeFailures = 18
+        static let fixed = 19
     }
     /// Per route: requests, 1xx..5xx, then the duration histogram's buckets
     /// (`durationBucketsSeconds`, then +Inf), then the sum of durations in µs.
@@ -88,6 +91,13 @@ public final class WorkerStats {
 
     /// Header lines dropped because their names hold `_` (`limits.underscores_in_headers`).
     @inline(__always) public func underscoreHeadersDropped(_ n: Int) { qw_counter_add(cells + Slot.underscoreHeadersDropped, Int64(n)) }
+    /// A TLS handshake completed (`resumed`: from a session ticket or the session cache).
+    public func tlsHandshakeDone(resumed: Bool) {
+        qw_counter_add(cells + Slot.tlsHandshakes, 1)
+        if resumed { qw_counter_add(cells + Slot.tlsResumed, 1) }
+    }
+    /// A TLS handshake failed (not TLS, no common version, cipher or ALPN protocol, bad record).
+    public func tlsHandshakeFailed() { qw_counter_add(cells + Slot.tlsHandshakeFailures, 1) }
     @inline(__always) public func authAccepted() { qw_counter_add(cells + Slot.authAccepted, 1) }
     @inline(__always) public func authRejected(_ r: AuthRejection) { qw_counter_add(cells + Slot.authRejected + r.rawValue, 1) }
 
@@ -98,6 +108,9 @@ public final class WorkerStats {
     public var maxMicros: Int64 { qw_counter_load(cells + Slot.maxMicros) }
     public var authAcceptedCount: Int64 { qw_counter_load(cells + Slot.authAccepted) }
     public var underscoreHeadersDroppedCount: Int64 { qw_counter_load(cells + Slot.underscoreHeadersDropped) }
+    public var tlsHandshakeCount: Int64 { qw_counter_load(cells + Slot.tlsHandshakes) }
+    public var tlsResumedCount: Int64 { qw_counter_load(cells + Slot.tlsResumed) }
+    public var tlsHandshakeFailureCount: Int64 { qw_counter_load(cells + Slot.tlsHandshakeFailures) }
     public func authRejectedCount(_ r: AuthRejection) -> Int64 { qw_counter_load(cells + Slot.authRejected + r.rawValue) }
     public func statusClassCount(_ cls: Int) -> Int64 { qw_counter_load(cells + Slot.statusClass + cls - 1) }
     /// Requests counted for the route in counter slot `route` (see `RouteStatSlots`).

@@ -135,6 +135,11 @@ final class TCPTransport {
         event_free(readEvent); readEvent = nil
         event_free(writeEvent); writeEvent = nil
         Glibc.close(fd)
+        // The worker keeps a closed connection until its next sweep: give the memory back now.
+        input.clear()
+        input.releaseStorage()
+        output.clear()
+        output.releaseStorage()
         user?.transportClosed()
     }
 

@@ -1,0 +1,29 @@
+/// What a codec needs of the connection under it: bytes in (`input`, read a bounded
+/// amount ahead), bytes out (`output`, written with backpressure), and closing. Plain TCP
+/// (`TCPTransport`) and TLS (`TLSTransport`) offer the same surface, so the HTTP/1.1
+/// codec runs unchanged on either. Loop thread only.
+protocol ByteTransport: AnyObject {
+    var input: ByteBuffer { get }
+    var output: ByteBuffer { get }
+    var peer: String { get }
+    var peerBytes: [UInt8] { get }
+    var closed: Bool { get }
+    /// Whether `input` is at its read-ahead limit (reading would stop).
+    var inputIsFull: Bool { get }
+    /// Who is told of reads, drains and the close. Not retained (the user owns the transport).
+    var user: TransportUser? { get set }
+    /// Reads what is available now and tells the user.
+    func readNow()
+    func enableReading()
+    func disableReading()
+    /// Sends `output` until empty (then `transportDrained`) or the kernel is full.
+    func flush()
+    /// Sends what is written, ends the stream (half-close), drops what still arrives.
+    func closeAfterWriting()
+    /// Closes at once (then `transportClosed`). Idempotent.
+    func close()
+    /// Gives back buffer memory while the connection is idle.
+    func releaseIdleBuffers()
+}
+
+extension TCPTransport: ByteTransport {}

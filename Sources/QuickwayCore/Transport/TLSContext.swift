@@ -1,0 +1,104 @@
+import COpenSSL
+import CQuickwayShims
+
+/// The server side of TLS for one config snapshot: an OpenSSL `SSL_CTX` per certificate
+/// (the first is the default; SNI switches to the one whose names cover the host asked
+/// for), the protocols offered by ALPN, the minimum version and session tickets.
+///
+/// A reload builds a new context; connections keep the one they started with (each
+/// `TLSTransport` holds its context, so the SNI table outlives every handshake using it).
+/// `@unchecked Sendable`: immutable after `init`; OpenSSL's `SSL_CTX` is safe to use from
+/// several threads once set up.
+final class TLSContext: @unchecked Sendable {
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// The default context (`certificates[0]`); every connection starts on it.
+    let defaultContext: OpaquePointer
+    private let contexts: [OpaquePointer]
+    private var alpnTable: UnsafeMutableRawPointer?
+    private var sniTable: UnsafeMutableRawPointer?
+    /// The ALPN tables of the SNI contexts (freed with the context).
+    private var extraTables: [UnsafeMutableRawPointer?] = []
+    /// What ALPN offers (`h2` is left out until the HTTP/2 codec exists).
+    let offered: [String]
+
+    init(_ config: TLSListenConfig) throws {
+        var made: [OpaquePointer] = []
+        do {
+            for c in config.certificates {
+                made.append(try Self.makeContext(certFile: c.certFile, keyFile: c.keyFile, minVersion: config.minVersion,
+                                                 tickets: config.sessionTickets))
+            }
+        } catch {
+            for c in made { SSL_CTX_free(c) }
+            throw error
+        }
+        contexts = made
+        defaultContext = made[0]
+        offered = config.alpn.filter { $0 == "http/1.1" }
+        var wire: [UInt8] = []
+        for p in offered { wire.append(UInt8(p.utf8.count)); wire.append(contentsOf: p.utf8) }
+        if !wire.isEmpty {
+            alpnTable = wire.withUnsafeBufferPointer { qw_ssl_ctx_set_alpn(defaultContext, $0.baseAddress, UInt32($0.count)) }
+            for c in made.dropFirst() { extraTables.append(wire.withUnsafeBufferPointer { qw_ssl_ctx_set_alpn(c, $0.baseAddress, UInt32($0.count)) }) }
+        }
+        if made.count > 1 {
+            let all: [OpaquePointer?] = made
+            sniTable = all.withUnsafeBufferPointer { qw_ssl_ctx_set_sni(defaultContext, $0.baseAddress, Int32($0.count)) }
+        }
+    }
+
+    deinit {
+        for c in contexts { SSL_CTX_free(c) }
+        qw_tls_free(alpnTable)
+        qw_tls_free(sniTable)
+        for t in extraTables { qw_tls_free(t) }
+    }
+
+    private static func makeContext(certFile: String, keyFile: String, minVersion: Int32, tickets: Bool) throws -> OpaquePointer {
+        guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw Failure(description: "cannot create a TLS context: \(lastError())") }
+        guard qw_ssl_ctx_set_min_version(ctx, minVersion) == 1 else {
+            SSL_CTX_free(ctx)
+            throw Failure(description: "cannot set the minimum TLS version: \(lastError())")
+        }
+        qw_ssl_ctx_set_server_modes(ctx)
+        qw_ssl_ctx_set_tickets(ctx, tickets ? 1 : 0)
+        // Sessions resume across the SNI contexts: they share one session id context.
+        let sid = Array("quickway".utf8)
+        sid.withUnsafeBufferPointer { _ = SSL_CTX_set_session_id_context(ctx, $0.baseAddress, UInt32($0.count)) }
+        guard SSL_CTX_use_certificate_chain_file(ctx, certFile) == 1 else {
+            SSL_CTX_free(ctx)
+            throw Failure(description: "cert_file \(certFile): \(lastError())")
+        }
+        guard SSL_CTX_use_PrivateKey_file(ctx, keyFile, SSL_FILETYPE_PEM) == 1 else {
+            SSL_CTX_free(ctx)
+            let why = lastError()
+            if why.contains("mismatch") { throw Failure(description: "key_file \(keyFile) does not match the certificate in \(certFile)") }
+            throw Failure(description: "key_file \(keyFile): \(why)")
+        }
+        guard SSL_CTX_check_private_key(ctx) == 1 else {
+            SSL_CTX_free(ctx)
+            throw Failure(description: "key_file \(keyFile) does not match the certificate in \(certFile)")
+        }
+        return ctx
+    }
+
+    /// Why this certificate and key cannot serve (nil: they can): for the config loader.
+    static func check(certFile: String, keyFile: String) -> String? {
+        do {
+            SSL_CTX_free(try makeContext(certFile: certFile, keyFile: keyFile, minVersion: 0x0303, tickets: true))
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    static func lastError() -> String {
+        var buf = [CChar](repeating: 0, count: 256)
+        qw_tls_last_error(&buf, buf.count)
+        let s = String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return s.isEmpty ? "unknown error" : s
+    }
+}

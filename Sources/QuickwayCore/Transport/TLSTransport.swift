@@ -1,0 +1,232 @@
+import Glibc
+import CLibevent
+import COpenSSL
+
+/// TLS on one accepted client socket (OpenSSL on the non-blocking descriptor), with the
+/// same surface as `TCPTransport`: the codec above reads plaintext from `input` and
+/// writes plaintext to `output`.
+///
+/// The handshake runs first, driven by read and write readiness; then reads decrypt into
+/// `input` (a bounded amount ahead) and `flush` encrypts `output`. OpenSSL may want to
+/// read in order to write (or the reverse): both events stay armed as OpenSSL asks, and
+/// plaintext OpenSSL has already decrypted (`SSL_pending`) is picked up when reading
+/// resumes, since no socket event would announce it.
+///
+/// Ownership: libevent's callbacks get the transport through an unretained pointer; the
+/// codec that owns it keeps it alive until `close()`. The transport holds its
+/// `TLSContext`, so a reload that replaces the context never frees one a handshake
+/// still uses. Thread rule: the owning worker's loop only.
+final class TLSTransport: ByteTransport {
+    let fd: Int32
+    let peer: String
+    let peerBytes: [UInt8]
+    let input = ByteBuffer(capacity: 4096, lazy: true)
+    let output = ByteBuffer(capacity: 4096, lazy: true)
+    var readAheadLimit: Int
+    unowned(unsafe) var user: TransportUser?
+    private let context: TLSContext
+    private let stats: WorkerStats
+    private var ssl: OpaquePointer?
+    private var readEvent: OpaquePointer?
+    private var writeEvent: OpaquePointer?
+    private var readArmed = false
+    private var writeArmed = false
+    /// The codec wants reads (it may pause them while a response is pending).
+    private var readingWanted = true
+    private var handshakeDone = false
+    private var discarding = false
+    private(set) var closed = false
+
+    init(fd: Int32, peer: String, base: OpaquePointer, context: TLSContext, stats: WorkerStats, readAheadLimit: Int) {
+        self.fd = fd
+        self.peer = peer
+        self.peerBytes = Array(peer.utf8)
+        self.context = context
+        self.stats = stats
+        self.readAheadLimit = readAheadLimit
+        ssl = SSL_new(context.defaultContext)
+        if let ssl {
+            SSL_set_fd(ssl, fd)
+            SSL_set_accept_state(ssl)
+        }
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        readEvent = event_new(base, fd, Int16(EV_READ | EV_PERSIST), tlsReadCallback, me)
+        writeEvent = event_new(base, fd, Int16(EV_WRITE | EV_PERSIST), tlsWriteCallback, me)
+        // The client speaks first (ClientHello).
+        event_add(readEvent, nil)
+        readArmed = true
+    }
+
+    var inputIsFull: Bool { input.readableBytes > readAheadLimit }
+
+    /// The protocol ALPN selected ("" when none).
+    var negotiatedProtocol: String {
+        guard let ssl else { return "" }
+        var p: UnsafePointer<UInt8>?
+        var n: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &p, &n)
+        guard let p, n > 0 else { return "" }
+        return String(decoding: UnsafeBufferPointer(start: p, count: Int(n)), as: UTF8.self)
+    }
+
+    // MARK: events
+
+    fileprivate func onReadable() {
+        if !handshakeDone { handshake(); return }
+        readNow()
+    }
+
+    fileprivate func onWritable() {
+        if !handshakeDone { handshake(); return }
+        flush()
+    }
+
+    private func handshake() {
+        guard let ssl, !closed else { close(); return }
+        let rc = SSL_do_handshake(ssl)
+        if rc == 1 {
+            handshakeDone = true
+            stats.tlsHandshakeDone(resumed: SSL_session_reused(ssl) == 1)
+            setWriteInterest(false)
+            if readingWanted { armRead(true) }
+            readNow()
+            return
+        }
+        switch SSL_get_error(ssl, rc) {
+        case SSL_ERROR_WANT_READ:
+            armRead(true)
+            setWriteInterest(false)
+        case SSL_ERROR_WANT_WRITE:
+            setWriteInterest(true)
+        default:
+            // Not TLS, no shared version or cipher, no protocol ALPN can agree on, a bad
+            // record: counted, and the connection is dropped (there is nothing to answer in).
+            stats.tlsHandshakeFailed()
+            let why = TLSContext.lastError()
+            Log.debug("TLS handshake with \(peer) failed: \(why)")
+            close()
+        }
+    }
+
+    // MARK: reading
+
+    func readNow() {
+        guard handshakeDone, let ssl else { return }
+        var peerClosed = false
+        while !closed {
+            if !discarding && inputIsFull { break }
+            let space = input.writableSpace(atLeast: 4096)
+            let n = SSL_read(ssl, space.baseAddress, Int32(min(space.count, Int(Int32.max))))
+            if n > 0 {
+                if discarding { continue }
+                input.didWrite(Int(n))
+                continue
+            }
+            let err = SSL_get_error(ssl, n)
+            if err == SSL_ERROR_WANT_READ { break }
+            if err == SSL_ERROR_WANT_WRITE { setWriteInterest(true); break }
+            if err == SSL_ERROR_ZERO_RETURN || err == SSL_ERROR_SYSCALL && errno == 0 {
+                // close_notify, or the socket closed without one.
+                if discarding { close(); return }
+                peerClosed = true
+                break
+            }
+            Log.debug("TLS read from \(peer) failed (\(err)): \(TLSContext.lastError())")
+            close()
+            return
+        }
+        if !closed && !discarding { user?.transportReadable(peerClosed: peerClosed) }
+    }
+
+    func enableReading() {
+        readingWanted = true
+        guard handshakeDone, !closed else { return }
+        armRead(true)
+        // Plaintext OpenSSL already decrypted announces itself with no socket event.
+        if let ssl, SSL_pending(ssl) > 0, let ev = readEvent { event_active(ev, EV_READ, 0) }
+    }
+
+    func disableReading() {
+        readingWanted = false
+        if handshakeDone { armRead(false) }
+    }
+
+    private func armRead(_ on: Bool) {
+        guard !closed else { return }
+        if on && !readArmed { event_add(readEvent, nil); readArmed = true }
+        if !on && readArmed { event_del(readEvent); readArmed = false }
+    }
+
+    private func setWriteInterest(_ on: Bool) {
+        guard !closed else { return }
+        if on && !writeArmed { event_add(writeEvent, nil); writeArmed = true }
+        if !on && writeArmed { event_del(writeEvent); writeArmed = false }
+    }
+
+    // MARK: writing
+
+    func flush() {
+        guard !closed, handshakeDone, let ssl else { return }
+        while !output.isEmpty {
+            let r = output.readable
+            let n = SSL_write(ssl, r.baseAddress, Int32(min(r.count, 1 << 20)))
+            if n > 0 { output.consume(Int(n)); continue }
+            switch SSL_get_error(ssl, n) {
+            case SSL_ERROR_WANT_WRITE:
+                setWriteInterest(true)
+                return
+            case SSL_ERROR_WANT_READ:
+                // A TLS 1.3 key update or similar: the read event brings us back.
+                armRead(true)
+                return
+            default:
+                close()
+                return
+            }
+        }
+        setWriteInterest(false)
+        if discarding {
+            SSL_shutdown(ssl)   // close_notify; the client's reply is read and dropped
+            shutdown(fd, Int32(SHUT_WR))
+            return
+        }
+        user?.transportDrained()
+    }
+
+    // MARK: closing
+
+    func closeAfterWriting() {
+        discarding = true
+        if handshakeDone { armRead(true) }
+        flush()
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        event_free(readEvent); readEvent = nil
+        event_free(writeEvent); writeEvent = nil
+        if let ssl { SSL_free(ssl) }
+        ssl = nil
+        Glibc.close(fd)
+        // The worker keeps a closed connection until its next sweep: give the memory back now.
+        input.clear()
+        input.releaseStorage()
+        output.clear()
+        output.releaseStorage()
+        user?.transportClosed()
+    }
+
+    func releaseIdleBuffers() {
+        input.releaseStorage()
+        output.releaseStorage()
+    }
+}
+
+private let tlsReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<TLSTransport>.fromOpaque(arg!).takeUnretainedValue().onReadable()
+}
+
+private let tlsWriteCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
+    Unmanaged<TLSTransport>.fromOpaque(arg!).takeUnretainedValue().onWritable()
+}
