@@ -29,7 +29,10 @@
 # Case "redis": cache hits served from the shared Redis tier with a cold local tier,
 # against local hits (scripts/bench-redis.sh).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|all]
+# Case "tls": HTTP/1.1 over TLS against nginx ssl, kept-alive and a full handshake per
+# request (scripts/bench-tls.sh).
+#
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -69,6 +72,9 @@ CONF
   taskset -c 1 python3 scripts/bench_routing.py --port "$RPORT" --rounds "$ROUNDS" --requests 3000 --concurrency 16 \
     quickway=127.0.0.1:18680 nginx=127.0.0.1:18682
   exit 0
+fi
+if [ "$CASE" = tls ]; then
+  exec scripts/bench-tls.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi
 if [ "$CASE" = redis ]; then
   exec scripts/bench-redis.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"

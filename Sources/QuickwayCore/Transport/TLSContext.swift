@@ -65,6 +65,9 @@ final class TLSContext: @unchecked Sendable {
         }
         qw_ssl_ctx_set_server_modes(ctx)
         qw_ssl_ctx_set_tickets(ctx, tickets ? 1 : 0)
+        // One TLS 1.3 ticket per handshake (OpenSSL's default is two): a client resumes
+        // with one, and each ticket costs an encryption on every full handshake.
+        if tickets { SSL_CTX_set_num_tickets(ctx, 1) }
         // Sessions resume across the SNI contexts: they share one session id context.
         let sid = Array("quickway".utf8)
         sid.withUnsafeBufferPointer { _ = SSL_CTX_set_session_id_context(ctx, $0.baseAddress, UInt32($0.count)) }
