@@ -10,6 +10,9 @@ int qw_ssl_ctx_set_min_version(SSL_CTX *ctx, int version) {
 
 void qw_ssl_ctx_set_server_modes(SSL_CTX *ctx) {
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    // A client that closes without close_notify is an ordinary end (SSL_ERROR_ZERO_RETURN),
+    // not an error left in the thread's error queue.
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
 }
 
 void qw_ssl_ctx_set_tickets(SSL_CTX *ctx, int tickets) {

@@ -140,3 +140,14 @@ final class HTTPRequestParserTests: XCTestCase {
         XCTAssertEqual(h2?.targetString, "/b")
     }
 }
+
+/// The token-character bitmask agrees with the readable table (RFC 9110 tchar) on every byte.
+final class HTTPSyntaxTokenTests: XCTestCase {
+    func testTokenBitmaskMatchesTheTableOnEveryByte() {
+        let tchar = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ".utf8)
+        for c in 0...255 {
+            XCTAssertEqual(HTTPSyntax.isTokenChar(UInt8(c)), tchar.contains(UInt8(c)), "byte \(c)")
+            XCTAssertEqual(HTTPSyntax.tokenTable[c], tchar.contains(UInt8(c)), "byte \(c)")
+        }
+    }
+}

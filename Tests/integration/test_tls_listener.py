@@ -74,7 +74,6 @@ tls_listen:
     - { cert_file: OTHER_CERT, key_file: OTHER_KEY }
   alpn: [h2, http/1.1]
 cache: { max_object_bytes: 64KiB }
-log: { level: debug }
 services:
   api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2], timeouts: { connect: 500ms, response: 5s } }
 routes:
@@ -288,3 +287,34 @@ def test_moving_the_tls_listener_needs_a_restart_and_the_running_one_keeps_servi
     finally:
         with open(g.config_path, "w") as f:
             f.write(original)
+
+
+def test_a_client_closing_without_close_notify_does_not_break_other_connections(tmp_path):
+    """OpenSSL keeps one error queue per thread: an error left there by one connection
+    (an EOF without close_notify) must not be read as another connection's error. One
+    worker, so every connection shares the thread; default (info) logging."""
+    ca = CertAuthority(str(tmp_path))
+    cert, key, _ = ca.leaf("api", "api.test")
+    backend = Backend("127.0.0.2", free_port("127.0.0.2"))
+    tls_port = free_port()
+    text = (CONFIG.replace("workers: 2", "workers: 1").replace("TLS_PORT", str(tls_port))
+            .replace("BACKEND_PORT", str(backend.server.server_address[1]))
+            .replace("    - { cert_file: OTHER_CERT, key_file: OTHER_KEY }\n", "")
+            .replace("API_CERT", cert).replace("API_KEY", key))
+    g = Gateway(text)
+    g.tls_port = tls_port
+    try:
+        ctx = client_context(ca)
+        keeper = tls_connect(g, ctx, "api.test")
+        assert request(keeper, "/api/keeper-0")[0] == 200
+        for i in range(5):
+            rude = tls_connect(g, ctx, "api.test")
+            assert request(rude, f"/api/rude-{i}")[0] == 200
+            raw = socket.socket(fileno=rude.detach())   # the TCP socket alone: no close_notify
+            raw.close()
+            wait_until(lambda: g.stats()["connections"] <= 1, timeout=5, what="the rude connection closed")
+            assert request(keeper, f"/api/keeper-{i + 1}")[0] == 200, "the kept-alive connection still works"
+        keeper.close()
+    finally:
+        g.stop()
+        backend.stop()

@@ -7,7 +7,7 @@
 // SSL_CTX_set_min_proto_version (a macro).
 int qw_ssl_ctx_set_min_version(SSL_CTX *ctx, int version);
 // SSL_CTX_set_mode (a macro): partial writes, moving write buffers, buffers released
-// while idle.
+// while idle; and SSL_OP_IGNORE_UNEXPECTED_EOF (an EOF without close_notify is a close).
 void qw_ssl_ctx_set_server_modes(SSL_CTX *ctx);
 // SSL_OP_NO_TICKET when `tickets` is 0.
 void qw_ssl_ctx_set_tickets(SSL_CTX *ctx, int tickets);

@@ -11,7 +11,16 @@ public enum HTTPSyntax {
         return t
     }()
 
-    @inline(__always) public static func isTokenChar(_ c: UInt8) -> Bool { tokenTable[Int(c)] }
+    /// RFC 9110 tchar, by bitmask (a table lookup went through the global's lazy
+    /// initialiser on every byte). `tokenTable` is the readable definition; a unit test
+    /// checks that the two agree on every byte.
+    @inline(__always) public static func isTokenChar(_ c: UInt8) -> Bool {
+        let low: UInt64 = 0x03FF6CFA00000000
+        let high: UInt64 = 0x57FFFFFFC7FFFFFE
+        if c < 64 { return (low >> UInt64(c)) & 1 == 1 }
+        if c < 128 { return (high >> UInt64(c - 64)) & 1 == 1 }
+        return false
+    }
     @inline(__always) public static func isAlnum(_ c: UInt8) -> Bool {
         (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
     }

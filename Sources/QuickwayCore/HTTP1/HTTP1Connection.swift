@@ -60,7 +60,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                                    allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
         transport.user = self
         transport.enableReading()
-        deadline = Clock.coarseMillis() + worker.limits.clientIdleTimeoutMillis
+        // A TLS handshake gets the header timeout: a client trickling its ClientHello is
+        // a slow request, not an idle connection.
+        deadline = Clock.coarseMillis() + (transport.isReady ? worker.limits.clientIdleTimeoutMillis : worker.limits.clientHeaderTimeoutMillis)
     }
 
     // MARK: transport events
@@ -380,7 +382,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     }
 
     func drain() {
-        if phase == .head && input.isEmpty { closeNow() }
+        if phase == .head && input.isEmpty && transport.isReady { closeNow() }
     }
 
     func closeNow() { transport.close() }

@@ -125,6 +125,11 @@ final class UpstreamRelay: UpstreamCallDelegate {
         streaming = true
         // Too large to store or share: merged waiters make their own calls.
         if let ctx { ctx.pipeline.answer(ctx, .streamed) }
+        // The leader's client left and the waiters are released: nobody wants the rest.
+        guard exchange.isOpen else {
+            cancel()
+            return
+        }
         guard let head = transfer?.head else { return }
         head.reason.withUnsafeBytes { reason in
             relayLines.withUnsafeBytes { lines in

@@ -10,6 +10,10 @@ protocol ByteTransport: AnyObject {
     var closed: Bool { get }
     /// Whether `input` is at its read-ahead limit (reading would stop).
     var inputIsFull: Bool { get }
+    /// Past any set-up (a TLS handshake): bytes can flow. Until then the connection is
+    /// neither idle (a drain lets it finish) nor under the idle timeout (the header
+    /// timeout bounds a handshake).
+    var isReady: Bool { get }
     /// Who is told of reads, drains and the close. Not retained (the user owns the transport).
     var user: TransportUser? { get set }
     /// Reads what is available now and tells the user.
@@ -26,4 +30,6 @@ protocol ByteTransport: AnyObject {
     func releaseIdleBuffers()
 }
 
-extension TCPTransport: ByteTransport {}
+extension TCPTransport: ByteTransport {
+    var isReady: Bool { true }
+}

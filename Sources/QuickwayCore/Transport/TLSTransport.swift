@@ -34,6 +34,12 @@ final class TLSTransport: ByteTransport {
     /// The codec wants reads (it may pause them while a response is pending).
     private var readingWanted = true
     private var handshakeDone = false
+    /// OpenSSL asked the read to wait for the socket to be writable (and the reverse).
+    private var readWantsWrite = false
+    private var writeWantsRead = false
+    private var shutdownSent = false
+    /// Closed after a TLS error (the session is not kept).
+    private var failed = false
     private var discarding = false
     private(set) var closed = false
 
@@ -73,22 +79,37 @@ final class TLSTransport: ByteTransport {
 
     fileprivate func onReadable() {
         if !handshakeDone { handshake(); return }
-        readNow()
+        if writeWantsRead {
+            // A write was waiting for this read (renegotiation, key update): retry it.
+            writeWantsRead = false
+            if !readingWanted && !discarding { armRead(false) }
+            flush()
+            if closed { return }
+        }
+        if readingWanted || discarding { readNow() }
     }
 
     fileprivate func onWritable() {
         if !handshakeDone { handshake(); return }
+        if readWantsWrite {
+            // A read was waiting for this write: reading may go on.
+            readWantsWrite = false
+            if readingWanted || discarding { armRead(true) }
+            readNow()
+            if closed { return }
+        }
         flush()
     }
 
     private func handshake() {
         guard let ssl, !closed else { close(); return }
+        ERR_clear_error()
         let rc = SSL_do_handshake(ssl)
         if rc == 1 {
             handshakeDone = true
             stats.tlsHandshakeDone(resumed: SSL_session_reused(ssl) == 1)
             setWriteInterest(false)
-            if readingWanted { armRead(true) }
+            armRead(readingWanted)
             readNow()
             return
         }
@@ -97,6 +118,9 @@ final class TLSTransport: ByteTransport {
             armRead(true)
             setWriteInterest(false)
         case SSL_ERROR_WANT_WRITE:
+            // Wait for the socket to take more; reading meanwhile would spin on a
+            // readable socket that OpenSSL will not read from.
+            armRead(false)
             setWriteInterest(true)
         default:
             // Not TLS, no shared version or cipher, no protocol ALPN can agree on, a bad
@@ -104,43 +128,57 @@ final class TLSTransport: ByteTransport {
             stats.tlsHandshakeFailed()
             let why = TLSContext.lastError()
             Log.debug("TLS handshake with \(peer) failed: \(why)")
-            close()
+            fail()
         }
     }
 
     // MARK: reading
 
+    /// Reads and decrypts what is available. Tells the codec only when bytes arrived or
+    /// the peer closed, so a socket that stays readable without giving bytes (OpenSSL
+    /// waiting to write) cannot spin the codec.
     func readNow() {
-        guard handshakeDone, let ssl else { return }
+        guard handshakeDone, !readWantsWrite, let ssl else { return }
         var peerClosed = false
+        var got = 0
         while !closed {
             if !discarding && inputIsFull { break }
             let space = input.writableSpace(atLeast: 4096)
+            // OpenSSL keeps one error queue per thread, which SSL_get_error reads first:
+            // it must be empty before each call, or another connection's error reads as ours.
+            ERR_clear_error()
             let n = SSL_read(ssl, space.baseAddress, Int32(min(space.count, Int(Int32.max))))
             if n > 0 {
                 if discarding { continue }
                 input.didWrite(Int(n))
+                got += Int(n)
                 continue
             }
             let err = SSL_get_error(ssl, n)
             if err == SSL_ERROR_WANT_READ { break }
-            if err == SSL_ERROR_WANT_WRITE { setWriteInterest(true); break }
-            if err == SSL_ERROR_ZERO_RETURN || err == SSL_ERROR_SYSCALL && errno == 0 {
-                // close_notify, or the socket closed without one.
+            if err == SSL_ERROR_WANT_WRITE {
+                readWantsWrite = true
+                armRead(false)
+                setWriteInterest(true)
+                break
+            }
+            if err == SSL_ERROR_ZERO_RETURN {
+                // close_notify, or (SSL_OP_IGNORE_UNEXPECTED_EOF) the socket closed without one.
                 if discarding { close(); return }
                 peerClosed = true
                 break
             }
-            Log.debug("TLS read from \(peer) failed (\(err)): \(TLSContext.lastError())")
-            close()
+            let why = TLSContext.lastError()
+            Log.debug("TLS read from \(peer) failed: \(why)")
+            fail()
             return
         }
-        if !closed && !discarding { user?.transportReadable(peerClosed: peerClosed) }
+        if !closed && !discarding && (got > 0 || peerClosed) { user?.transportReadable(peerClosed: peerClosed) }
     }
 
     func enableReading() {
         readingWanted = true
-        guard handshakeDone, !closed else { return }
+        guard handshakeDone, !closed, !readWantsWrite else { return }
         armRead(true)
         // Plaintext OpenSSL already decrypted announces itself with no socket event.
         if let ssl, SSL_pending(ssl) > 0, let ev = readEvent { event_active(ev, EV_READ, 0) }
@@ -148,7 +186,7 @@ final class TLSTransport: ByteTransport {
 
     func disableReading() {
         readingWanted = false
-        if handshakeDone { armRead(false) }
+        if handshakeDone && !writeWantsRead { armRead(false) }
     }
 
     private func armRead(_ on: Bool) {
@@ -166,9 +204,10 @@ final class TLSTransport: ByteTransport {
     // MARK: writing
 
     func flush() {
-        guard !closed, handshakeDone, let ssl else { return }
+        guard !closed, handshakeDone, !writeWantsRead, let ssl else { return }
         while !output.isEmpty {
             let r = output.readable
+            ERR_clear_error()
             let n = SSL_write(ssl, r.baseAddress, Int32(min(r.count, 1 << 20)))
             if n > 0 { output.consume(Int(n)); continue }
             switch SSL_get_error(ssl, n) {
@@ -176,17 +215,29 @@ final class TLSTransport: ByteTransport {
                 setWriteInterest(true)
                 return
             case SSL_ERROR_WANT_READ:
-                // A TLS 1.3 key update or similar: the read event brings us back.
+                // Renegotiation or a key update: the next readable event retries the write.
+                writeWantsRead = true
                 armRead(true)
                 return
             default:
-                close()
+                let why = TLSContext.lastError()
+                Log.debug("TLS write to \(peer) failed: \(why)")
+                fail()
                 return
             }
         }
-        setWriteInterest(false)
+        if !readWantsWrite { setWriteInterest(false) }
         if discarding {
-            SSL_shutdown(ssl)   // close_notify; the client's reply is read and dropped
+            if !shutdownSent {
+                // close_notify; if the socket cannot take it now, the write event retries.
+                ERR_clear_error()
+                let rc = SSL_shutdown(ssl)
+                if rc < 0 {
+                    if SSL_get_error(ssl, rc) == SSL_ERROR_WANT_WRITE { setWriteInterest(true); return }
+                    _ = TLSContext.lastError()
+                }
+                shutdownSent = true
+            }
             shutdown(fd, Int32(SHUT_WR))
             return
         }
@@ -195,10 +246,20 @@ final class TLSTransport: ByteTransport {
 
     // MARK: closing
 
+    /// Whether the connection is past its handshake (a connection still shaking hands is
+    /// not idle: a drain lets it finish).
+    var isReady: Bool { handshakeDone }
+
     func closeAfterWriting() {
         discarding = true
         if handshakeDone { armRead(true) }
         flush()
+    }
+
+    /// Closes after a TLS error: the session is not kept for resumption.
+    private func fail() {
+        failed = true
+        close()
     }
 
     func close() {
@@ -206,8 +267,14 @@ final class TLSTransport: ByteTransport {
         closed = true
         event_free(readEvent); readEvent = nil
         event_free(writeEvent); writeEvent = nil
-        if let ssl { SSL_free(ssl) }
+        if let ssl {
+            // A clean end keeps the session resumable (SSL_free would otherwise drop it
+            // from the cache as if the connection had failed).
+            if handshakeDone && !failed { SSL_set_shutdown(ssl, SSL_SENT_SHUTDOWN) }
+            SSL_free(ssl)
+        }
         ssl = nil
+        ERR_clear_error()
         Glibc.close(fd)
         // The worker keeps a closed connection until its next sweep: give the memory back now.
         input.clear()

@@ -51,7 +51,11 @@ public struct UpstreamResponseHead {
         var colon = 0
         while colon < l.count && HTTPSyntax.isTokenChar(l[colon]) { colon += 1 }
         guard colon > 0, colon < l.count, l[colon] == UInt8(ascii: ":") else { return false }
-        for b in l[(colon + 1)...] where !HTTPSyntax.isFieldValueByte(b) { return false }
+        var k = colon + 1
+        while k < l.count {
+            if !HTTPSyntax.isFieldValueByte(l[k]) { return false }
+            k += 1
+        }
         let name = 0..<colon
         var vs = colon + 1
         while vs < l.count && (l[vs] == 0x20 || l[vs] == 0x09) { vs += 1 }
@@ -87,7 +91,8 @@ public struct UpstreamResponseHead {
             if UpstreamRequestHeaders.isDropped(l, name) { return false }
         }
         relayLines.append(contentsOf: l)
-        relayLines.append(contentsOf: [0x0D, 0x0A])
+        relayLines.append(0x0D)   // not `[0x0D, 0x0A]`: an array literal is a heap allocation per line
+        relayLines.append(0x0A)
         return false
     }
 
