@@ -26,8 +26,23 @@ protocol ByteTransport: AnyObject {
     func closeAfterWriting()
     /// Closes at once (then `transportClosed`). Idempotent.
     func close()
-    /// Gives back buffer memory while the connection is idle.
-    func releaseIdleBuffers()
+}
+
+extension ByteTransport {
+    /// Gives back the buffers' memory while the connection is idle (empty buffers only).
+    func releaseIdleBuffers() {
+        input.releaseStorage()
+        output.releaseStorage()
+    }
+
+    /// Drops whatever the buffers hold and gives their memory back: at close, since the
+    /// worker keeps a closed connection until its next sweep.
+    func discardBuffers() {
+        input.clear()
+        input.releaseStorage()
+        output.clear()
+        output.releaseStorage()
+    }
 }
 
 extension TCPTransport: ByteTransport {

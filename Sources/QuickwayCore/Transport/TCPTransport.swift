@@ -135,19 +135,10 @@ final class TCPTransport {
         event_free(readEvent); readEvent = nil
         event_free(writeEvent); writeEvent = nil
         Glibc.close(fd)
-        // The worker keeps a closed connection until its next sweep: give the memory back now.
-        input.clear()
-        input.releaseStorage()
-        output.clear()
-        output.releaseStorage()
+        discardBuffers()
         user?.transportClosed()
     }
 
-    /// Gives back the buffers' memory while the connection is idle.
-    func releaseIdleBuffers() {
-        input.releaseStorage()
-        output.releaseStorage()
-    }
 }
 
 private let transportReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in

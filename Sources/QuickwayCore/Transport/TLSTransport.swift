@@ -276,18 +276,10 @@ final class TLSTransport: ByteTransport {
         ssl = nil
         ERR_clear_error()
         Glibc.close(fd)
-        // The worker keeps a closed connection until its next sweep: give the memory back now.
-        input.clear()
-        input.releaseStorage()
-        output.clear()
-        output.releaseStorage()
+        discardBuffers()
         user?.transportClosed()
     }
 
-    func releaseIdleBuffers() {
-        input.releaseStorage()
-        output.releaseStorage()
-    }
 }
 
 private let tlsReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
