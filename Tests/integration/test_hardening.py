@@ -595,3 +595,29 @@ def test_pipelined_heads_cut_by_the_read_bound(roomy):
     out = _pipelined(g, backend, heads + last[:700], last[700:], 61)
     assert [st for st, _ in out] == [200] * 61
     assert json.loads(out[-1][1])["path"] == "/h/last"
+
+
+def test_a_client_that_reads_nothing_is_cut_off_after_the_idle_timeout():
+    """A client that stops reading while its answer is pending (a 200 MB body) must not
+    hold the connection, its buffered output and the paused upstream call for ever: after
+    client_idle_timeout with no progress the gateway closes it (nginx's send_timeout)."""
+    fport = free_port("127.0.0.3")
+    faulty = FaultyBackend(("127.0.0.3", fport), FaultyHandler)
+    threading.Thread(target=faulty.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    text = (CONFIG.replace("BACKEND_PORT", "1").replace("FAULTY_PORT", str(fport)).replace("MAXCONN", "100")
+            .replace("client_idle_timeout: 10s", "client_idle_timeout: 1s"))
+    g = Gateway(text)
+    try:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", g.port))
+        s.sendall(b"GET /faulty/huge HTTP/1.1\r\nHost: x\r\n\r\n")   # 200 MB, and we never read
+        wait_until(lambda: g.stats()["connections"] == 1, timeout=5, what="the request in progress")
+        t0 = time.monotonic()
+        wait_until(lambda: g.stats()["connections"] == 0, timeout=8, what="the stalled connection closed")
+        assert time.monotonic() - t0 < 5
+        s.close()
+    finally:
+        g.stop()
+        faulty.shutdown()
+        faulty.server_close()

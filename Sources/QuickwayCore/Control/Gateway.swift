@@ -33,6 +33,8 @@ public final class Gateway {
     private let routeSlots = RouteStatSlots()
     /// The cache and the flight table: one for all workers, kept across reloads.
     private let shared: SharedStages
+    /// Open client connections across the proxy workers (`limits.max_connections`).
+    private let connectionBudget: ConnectionBudget
     /// Kept across reloads so nonces accepted before a reload stay replays after it.
     private var nonceStore: NonceStore?
     /// Services by name, shared by all workers; a reload keeps those whose config did not
@@ -55,6 +57,7 @@ public final class Gateway {
         shared = SharedStages(cache: ResponseCache(maxBytes: config.cache.maxBytes, maxObjectBytes: config.cache.maxObjectBytes))
         SignalLoop.blockHandledSignals()
         let budget = ConnectionBudget(limit: config.limits.maxConnections)
+        connectionBudget = budget
         switch config.log.accessLog {
         case "off": accessLog = nil
         case "stdout": accessLog = try AccessLog(target: .stdout)
@@ -142,6 +145,7 @@ public final class Gateway {
         var s = aggregator.snapshot(version: QuickwayVersion.string,
                                     uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
                                     routeNames: config.routes.map(\.name))
+        s.connections = Int(connectionBudget.current)
         s.cache = shared.cache.figures
         s.cacheMaxBytes = shared.cache.maxBytes
         (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures

@@ -371,6 +371,15 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         if phase == .head && input.isEmpty && output.isEmpty && !processing {
             transport.releaseIdleBuffers()
         }
+        // A client that takes none of its answer for `client_idle_timeout` (nginx's
+        // send_timeout) is cut off: it would hold its output, and a paused upstream
+        // call, for as long as it keeps the connection open.
+        let stalled = transport.writeStalledSince
+        if stalled != 0 && now - stalled >= worker.limits.clientIdleTimeoutMillis && !transport.closed {
+            Log.debug("client \(transport.peer) read nothing for \(Units.formatMillis(worker.limits.clientIdleTimeoutMillis)); closing")
+            closeNow()
+            return
+        }
         guard deadline != 0, now >= deadline, !transport.closed else { return }
         switch phase {
         case .head where input.isEmpty: closeNow()

@@ -14,6 +14,10 @@ protocol ByteTransport: AnyObject {
     /// neither idle (a drain lets it finish) nor under the idle timeout (the header
     /// timeout bounds a handshake).
     var isReady: Bool { get }
+    /// Coarse milliseconds since the client last took any of the pending output (the
+    /// write event armed, or progress made while it was); 0 when nothing waits. A client
+    /// that reads nothing for too long is cut off (`HTTP1Connection.checkDeadline`).
+    var writeStalledSince: Int64 { get }
     /// Who is told of reads, drains and the close. Not retained (the user owns the transport).
     var user: TransportUser? { get set }
     /// Reads what is available now and tells the user.

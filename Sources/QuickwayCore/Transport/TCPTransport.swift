@@ -34,6 +34,7 @@ final class TCPTransport {
     private var writeEvent: OpaquePointer?
     private var readArmed = false
     private var writeArmed = false
+    private(set) var writeStalledSince: Int64 = 0
     /// Lingering close: what the client still sends is read and dropped.
     private var discarding = false
     private(set) var closed = false
@@ -100,16 +101,20 @@ final class TCPTransport {
         while !output.isEmpty {
             let r = output.readable
             let n = send(fd, r.baseAddress, r.count, Int32(MSG_NOSIGNAL))
-            if n > 0 { output.consume(n); continue }
+            if n > 0 {
+                output.consume(n)
+                if writeArmed { writeStalledSince = Clock.coarseMillis() }
+                continue
+            }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if !writeArmed { event_add(writeEvent, nil); writeArmed = true }
+                if !writeArmed { event_add(writeEvent, nil); writeArmed = true; writeStalledSince = Clock.coarseMillis() }
                 return
             }
             close()
             return
         }
-        if writeArmed { event_del(writeEvent); writeArmed = false }
+        if writeArmed { event_del(writeEvent); writeArmed = false; writeStalledSince = 0 }
         if discarding {
             shutdown(fd, Int32(SHUT_WR))
             return

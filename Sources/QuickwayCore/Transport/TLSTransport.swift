@@ -31,6 +31,7 @@ final class TLSTransport: ByteTransport {
     private var writeEvent: OpaquePointer?
     private var readArmed = false
     private var writeArmed = false
+    private(set) var writeStalledSince: Int64 = 0
     /// The codec wants reads (it may pause them while a response is pending).
     private var readingWanted = true
     private var handshakeDone = false
@@ -197,8 +198,8 @@ final class TLSTransport: ByteTransport {
 
     private func setWriteInterest(_ on: Bool) {
         guard !closed else { return }
-        if on && !writeArmed { event_add(writeEvent, nil); writeArmed = true }
-        if !on && writeArmed { event_del(writeEvent); writeArmed = false }
+        if on && !writeArmed { event_add(writeEvent, nil); writeArmed = true; writeStalledSince = Clock.coarseMillis() }
+        if !on && writeArmed { event_del(writeEvent); writeArmed = false; writeStalledSince = 0 }
     }
 
     // MARK: writing
@@ -209,7 +210,11 @@ final class TLSTransport: ByteTransport {
             let r = output.readable
             ERR_clear_error()
             let n = SSL_write(ssl, r.baseAddress, Int32(min(r.count, 1 << 20)))
-            if n > 0 { output.consume(Int(n)); continue }
+            if n > 0 {
+                output.consume(Int(n))
+                if writeArmed { writeStalledSince = Clock.coarseMillis() }
+                continue
+            }
             switch SSL_get_error(ssl, n) {
             case SSL_ERROR_WANT_WRITE:
                 setWriteInterest(true)
