@@ -30,6 +30,18 @@ bench_workdir() {
   trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 }
 
+# The benchmark backend: nginx answering every request with BODY (1 KB JSON) at ADDR,
+# its files under DIR (DIR/nginx.conf). Usage: write_backend_conf DIR ADDR BODY
+write_backend_conf() {
+  mkdir -p "$1"
+  cat > "$1/nginx.conf" <<CONF
+daemon off; worker_processes 1; error_log $1/error.log; pid $1/nginx.pid;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen $2; location / { default_type application/json; return 200 '$3'; } } }
+CONF
+}
+
 wait_up() { for _ in $(seq 150); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "bench: $1 did not come up" >&2; exit 1; }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

@@ -26,12 +26,7 @@ P_LOCAL=18480; P_LOCAL_ADMIN=18490; P_REDIS=18482; P_REDIS_ADMIN=18492; P_NGINX=
 BODY=$(python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item-%04d" % i} for i in range(40)]})[:1024])')
 mkdir -p "$WORK/backend" "$WORK/nginx/cache"
 chmod 755 "$WORK" "$WORK/nginx"; chmod 777 "$WORK/nginx/cache"
-cat > "$WORK/backend/nginx.conf" <<CONF
-daemon off; worker_processes 1; error_log $WORK/backend/error.log; pid $WORK/backend/nginx.pid;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen $BACKEND; location / { default_type application/json; return 200 '$BODY'; } } }
-CONF
+write_backend_conf "$WORK/backend" "$BACKEND" "$BODY"
 cat > "$WORK/nginx/nginx.conf" <<CONF
 daemon off; worker_processes 1; error_log $WORK/nginx/error.log; pid $WORK/nginx/nginx.pid;
 events { worker_connections 4096; }

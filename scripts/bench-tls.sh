@@ -27,12 +27,7 @@ mkdir -p "$WORK/backend" "$WORK/nginx"
 # One self-signed ECDSA certificate for both servers.
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=bench.local" \
   -addext "subjectAltName=DNS:bench.local" -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
-cat > "$WORK/backend/nginx.conf" <<CONF
-daemon off; worker_processes 1; error_log $WORK/backend/error.log; pid $WORK/backend/nginx.pid;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen $BACKEND; location / { default_type application/json; return 200 '$BODY'; } } }
-CONF
+write_backend_conf "$WORK/backend" "$BACKEND" "$BODY"
 cat > "$WORK/nginx/nginx.conf" <<CONF
 daemon off; worker_processes 1; error_log $WORK/nginx/error.log; pid $WORK/nginx/nginx.pid;
 events { worker_connections 4096; }

@@ -92,12 +92,7 @@ BACKEND_PORT=18081; QW_PORT=18080; QW_ADMIN=18090; NGINX_PORT=18082
 BODY=$(python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item-%04d" % i} for i in range(40)]})[:1024])')
 
 mkdir -p "$WORK/backend" "$WORK/nginx"
-cat > "$WORK/backend/nginx.conf" <<CONF
-daemon off; worker_processes 1; error_log $WORK/backend/error.log; pid $WORK/backend/nginx.pid;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.2:$BACKEND_PORT; location / { default_type application/json; return 200 '$BODY'; } } }
-CONF
+write_backend_conf "$WORK/backend" "127.0.0.2:$BACKEND_PORT" "$BODY"
 cat > "$WORK/nginx/nginx.conf" <<CONF
 daemon off; worker_processes 1; error_log $WORK/nginx/error.log; pid $WORK/nginx/nginx.pid;
 events { worker_connections 4096; }

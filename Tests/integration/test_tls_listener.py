@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from harness import Backend, Gateway, free_port, quickway_binary, wait_until
+from harness import Backend, Gateway, free_port, quickway_binary, read_response, wait_until
 
 cryptography = pytest.importorskip("cryptography")
 from cryptography import x509  # noqa: E402
@@ -115,17 +115,9 @@ def tls_connect(g, ctx, name, session=None):
 def request(sock, path, host="api.test", extra=""):
     """Sends one GET on a kept-alive connection and reads the answer (Content-Length framing)."""
     sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode())
-    f = sock.makefile("rb")
-    status = int(f.readline().split()[1])
-    headers = {}
-    while True:
-        line = f.readline()
-        if line in (b"\r\n", b""):
-            break
-        k, v = line.decode().split(":", 1)
-        headers[k.strip().lower()] = v.strip()
-    body = f.read(int(headers.get("content-length", "0")))
-    return status, headers, body
+    answer = read_response(sock.makefile("rb"))
+    assert answer is not None, "the gateway closed the connection"
+    return answer
 
 
 def serial_of(sock):

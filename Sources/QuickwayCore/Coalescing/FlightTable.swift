@@ -27,7 +27,8 @@ final class FlightTable: @unchecked Sendable {
     /// `@unchecked Sendable`: handed between workers; its mutable fields are private to
     /// this file and touched only under the table's `lock`.
     final class Flight: @unchecked Sendable {
-        let key: [UInt8]
+        /// Hashed once, as the response cache's keys are (`HashedKey`).
+        let key: HashedKey
         let leaderWorker: Worker
         fileprivate var waiters: [(id: Int, worker: Worker, deliver: @Sendable (FlightOutcome) -> Void)] = []
         fileprivate var leaderAttached = true
@@ -36,7 +37,7 @@ final class FlightTable: @unchecked Sendable {
         fileprivate var orphaned = false
         /// Cancels the upstream call; set by `setCancelUpstream`, posted to `leaderWorker`.
         fileprivate var cancelUpstream: (@Sendable () -> Void)?
-        init(key: [UInt8], leaderWorker: Worker) { self.key = key; self.leaderWorker = leaderWorker }
+        init(key: HashedKey, leaderWorker: Worker) { self.key = key; self.leaderWorker = leaderWorker }
     }
 
     enum Join {
@@ -47,13 +48,14 @@ final class FlightTable: @unchecked Sendable {
     }
 
     private let lock = NSLock()
-    private var flights: [[UInt8]: Flight] = [:]
+    private var flights: [HashedKey: Flight] = [:]
     private var nextId = 0
     private(set) var leaders: Int64 = 0
     private(set) var waitersTotal: Int64 = 0
 
     /// Joins the flight for `key`, or starts it. `deliver` runs on `worker`.
     func join(_ key: [UInt8], worker: Worker, maxWaiters: Int, deliver: @escaping @Sendable (FlightOutcome) -> Void) -> Join {
+        let key = HashedKey(key)   // hashed before taking the lock
         lock.lock()
         defer { lock.unlock() }
         if let f = flights[key], !f.done {

@@ -198,7 +198,7 @@ final class Worker: @unchecked Sendable {
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             let peer = ListeningSocket.peerAddress(&storage)
-            let readAhead = HTTP1Connection<TCPTransport>.readAheadLimit(limits)
+            let readAhead = HTTP1Codec.readAheadLimit(limits)
             let c: ClientConnection
             if tls, let context = tlsContext {
                 c = HTTP1Connection(transport: TLSTransport(fd: fd, peer: peer, base: base, context: context, stats: stats,

@@ -1,19 +1,10 @@
-/// Byte classes of RFC 9110/9112, as lookup tables so the parser's inner loops are a
-/// load and a compare.
+/// Byte classes of RFC 9110/9112, as comparisons and bitmasks so the parser's inner
+/// loops are a few instructions per byte.
 public enum HTTPSyntax {
-    /// tchar: the characters allowed in methods and header names.
-    static let tokenTable: [Bool] = {
-        var t = [Bool](repeating: false, count: 256)
-        for c in UInt8(ascii: "0")...UInt8(ascii: "9") { t[Int(c)] = true }
-        for c in UInt8(ascii: "a")...UInt8(ascii: "z") { t[Int(c)] = true }
-        for c in UInt8(ascii: "A")...UInt8(ascii: "Z") { t[Int(c)] = true }
-        for c in "!#$%&'*+-.^_`|~".utf8 { t[Int(c)] = true }
-        return t
-    }()
-
-    /// RFC 9110 tchar, by bitmask (a table lookup went through the global's lazy
-    /// initialiser on every byte). `tokenTable` is the readable definition; a unit test
-    /// checks that the two agree on every byte.
+    /// RFC 9110 tchar, the characters allowed in methods and header names
+    /// (`!#$%&'*+-.^_`|~`, digits, letters), by bitmask: a table lookup went through the
+    /// global's lazy initialiser on every byte. A unit test checks every byte against
+    /// the RFC's list.
     @inline(__always) public static func isTokenChar(_ c: UInt8) -> Bool {
         let low: UInt64 = 0x03FF6CFA00000000
         let high: UInt64 = 0x57FFFFFFC7FFFFFE
@@ -30,6 +21,12 @@ public enum HTTPSyntax {
     }
     /// Request-target bytes: visible ASCII and obs-text only, no spaces or controls.
     @inline(__always) static func isTargetByte(_ c: UInt8) -> Bool { c > 0x20 && c != 0x7F }
+
+    /// Whether a response puts a body on the wire (RFC 9110 6.4.1): not to HEAD, not 1xx,
+    /// 204 or 304.
+    @inline(__always) static func responseHasBody(toHead: Bool, status: Int) -> Bool {
+        !toHead && status >= 200 && status != 204 && status != 304
+    }
 
     @inline(__always) static func lower(_ c: UInt8) -> UInt8 { (c >= 0x41 && c <= 0x5A) ? c | 0x20 : c }
 

@@ -5,6 +5,9 @@ enum HTTP1Codec {
     /// Output beyond this makes streamed bodies pause their producer, and stops request
     /// parsing while pipelined answers pile up unread.
     static let outputHighWater = 256 * 1024
+
+    /// How far ahead a transport for this codec may read: one head plus a 64 KiB read.
+    static func readAheadLimit(_ limits: LimitsConfig) -> Int { limits.maxHeaderBytes + 65536 }
 }
 
 /// The HTTP/1.1 codec of one client connection: turns the transport's bytes into
@@ -47,9 +50,6 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// release the buffer on each of the dozens of appends per response.
     private let input: ByteBuffer
     private let output: ByteBuffer
-
-    /// How far ahead a transport for this codec may read.
-    static func readAheadLimit(_ limits: LimitsConfig) -> Int { limits.maxHeaderBytes + 65536 }
 
     init(transport: Transport, worker: Worker) {
         self.worker = worker
@@ -254,7 +254,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 
     func sendHead(_ head: ResponseHead, of exchange: Exchange) {
         let status = head.status
-        responseCarriesBody = !exchange.isHeadRequest && status >= 200 && status != 204 && status != 304
+        responseCarriesBody = HTTPSyntax.responseHasBody(toHead: exchange.isHeadRequest, status: status)
         responseChunked = false
         output.append("HTTP/1.1 ")
         output.appendDecimal(status)

@@ -106,7 +106,7 @@ final class Exchange {
     }
 
     /// Whether this response has a body on the wire (not for HEAD, 1xx, 204, 304).
-    private var carriesBody: Bool { !isHeadRequest && status >= 200 && status != 204 && status != 304 }
+    private var carriesBody: Bool { HTTPSyntax.responseHasBody(toHead: isHeadRequest, status: status) }
 
     // MARK: streamed responses
 

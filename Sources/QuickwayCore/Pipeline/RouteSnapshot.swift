@@ -33,7 +33,7 @@ final class Route {
         config = entry.config
         nameBytes = entry.nameBytes
         self.statSlot = statSlot
-        vary = entry.config.vary.map { Array($0.lowercased().utf8) }
+        vary = entry.config.vary.map { Array($0.utf8) }   // lower-cased by the loader
         self.service = service
         prefixLength = entry.config.pathPrefix.utf8.count
         strippingCanJoinSegments = entry.config.stripPrefix && entry.config.pathPrefix.utf8.last != UInt8(ascii: "/")

@@ -30,11 +30,8 @@ final class TCPTransport {
     /// Reading stops while `input` holds more than this (the codec resumes it).
     var readAheadLimit: Int
     unowned(unsafe) var user: TransportUser?
-    private var readEvent: OpaquePointer?
-    private var writeEvent: OpaquePointer?
-    private var readArmed = false
-    private var writeArmed = false
-    private(set) var writeStalledSince: Int64 = 0
+    private var events: SocketEvents!
+    var writeStalledSince: Int64 { events.writeStalledSince }
     /// Lingering close: what the client still sends is read and dropped.
     private var discarding = false
     private(set) var closed = false
@@ -44,9 +41,8 @@ final class TCPTransport {
         self.peer = peer
         self.peerBytes = Array(peer.utf8)
         self.readAheadLimit = readAheadLimit
-        let me = Unmanaged.passUnretained(self).toOpaque()
-        readEvent = event_new(base, fd, Int16(EV_READ | EV_PERSIST), transportReadCallback, me)
-        writeEvent = event_new(base, fd, Int16(EV_WRITE | EV_PERSIST), transportWriteCallback, me)
+        events = SocketEvents(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(),
+                              onReadable: transportReadCallback, onWritable: transportWriteCallback)
     }
 
     // MARK: reading
@@ -85,11 +81,11 @@ final class TCPTransport {
     var inputIsFull: Bool { input.readableBytes > readAheadLimit }
 
     func enableReading() {
-        if !readArmed && !closed { event_add(readEvent, nil); readArmed = true }
+        if !closed { events.setReading(true) }
     }
 
     func disableReading() {
-        if readArmed { event_del(readEvent); readArmed = false }
+        events.setReading(false)
     }
 
     // MARK: writing
@@ -103,18 +99,18 @@ final class TCPTransport {
             let n = send(fd, r.baseAddress, r.count, Int32(MSG_NOSIGNAL))
             if n > 0 {
                 output.consume(n)
-                if writeArmed { writeStalledSince = Clock.coarseMillis() }
+                events.wroteSome()
                 continue
             }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if !writeArmed { event_add(writeEvent, nil); writeArmed = true; writeStalledSince = Clock.coarseMillis() }
+                events.setWriting(true)
                 return
             }
             close()
             return
         }
-        if writeArmed { event_del(writeEvent); writeArmed = false; writeStalledSince = 0 }
+        events.setWriting(false)
         if discarding {
             shutdown(fd, Int32(SHUT_WR))
             return
@@ -137,13 +133,11 @@ final class TCPTransport {
     func close() {
         guard !closed else { return }
         closed = true
-        event_free(readEvent); readEvent = nil
-        event_free(writeEvent); writeEvent = nil
+        events.free()
         Glibc.close(fd)
         discardBuffers()
         user?.transportClosed()
     }
-
 }
 
 private let transportReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in

@@ -17,10 +17,9 @@ final class TLSContext: @unchecked Sendable {
     /// The default context (`certificates[0]`); every connection starts on it.
     let defaultContext: OpaquePointer
     private let contexts: [OpaquePointer]
-    private var alpnTable: UnsafeMutableRawPointer?
     private var sniTable: UnsafeMutableRawPointer?
-    /// The ALPN tables of the SNI contexts (freed with the context).
-    private var extraTables: [UnsafeMutableRawPointer?] = []
+    /// Each context's ALPN table (freed with the context).
+    private var alpnTables: [UnsafeMutableRawPointer?] = []
     /// What ALPN offers (`h2` is left out until the HTTP/2 codec exists).
     let offered: [String]
 
@@ -41,8 +40,7 @@ final class TLSContext: @unchecked Sendable {
         var wire: [UInt8] = []
         for p in offered { wire.append(UInt8(p.utf8.count)); wire.append(contentsOf: p.utf8) }
         if !wire.isEmpty {
-            alpnTable = wire.withUnsafeBufferPointer { qw_ssl_ctx_set_alpn(defaultContext, $0.baseAddress, UInt32($0.count)) }
-            for c in made.dropFirst() { extraTables.append(wire.withUnsafeBufferPointer { qw_ssl_ctx_set_alpn(c, $0.baseAddress, UInt32($0.count)) }) }
+            alpnTables = made.map { c in wire.withUnsafeBufferPointer { qw_ssl_ctx_set_alpn(c, $0.baseAddress, UInt32($0.count)) } }
         }
         if made.count > 1 {
             let all: [OpaquePointer?] = made
@@ -52,9 +50,8 @@ final class TLSContext: @unchecked Sendable {
 
     deinit {
         for c in contexts { SSL_CTX_free(c) }
-        qw_tls_free(alpnTable)
         qw_tls_free(sniTable)
-        for t in extraTables { qw_tls_free(t) }
+        for t in alpnTables { qw_tls_free(t) }
     }
 
     private static func makeContext(certFile: String, keyFile: String, minVersion: Int32, tickets: Bool) throws -> OpaquePointer {

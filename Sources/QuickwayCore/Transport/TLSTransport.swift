@@ -27,11 +27,8 @@ final class TLSTransport: ByteTransport {
     private let context: TLSContext
     private let stats: WorkerStats
     private var ssl: OpaquePointer?
-    private var readEvent: OpaquePointer?
-    private var writeEvent: OpaquePointer?
-    private var readArmed = false
-    private var writeArmed = false
-    private(set) var writeStalledSince: Int64 = 0
+    private var events: SocketEvents!
+    var writeStalledSince: Int64 { events.writeStalledSince }
     /// The codec wants reads (it may pause them while a response is pending).
     private var readingWanted = true
     private var handshakeDone = false
@@ -56,12 +53,10 @@ final class TLSTransport: ByteTransport {
             SSL_set_fd(ssl, fd)
             SSL_set_accept_state(ssl)
         }
-        let me = Unmanaged.passUnretained(self).toOpaque()
-        readEvent = event_new(base, fd, Int16(EV_READ | EV_PERSIST), tlsReadCallback, me)
-        writeEvent = event_new(base, fd, Int16(EV_WRITE | EV_PERSIST), tlsWriteCallback, me)
+        events = SocketEvents(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(),
+                              onReadable: tlsReadCallback, onWritable: tlsWriteCallback)
         // The client speaks first (ClientHello).
-        event_add(readEvent, nil)
-        readArmed = true
+        events.setReading(true)
     }
 
     var inputIsFull: Bool { input.readableBytes > readAheadLimit }
@@ -182,7 +177,7 @@ final class TLSTransport: ByteTransport {
         guard handshakeDone, !closed, !readWantsWrite else { return }
         armRead(true)
         // Plaintext OpenSSL already decrypted announces itself with no socket event.
-        if let ssl, SSL_pending(ssl) > 0, let ev = readEvent { event_active(ev, EV_READ, 0) }
+        if let ssl, SSL_pending(ssl) > 0 { events.activateRead() }
     }
 
     func disableReading() {
@@ -191,15 +186,11 @@ final class TLSTransport: ByteTransport {
     }
 
     private func armRead(_ on: Bool) {
-        guard !closed else { return }
-        if on && !readArmed { event_add(readEvent, nil); readArmed = true }
-        if !on && readArmed { event_del(readEvent); readArmed = false }
+        if !closed { events.setReading(on) }
     }
 
     private func setWriteInterest(_ on: Bool) {
-        guard !closed else { return }
-        if on && !writeArmed { event_add(writeEvent, nil); writeArmed = true; writeStalledSince = Clock.coarseMillis() }
-        if !on && writeArmed { event_del(writeEvent); writeArmed = false; writeStalledSince = 0 }
+        if !closed { events.setWriting(on) }
     }
 
     // MARK: writing
@@ -212,7 +203,7 @@ final class TLSTransport: ByteTransport {
             let n = SSL_write(ssl, r.baseAddress, Int32(min(r.count, 1 << 20)))
             if n > 0 {
                 output.consume(Int(n))
-                if writeArmed { writeStalledSince = Clock.coarseMillis() }
+                events.wroteSome()
                 continue
             }
             switch SSL_get_error(ssl, n) {
@@ -270,8 +261,7 @@ final class TLSTransport: ByteTransport {
     func close() {
         guard !closed else { return }
         closed = true
-        event_free(readEvent); readEvent = nil
-        event_free(writeEvent); writeEvent = nil
+        events.free()
         if let ssl {
             // A clean end keeps the session resumable (SSL_free would otherwise drop it
             // from the cache as if the connection had failed).
