@@ -30,7 +30,7 @@ final class TCPTransport {
     /// Reading stops while `input` holds more than this (the codec resumes it).
     var readAheadLimit: Int
     unowned(unsafe) var user: TransportUser?
-    private var events: SocketEvents!
+    private let events: SocketEvents
     var writeStalledSince: Int64 { events.writeStalledSince }
     /// Lingering close: what the client still sends is read and dropped.
     private var discarding = false
@@ -38,11 +38,11 @@ final class TCPTransport {
 
     init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int) {
         self.fd = fd
+        events = SocketEvents(base: base, fd: fd)
         self.peer = peer
         self.peerBytes = Array(peer.utf8)
         self.readAheadLimit = readAheadLimit
-        events = SocketEvents(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(),
-                              onReadable: transportReadCallback, onWritable: transportWriteCallback)
+        events.create(owner: Unmanaged.passUnretained(self).toOpaque(), onReadable: transportReadCallback, onWritable: transportWriteCallback)
     }
 
     // MARK: reading

@@ -27,7 +27,7 @@ final class TLSTransport: ByteTransport {
     private let context: TLSContext
     private let stats: WorkerStats
     private var ssl: OpaquePointer?
-    private var events: SocketEvents!
+    private let events: SocketEvents
     var writeStalledSince: Int64 { events.writeStalledSince }
     /// The codec wants reads (it may pause them while a response is pending).
     private var readingWanted = true
@@ -43,6 +43,7 @@ final class TLSTransport: ByteTransport {
 
     init(fd: Int32, peer: String, base: OpaquePointer, context: TLSContext, stats: WorkerStats, readAheadLimit: Int) {
         self.fd = fd
+        events = SocketEvents(base: base, fd: fd)
         self.peer = peer
         self.peerBytes = Array(peer.utf8)
         self.context = context
@@ -53,8 +54,7 @@ final class TLSTransport: ByteTransport {
             SSL_set_fd(ssl, fd)
             SSL_set_accept_state(ssl)
         }
-        events = SocketEvents(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(),
-                              onReadable: tlsReadCallback, onWritable: tlsWriteCallback)
+        events.create(owner: Unmanaged.passUnretained(self).toOpaque(), onReadable: tlsReadCallback, onWritable: tlsWriteCallback)
         // The client speaks first (ClientHello).
         events.setReading(true)
     }
