@@ -21,6 +21,8 @@ let package = Package(
                        providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto",
                        providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CNghttp2", pkgConfig: "libnghttp2",
+                       providers: [.apt(["libnghttp2-dev"])]),
         // Typed C wrappers for libcurl's variadic calls, which Swift cannot call, and
         // hiredis (libhiredis-dev) with its libevent adapter for the shared Redis tier.
         .target(name: "CQuickwayShims", dependencies: ["CCurl", "COpenSSL", "CLibevent"],
@@ -28,7 +30,7 @@ let package = Package(
                 linkerSettings: [.linkedLibrary("hiredis"), .linkedLibrary("ssl")]),
         .target(
             name: "QuickwayCore",
-            dependencies: ["CLibevent", "CCurl", "COpenSSL", "CQuickwayShims",
+            dependencies: ["CLibevent", "CCurl", "COpenSSL", "CNghttp2", "CQuickwayShims",
                            .product(name: "Yams", package: "Yams"),
                            .product(name: "Logging", package: "swift-log")]
             // Release builds use SwiftPM's -O: bounds and overflow checks stay on in the

@@ -1,8 +1,14 @@
 #include "qw_tls.h"
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
+#include <openssl/rand.h>
+#include <openssl/evp.h>
+#include <openssl/core_names.h>
+#include <openssl/params.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int qw_ssl_ctx_set_min_version(SSL_CTX *ctx, int version) {
     return (int)SSL_CTX_set_min_proto_version(ctx, version);
@@ -85,4 +91,157 @@ void qw_tls_last_error(char *out, size_t len) {
     out[0] = 0;
     if (e) ERR_error_string_n(e, out, len);
     ERR_clear_error();
+}
+
+// MARK: handshake failure reasons
+
+int qw_tls_failure_reason(void) {
+    unsigned long e = ERR_peek_error();
+    if (!e) return QW_TLS_FAIL_CLOSED;
+    switch (ERR_GET_REASON(e)) {
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_HTTPS_PROXY_REQUEST:
+    case SSL_R_PACKET_LENGTH_TOO_LONG:
+    case SSL_R_RECORD_LENGTH_MISMATCH:
+        return QW_TLS_FAIL_NOT_TLS;
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_VERSION_TOO_LOW:
+    case SSL_R_VERSION_TOO_HIGH:
+    case SSL_R_TLSV1_ALERT_PROTOCOL_VERSION:
+        return QW_TLS_FAIL_VERSION;
+    case SSL_R_NO_SHARED_CIPHER:
+    case SSL_R_NO_SHARED_GROUPS:
+    case SSL_R_NO_SUITABLE_SIGNATURE_ALGORITHM:
+        return QW_TLS_FAIL_CIPHER;
+    case SSL_R_NO_APPLICATION_PROTOCOL:
+        return QW_TLS_FAIL_ALPN;
+    default:
+        return QW_TLS_FAIL_OTHER;
+    }
+}
+
+// MARK: certificate facts
+
+int qw_tls_cert_info(SSL_CTX *ctx, long long *not_after, char *names, size_t len) {
+    X509 *cert = SSL_CTX_get0_certificate(ctx);
+    if (!cert || len == 0) return 0;
+    names[0] = 0;
+    struct tm tm;
+    if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1) return 0;
+    *not_after = (long long)timegm(&tm);
+    GENERAL_NAMES *sans = X509_get_ext_d2i(cert, NID_subject_alt_name, NULL, NULL);
+    size_t used = 0;
+    if (sans) {
+        for (int i = 0; i < sk_GENERAL_NAME_num(sans); i++) {
+            const GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, i);
+            if (g->type != GEN_DNS) continue;
+            const unsigned char *s = ASN1_STRING_get0_data(g->d.dNSName);
+            int n = ASN1_STRING_length(g->d.dNSName);
+            if (n <= 0 || used + (size_t)n + 2 > len) continue;
+            if (used) names[used++] = ',';
+            memcpy(names + used, s, (size_t)n);
+            used += (size_t)n;
+            names[used] = 0;
+        }
+        GENERAL_NAMES_free(sans);
+    }
+    return 1;
+}
+
+// MARK: session ticket keys, rotated
+//
+// One process-wide ring: the current key encrypts new tickets; the previous one still
+// decrypts (and asks for a renewed ticket), so a ticket lives between one and two
+// rotation periods. Keys are random, kept in memory only, and shared by every context
+// (a reload keeps resumption working).
+
+struct qw_ticket_key { unsigned char name[16]; unsigned char aes[32]; unsigned char hmac[32]; };
+static pthread_mutex_t qw_ticket_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct qw_ticket_key qw_ticket_current, qw_ticket_previous;
+static int qw_ticket_have_previous = 0;
+static time_t qw_ticket_next_rotation = 0;
+static long qw_ticket_period = 3600;
+static unsigned long qw_ticket_rotations = 0;
+
+static int qw_ticket_new_key(struct qw_ticket_key *k) {
+    return RAND_bytes(k->name, sizeof k->name) == 1 && RAND_priv_bytes(k->aes, sizeof k->aes) == 1
+        && RAND_priv_bytes(k->hmac, sizeof k->hmac) == 1;
+}
+
+// Called with the lock held.
+static int qw_ticket_rotate_if_due(void) {
+    time_t now = time(NULL);
+    if (qw_ticket_next_rotation == 0) {
+        if (!qw_ticket_new_key(&qw_ticket_current)) return 0;
+        qw_ticket_next_rotation = now + qw_ticket_period;
+        return 1;
+    }
+    while (now >= qw_ticket_next_rotation) {
+        struct qw_ticket_key fresh;
+        if (!qw_ticket_new_key(&fresh)) return 0;
+        // After a long pause (no handshakes), the old current key is too old to keep.
+        qw_ticket_previous = qw_ticket_current;
+        qw_ticket_have_previous = now < qw_ticket_next_rotation + qw_ticket_period;
+        qw_ticket_current = fresh;
+        qw_ticket_next_rotation += qw_ticket_period;
+        if (qw_ticket_next_rotation <= now) qw_ticket_next_rotation = now + qw_ticket_period;
+        qw_ticket_rotations++;
+    }
+    return 1;
+}
+
+static int qw_ticket_setup(const struct qw_ticket_key *k, unsigned char *iv, EVP_CIPHER_CTX *cctx,
+                           EVP_MAC_CTX *hctx, int enc) {
+    OSSL_PARAM params[2];
+    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
+    params[1] = OSSL_PARAM_construct_end();
+    if (EVP_MAC_CTX_set_params(hctx, params) != 1) return 0;
+    if (EVP_MAC_init(hctx, k->hmac, sizeof k->hmac, NULL) != 1) return 0;
+    if (enc) return EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1;
+    return EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1;
+}
+
+static int qw_ticket_cb(SSL *ssl, unsigned char key_name[16], unsigned char *iv, EVP_CIPHER_CTX *cctx,
+                        EVP_MAC_CTX *hctx, int enc) {
+    (void)ssl;
+    pthread_mutex_lock(&qw_ticket_lock);
+    int rc;
+    if (!qw_ticket_rotate_if_due()) { rc = -1; goto done; }
+    if (enc) {
+        if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) { rc = -1; goto done; }
+        memcpy(key_name, qw_ticket_current.name, 16);
+        rc = qw_ticket_setup(&qw_ticket_current, iv, cctx, hctx, 1) ? 1 : -1;
+    } else if (memcmp(key_name, qw_ticket_current.name, 16) == 0) {
+        rc = qw_ticket_setup(&qw_ticket_current, iv, cctx, hctx, 0) ? 1 : -1;
+    } else if (qw_ticket_have_previous && memcmp(key_name, qw_ticket_previous.name, 16) == 0) {
+        // Still valid, but made with the old key: use it and issue a new ticket.
+        rc = qw_ticket_setup(&qw_ticket_previous, iv, cctx, hctx, 0) ? 2 : -1;
+    } else {
+        rc = 0;   // unknown or expired key: a full handshake
+    }
+done:
+    pthread_mutex_unlock(&qw_ticket_lock);
+    return rc;
+}
+
+void qw_ssl_ctx_set_ticket_keys(SSL_CTX *ctx) {
+    SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, qw_ticket_cb);
+}
+
+void qw_tls_set_ticket_rotation(long seconds) {
+    pthread_mutex_lock(&qw_ticket_lock);
+    if (seconds < 1) seconds = 1;
+    if (seconds != qw_ticket_period) {
+        qw_ticket_period = seconds;
+        if (qw_ticket_next_rotation != 0) qw_ticket_next_rotation = time(NULL) + seconds;
+    }
+    pthread_mutex_unlock(&qw_ticket_lock);
+}
+
+unsigned long qw_tls_ticket_rotations(void) {
+    pthread_mutex_lock(&qw_ticket_lock);
+    unsigned long n = qw_ticket_rotations;
+    pthread_mutex_unlock(&qw_ticket_lock);
+    return n;
 }

@@ -28,4 +28,20 @@ void qw_tls_free(void *p);
 
 // The error queue's first error as text (empty when none), and the queue cleared.
 void qw_tls_last_error(char *out, size_t len);
+
+// Why a handshake failed, from the error queue's first error (left in the queue).
+enum { QW_TLS_FAIL_NOT_TLS = 0, QW_TLS_FAIL_VERSION = 1, QW_TLS_FAIL_CIPHER = 2, QW_TLS_FAIL_ALPN = 3,
+       QW_TLS_FAIL_CLOSED = 4, QW_TLS_FAIL_OTHER = 5 };
+int qw_tls_failure_reason(void);
+
+// The context's certificate: notAfter (Unix seconds) and its DNS names (subjectAltName),
+// comma-separated into `names`. Returns 0 when there is no certificate.
+int qw_tls_cert_info(SSL_CTX *ctx, long long *not_after, char *names, size_t len);
+
+// Session tickets encrypted with process-wide random keys that rotate every
+// `qw_tls_set_ticket_rotation` seconds (default 3600); the previous key still decrypts.
+void qw_ssl_ctx_set_ticket_keys(SSL_CTX *ctx);
+void qw_tls_set_ticket_rotation(long seconds);
+// How many times the keys have rotated (for /stats).
+unsigned long qw_tls_ticket_rotations(void);
 #endif

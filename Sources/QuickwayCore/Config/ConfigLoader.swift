@@ -86,6 +86,19 @@ public enum ConfigLoader {
             top.report("tls_listen", "tls_listen.listen must differ from listen and admin.listen")
         }
 
+        var http2 = HTTP2Config()
+        if let h = top.map("http2") {
+            if let v = h.int("max_concurrent_streams", in: 1...10_000) { http2.maxConcurrentStreams = v }
+            if let v = h.bytes("max_header_list_bytes") {
+                if v < 1024 || v > 1024 * 1024 { h.report("max_header_list_bytes", "must be between 1KiB and 1MiB") } else { http2.maxHeaderListBytes = v }
+            }
+            if let v = h.bytes("initial_window_bytes") {
+                // RFC 9113 6.5.2: at most 2^31-1.
+                if v < 1024 || v > Int(Int32.max) { h.report("initial_window_bytes", "must be between 1KiB and 2GiB-1") } else { http2.initialWindowBytes = v }
+            }
+            h.finish()
+        }
+
         var limits = LimitsConfig()
         if let l = top.map("limits") {
             if let v = l.bytes("max_header_bytes") {
@@ -147,7 +160,7 @@ public enum ConfigLoader {
         }
         if routes.isEmpty && sink.issues.isEmpty { sink.add("routes", nil, "at least one route is required") }
         top.finish()
-        return GatewayConfig(listen: listen, workers: workers, admin: admin, tlsListen: tlsListen, limits: limits, log: log, auth: auth,
+        return GatewayConfig(listen: listen, workers: workers, admin: admin, tlsListen: tlsListen, http2: http2, limits: limits, log: log, auth: auth,
                              cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
     }
 
@@ -190,9 +203,14 @@ public enum ConfigLoader {
             }
         }
         let tickets = t.bool("session_tickets") ?? true
+        var rotation: Int64 = 3600
+        if let v = positive(t, "session_ticket_rotation") {
+            if v < 1000 { t.report("session_ticket_rotation", "must be at least 1s") } else { rotation = v / 1000 }
+        }
         t.finish()
         guard let listen, !certificates.isEmpty else { return nil }
-        return TLSListenConfig(listen: listen, certificates: certificates, alpn: alpn, minVersion: minVersion, sessionTickets: tickets)
+        return TLSListenConfig(listen: listen, certificates: certificates, alpn: alpn, minVersion: minVersion, sessionTickets: tickets,
+                               ticketRotationSeconds: rotation)
     }
 
     private static func positive(_ m: YAMLMapReader, _ key: String) -> Int64? {

@@ -10,6 +10,8 @@ public struct GatewayConfig: Sendable {
     public var admin: AdminConfig
     /// `tls_listen`: the client-facing TLS listener (nil: none).
     public var tlsListen: TLSListenConfig?
+    /// `http2`: HTTP/2 settings, for TLS (ALPN `h2`) and h2c with prior knowledge.
+    public var http2 = HTTP2Config()
     public var limits: LimitsConfig
     public var log: LogConfig
     public var auth: AuthConfig?
@@ -43,6 +45,23 @@ public struct TLSListenConfig: Sendable, Equatable {
     /// 0x0303 (TLS 1.2) or 0x0304 (TLS 1.3).
     public var minVersion: Int32 = 0x0303
     public var sessionTickets = true
+    /// Added field (`session_ticket_rotation`): how often the ticket keys change; a
+    /// ticket stays valid for one to two periods.
+    public var ticketRotationSeconds: Int64 = 3600
+}
+
+/// `http2`: what the HTTP/2 codec announces in its SETTINGS and enforces
+/// (`spec/config.md`).
+public struct HTTP2Config: Sendable, Equatable {
+    /// Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    public var maxConcurrentStreams = 128
+    /// Decoded size of one request's header list (SETTINGS_MAX_HEADER_LIST_SIZE); a
+    /// larger one is answered 431.
+    public var maxHeaderListBytes = 16 * 1024
+    /// Each stream's initial flow-control window for request bodies
+    /// (SETTINGS_INITIAL_WINDOW_SIZE).
+    public var initialWindowBytes = 64 * 1024
+    public init() {}
 }
 
 /// `host:port`; IPv6 hosts are written `[::1]:8080` and stored without brackets.

@@ -49,6 +49,13 @@ public final class Gateway {
     private var adminTier: SharedTier?
     private var purgeSubscriber: RedisLink?
     private var cachePurge: CachePurge!
+    /// The TLS listener's certificates as last loaded (start or reload), for `/stats`.
+    /// Under `lock`: written by a reload, read by the admin loop.
+    private var tlsCertificatesLoaded: [TLSCertificateInfo] = []
+    private var tlsCertificates: [TLSCertificateInfo] {
+        get { lock.lock(); defer { lock.unlock() }; return tlsCertificatesLoaded }
+        set { lock.lock(); tlsCertificatesLoaded = newValue; lock.unlock() }
+    }
 
     public var config: GatewayConfig { lock.lock(); defer { lock.unlock() }; return currentConfig }
 
@@ -74,13 +81,12 @@ public final class Gateway {
             Log.info("service \(s.config.name): \(ips.count) IP(s) from \(file)")
         }
         let tls = try config.tlsListen.map { try TLSContext($0) }
-        if let t = config.tlsListen, t.alpn.contains("h2") {
-            Log.info("tls_listen: ALPN offers http/1.1 only; h2 is listed but the HTTP/2 codec is not built yet")
-        }
+        tlsCertificates = tls?.certificates ?? []
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", listen: config.listen, limits: config.limits,
                                maxConnections: config.limits.maxConnections, tlsListen: config.tlsListen?.listen, tlsContext: tls)
             w.budget = budget
+            w.http2 = config.http2
             let client = UpstreamClient(base: w.base)
             let tier = redisTier?.makeTier(base: w.base)
             let proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
@@ -146,6 +152,7 @@ public final class Gateway {
                                     uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
                                     routeNames: config.routes.map(\.name))
         s.connections = Int(connectionBudget.current)
+        s.certificates = tlsCertificates
         s.cache = shared.cache.figures
         s.cacheMaxBytes = shared.cache.maxBytes
         (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures
@@ -200,6 +207,7 @@ public final class Gateway {
             do {
                 let context = try TLSContext(t)
                 for p in proxyWorkers { p.worker.installTLSContext(context) }
+                tlsCertificates = context.certificates
             } catch {
                 Log.error("reload: tls_listen: \(error); keeping the running certificates")
                 let e = ConfigError(file: old.sourcePath, issues: [ConfigIssue(path: "tls_listen", line: nil, message: "\(error)")])

@@ -36,6 +36,11 @@ enum ReloadPolicy {
             changes.append("log.access_log changes need a restart (SIGUSR1 reopens the current file)")
             applied.log.accessLog = old.log.accessLog
         }
+        // HTTP/2 settings are sent in each connection's first SETTINGS frame.
+        if new.http2 != old.http2 {
+            changes.append("http2 changes need a restart (kept the running HTTP/2 settings)")
+            applied.http2 = old.http2
+        }
         // Connection budgets, buffers and timeouts are set up with the workers.
         if new.limits != old.limits {
             changes.append("limits changes need a restart (kept the running limits)")

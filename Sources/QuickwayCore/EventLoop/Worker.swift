@@ -48,6 +48,10 @@ final class Worker: @unchecked Sendable {
 
     /// The gateway-wide connection limit (nil: only this worker's `maxConnections`).
     var budget: ConnectionBudget?
+    /// HTTP/2 settings: set on the proxy's workers, where a connection that opens with the
+    /// HTTP/2 preface (h2c) or picks `h2` by ALPN is handed to the HTTP/2 codec. Nil on the
+    /// admin and demo listeners (HTTP/1.1 only). Set before `start()`.
+    var http2: HTTP2Config?
 
     init(id: Int, name: String, listen: ListenAddress, limits: LimitsConfig, maxConnections: Int, routeCount: Int = WorkerStats.maxRoutes,
          tlsListen: ListenAddress? = nil, tlsContext: TLSContext? = nil) throws {
@@ -198,6 +202,7 @@ final class Worker: @unchecked Sendable {
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             let peer = ListeningSocket.peerAddress(&storage)
+            stats.connectionAccepted()
             let readAhead = HTTP1Codec.readAheadLimit(limits)
             let c: ClientConnection
             if tls, let context = tlsContext {
@@ -229,6 +234,17 @@ final class Worker: @unchecked Sendable {
     /// from inside its own methods (a read error, a hang-up seen mid-`process`), and the
     /// codec and transport frames still on the stack must not outlive their objects.
     private var retired: [ClientConnection] = []
+
+    /// Hands a connection's transport from the HTTP/1.1 codec to the HTTP/2 codec (h2c
+    /// preface or ALPN `h2`, seen before any request). The old codec is retired like a
+    /// closed connection (it may be on the stack); the slot in the budget stays taken.
+    func switchToHTTP2(from old: ClientConnection, transport: any ByteTransport, peerClosed: Bool) {
+        guard let settings = http2, connections.removeValue(forKey: ObjectIdentifier(old)) != nil else { return }
+        retired.append(old)
+        let c = HTTP2Connection(transport: transport, worker: self, settings: settings)
+        connections[ObjectIdentifier(c)] = c
+        c.start(peerClosed: peerClosed)
+    }
 
     func connectionClosed(_ c: ClientConnection) {
         if let removed = connections.removeValue(forKey: ObjectIdentifier(c)) {

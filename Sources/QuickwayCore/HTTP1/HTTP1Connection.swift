@@ -45,6 +45,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// The current response's framing: chunked, and whether its body goes on the wire.
     private var responseChunked = false
     private var responseCarriesBody = true
+    /// The first bytes were checked for HTTP/2 (h2c preface, ALPN `h2`): this connection
+    /// stays HTTP/1.1.
+    private var protocolSettled = false
 
     /// The transport's buffers, held directly: a computed property would retain and
     /// release the buffer on each of the dozens of appends per response.
@@ -76,9 +79,33 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
             closeNow()
             return
         }
+        if !protocolSettled && choseHTTP2(peerClosed: peerClosed) { return }
         // While a response is pending, read no further than the read-ahead bound.
         if phase == .responding && transport.inputIsFull { transport.disableReading() }
         process()
+    }
+
+    /// Before the first request: a client that picked `h2` by ALPN, or opens with the
+    /// HTTP/2 preface (h2c with prior knowledge), is handed to the HTTP/2 codec. Only on
+    /// listeners with HTTP/2 (`worker.http2`); elsewhere the preface is a bad request.
+    private func choseHTTP2(peerClosed: Bool) -> Bool {
+        guard worker.http2 != nil, phase == .head else { protocolSettled = true; return false }
+        if transport.negotiatedH2 {
+            worker.switchToHTTP2(from: self, transport: transport, peerClosed: peerClosed)
+            return true
+        }
+        switch HTTP2Codec.checkPreface(input.readable) {
+        case .http2:
+            worker.switchToHTTP2(from: self, transport: transport, peerClosed: peerClosed)
+            return true
+        case .needMore where !peerClosed:
+            // A prefix of the preface ("PRI * HTTP/2.0..."): wait, as for a slow head.
+            deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
+            return true
+        case .needMore, .notHTTP2:
+            protocolSettled = true
+            return false
+        }
     }
 
     func transportDrained() {

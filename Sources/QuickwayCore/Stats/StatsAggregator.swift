@@ -28,6 +28,7 @@ struct StatsAggregator {
             s.tlsHandshakes += w.tlsHandshakeCount
             s.tlsResumed += w.tlsResumedCount
             s.tlsHandshakeFailures += w.tlsHandshakeFailureCount
+            for c in WorkerStats.ConnectionCounter.allCases { s.connectionCounters[c.rawValue] += w.count(of: c) }
             for r in AuthRejection.allCases { s.authRejected[r.rawValue] += w.authRejectedCount(r) }
             for i in 0..<LatencyBuckets.count { s.histogram[i] += w.histogramCount(i) }
             for (r, slot) in slots.enumerated() where slot >= 0 && slot < w.routeCount {
@@ -36,6 +37,7 @@ struct StatsAggregator {
             }
         }
         s.inFlight = max(0, started - s.total)
+        s.started = started
         return s
     }
 

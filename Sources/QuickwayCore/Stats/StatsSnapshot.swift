@@ -20,6 +20,13 @@ public struct StatsSnapshot {
     public var tlsHandshakes: Int64 = 0
     public var tlsResumed: Int64 = 0
     public var tlsHandshakeFailures: Int64 = 0
+    /// Per-protocol and TLS-failure counters, indexed by `WorkerStats.ConnectionCounter`.
+    public var connectionCounters = [Int64](repeating: 0, count: WorkerStats.ConnectionCounter.allCases.count)
+    /// The TLS listener's certificates: file, names, expiry (`notAfter`, Unix seconds).
+    public var certificates: [TLSCertificateInfo] = []
+    /// Started requests (HTTP/1.1 requests are these less the HTTP/2 ones).
+    public var started: Int64 = 0
+    public func counter(_ c: WorkerStats.ConnectionCounter) -> Int64 { connectionCounters[c.rawValue] }
     public var authRejected = [Int64](repeating: 0, count: AuthRejection.allCases.count)
     public var cache = ResponseCache.Figures()
     public var cacheMaxBytes = 0
@@ -66,9 +73,33 @@ public struct StatsSnapshot {
         return s
     }
 
+    /// `"tls":{...},`: handshakes, resumption rate, failures by reason, certificates.
+    func tlsJSON() -> String {
+        let rate = tlsHandshakes > 0 ? Double(tlsResumed) / Double(tlsHandshakes) : 0
+        var s = "\"tls\":{\"handshakes\":\(tlsHandshakes),\"resumed\":\(tlsResumed),\"resumption_rate\":\(JSONText.number(rate)),"
+        s += "\"handshake_failures\":\(tlsHandshakeFailures),\"failures_by_reason\":{"
+        s += WorkerStats.ConnectionCounter.allCases.compactMap { c in c.tlsReason.map { "\(JSONText.quoted($0)):\(counter(c))" } }.joined(separator: ",")
+        s += "},\"certificates\":["
+        s += certificates.map { c in
+            "{\"cert_file\":\(JSONText.quoted(c.certFile)),\"names\":[\(c.names.map { JSONText.quoted($0) }.joined(separator: ","))],"
+                + "\"not_after\":\(JSONText.quoted(c.notAfterText)),\"not_after_unix\":\(c.notAfter),"
+                + "\"expires_in_days\":\(JSONText.number(c.daysLeft(now: Date().timeIntervalSince1970)))}"
+        }.joined(separator: ",")
+        return s + "]},"
+    }
+
+    /// `"protocols":{...},`: connections and requests per protocol, and HTTP/2's own figures.
+    func protocolsJSON() -> String {
+        let h2c = counter(.http2Connections), h2r = counter(.http2Requests)
+        var s = "\"protocols\":{\"http/1.1\":{\"connections\":\(max(0, counter(.accepted) - h2c)),\"requests\":\(max(0, started - h2r))},"
+        s += "\"h2\":{\"connections\":\(h2c),\"requests\":\(h2r),\"streams_reset_by_client\":\(counter(.http2StreamsReset)),"
+        s += "\"goaways_sent\":\(counter(.http2Goaways)),\"protocol_errors\":\(counter(.http2ProtocolErrors))}},"
+        return s
+    }
+
     public func json() -> String {
         var s = "{\"version\":\(JSONText.quoted(version)),\"uptime_seconds\":\(JSONText.number(uptimeSeconds)),"
-        s += "\"tls\":{\"handshakes\":\(tlsHandshakes),\"resumed\":\(tlsResumed),\"handshake_failures\":\(tlsHandshakeFailures)},"
+        s += tlsJSON() + protocolsJSON()
         s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"underscore_headers_dropped\":\(underscoreHeadersDropped),\"by_status\":\(Self.classes(byClass, all: true))},"
         s += "\"latency_ms\":{\"p50\":\(JSONText.number(latencyMillis(0.5))),\"p90\":\(JSONText.number(latencyMillis(0.9))),"
         s += "\"p99\":\(JSONText.number(latencyMillis(0.99))),\"max\":\(JSONText.number(Double(maxMicros) / 1000))},"

@@ -16,7 +16,40 @@ public final class WorkerStats {
         static let tlsHandshakes = 16
         static let tlsResumed = 17
         static let tlsHandshakeFailures = 18
-        static let fixed = 19
+        static let connectionCounters = 19 // one per ConnectionCounter
+        static let fixed = connectionCounters + ConnectionCounter.allCases.count
+    }
+
+    /// Connection-level counters: per protocol (`/stats` "protocols") and TLS handshake
+    /// failures by reason (`/stats` "tls").
+    public enum ConnectionCounter: Int, CaseIterable, Sendable {
+        /// Client connections accepted (plain and TLS listeners).
+        case accepted
+        /// Of them, handed to the HTTP/2 codec (ALPN `h2` or the h2c preface).
+        case http2Connections
+        /// Requests (streams) received over HTTP/2.
+        case http2Requests
+        /// RST_STREAM frames received from clients.
+        case http2StreamsReset
+        /// GOAWAY frames sent (drain, idle timeout).
+        case http2Goaways
+        /// Connections ended for a protocol error or a flood (bad preface, rapid reset, ...).
+        case http2ProtocolErrors
+        /// TLS handshake failures by reason.
+        case tlsFailedNotTLS, tlsFailedVersion, tlsFailedCipher, tlsFailedALPN, tlsFailedClosed, tlsFailedOther
+
+        /// The reason label of a TLS failure counter.
+        public var tlsReason: String? {
+            switch self {
+            case .tlsFailedNotTLS: return "not_tls"
+            case .tlsFailedVersion: return "protocol_version"
+            case .tlsFailedCipher: return "no_shared_cipher"
+            case .tlsFailedALPN: return "no_application_protocol"
+            case .tlsFailedClosed: return "closed"
+            case .tlsFailedOther: return "other"
+            default: return nil
+            }
+        }
     }
     /// Per route: requests, 1xx..5xx, then the duration histogram's buckets
     /// (`durationBucketsSeconds`, then +Inf), then the sum of durations in µs.
@@ -96,8 +129,19 @@ public final class WorkerStats {
         qw_counter_add(cells + Slot.tlsHandshakes, 1)
         if resumed { qw_counter_add(cells + Slot.tlsResumed, 1) }
     }
-    /// A TLS handshake failed (not TLS, no common version, cipher or ALPN protocol, bad record).
-    public func tlsHandshakeFailed() { qw_counter_add(cells + Slot.tlsHandshakeFailures, 1) }
+    /// A TLS handshake failed (not TLS, no common version, cipher or ALPN protocol, bad
+    /// record), counted in all and by reason (one of the `tlsFailed...` counters).
+    public func tlsHandshakeFailed(_ reason: ConnectionCounter) {
+        qw_counter_add(cells + Slot.tlsHandshakeFailures, 1)
+        count(reason)
+    }
+    @inline(__always) public func count(_ c: ConnectionCounter) { qw_counter_add(cells + Slot.connectionCounters + c.rawValue, 1) }
+    @inline(__always) public func connectionAccepted() { count(.accepted) }
+    public func http2ConnectionOpened() { count(.http2Connections) }
+    @inline(__always) public func http2RequestStarted() { count(.http2Requests) }
+    public func http2StreamReset() { count(.http2StreamsReset) }
+    public func http2GoawaySent() { count(.http2Goaways) }
+    public func http2ProtocolError() { count(.http2ProtocolErrors) }
     @inline(__always) public func authAccepted() { qw_counter_add(cells + Slot.authAccepted, 1) }
     @inline(__always) public func authRejected(_ r: AuthRejection) { qw_counter_add(cells + Slot.authRejected + r.rawValue, 1) }
 
@@ -111,6 +155,7 @@ public final class WorkerStats {
     public var tlsHandshakeCount: Int64 { qw_counter_load(cells + Slot.tlsHandshakes) }
     public var tlsResumedCount: Int64 { qw_counter_load(cells + Slot.tlsResumed) }
     public var tlsHandshakeFailureCount: Int64 { qw_counter_load(cells + Slot.tlsHandshakeFailures) }
+    public func count(of c: ConnectionCounter) -> Int64 { qw_counter_load(cells + Slot.connectionCounters + c.rawValue) }
     public func authRejectedCount(_ r: AuthRejection) -> Int64 { qw_counter_load(cells + Slot.authRejected + r.rawValue) }
     public func statusClassCount(_ cls: Int) -> Int64 { qw_counter_load(cells + Slot.statusClass + cls - 1) }
     /// Requests counted for the route in counter slot `route` (see `RouteStatSlots`).

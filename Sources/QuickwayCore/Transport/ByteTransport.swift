@@ -18,6 +18,8 @@ protocol ByteTransport: AnyObject {
     /// write event armed, or progress made while it was); 0 when nothing waits. A client
     /// that reads nothing for too long is cut off (`HTTP1Connection.checkDeadline`).
     var writeStalledSince: Int64 { get }
+    /// ALPN chose `h2` in the TLS handshake (always false on plain TCP).
+    var negotiatedH2: Bool { get }
     /// Who is told of reads, drains and the close. Not retained (the user owns the transport).
     var user: TransportUser? { get set }
     /// Reads what is available now and tells the user.
@@ -51,4 +53,5 @@ extension ByteTransport {
 
 extension TCPTransport: ByteTransport {
     var isReady: Bool { true }
+    var negotiatedH2: Bool { false }
 }

@@ -1,3 +1,4 @@
+import Glibc
 import COpenSSL
 import CQuickwayShims
 
@@ -20,8 +21,10 @@ final class TLSContext: @unchecked Sendable {
     private var sniTable: UnsafeMutableRawPointer?
     /// Each context's ALPN table (freed with the context).
     private var alpnTables: [UnsafeMutableRawPointer?] = []
-    /// What ALPN offers (`h2` is left out until the HTTP/2 codec exists).
+    /// What ALPN offers, most preferred first (`tls_listen.alpn`).
     let offered: [String]
+    /// Each certificate's names and expiry, for `/stats` and `/metrics`.
+    let certificates: [TLSCertificateInfo]
 
     init(_ config: TLSListenConfig) throws {
         var made: [OpaquePointer] = []
@@ -36,7 +39,9 @@ final class TLSContext: @unchecked Sendable {
         }
         contexts = made
         defaultContext = made[0]
-        offered = config.alpn.filter { $0 == "http/1.1" }
+        certificates = zip(config.certificates, made).map { TLSCertificateInfo(certFile: $0.certFile, context: $1) }
+        qw_tls_set_ticket_rotation(Int(config.ticketRotationSeconds))
+        offered = config.alpn
         var wire: [UInt8] = []
         for p in offered { wire.append(UInt8(p.utf8.count)); wire.append(contentsOf: p.utf8) }
         if !wire.isEmpty {
@@ -64,7 +69,11 @@ final class TLSContext: @unchecked Sendable {
         qw_ssl_ctx_set_tickets(ctx, tickets ? 1 : 0)
         // One TLS 1.3 ticket per handshake (OpenSSL's default is two): a client resumes
         // with one, and each ticket costs an encryption on every full handshake.
-        if tickets { SSL_CTX_set_num_tickets(ctx, 1) }
+        if tickets {
+            SSL_CTX_set_num_tickets(ctx, 1)
+            // Ticket keys from the process-wide ring that rotates (`session_ticket_rotation`).
+            qw_ssl_ctx_set_ticket_keys(ctx)
+        }
         // Sessions resume across the SNI contexts: they share one session id context.
         let sid = Array("quickway".utf8)
         sid.withUnsafeBufferPointer { _ = SSL_CTX_set_session_id_context(ctx, $0.baseAddress, UInt32($0.count)) }
@@ -100,5 +109,38 @@ final class TLSContext: @unchecked Sendable {
         qw_tls_last_error(&buf, buf.count)
         let s = String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         return s.isEmpty ? "unknown error" : s
+    }
+}
+
+/// What `/stats` says of a loaded certificate: its file, DNS names and expiry.
+public struct TLSCertificateInfo: Sendable {
+    public var certFile: String
+    public var names: [String]
+    /// notAfter, Unix seconds (0 if unreadable).
+    public var notAfter: Int64
+    /// notAfter as ISO 8601 (UTC).
+    public var notAfterText: String {
+        var t = time_t(notAfter)
+        var tm = Glibc.tm()
+        gmtime_r(&t, &tm)
+        var buf = [CChar](repeating: 0, count: 32)
+        strftime(&buf, buf.count, "%Y-%m-%dT%H:%M:%SZ", &tm)
+        return String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    public func daysLeft(now: Double) -> Double { (Double(notAfter) - now) / 86400 }
+
+    init(certFile: String, context: OpaquePointer) {
+        self.certFile = certFile
+        var notAfter: Int64 = 0
+        var buf = [CChar](repeating: 0, count: 2048)
+        if qw_tls_cert_info(context, &notAfter, &buf, buf.count) == 1 {
+            self.notAfter = notAfter
+            let text = String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            names = text.isEmpty ? [] : text.split(separator: ",").map(String.init)
+        } else {
+            self.notAfter = 0
+            names = []
+        }
     }
 }

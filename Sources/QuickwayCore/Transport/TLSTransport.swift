@@ -1,6 +1,7 @@
 import Glibc
 import CLibevent
 import COpenSSL
+import CQuickwayShims
 
 /// TLS on one accepted client socket (OpenSSL on the non-blocking descriptor), with the
 /// same surface as `TCPTransport`: the codec above reads plaintext from `input` and
@@ -71,6 +72,15 @@ final class TLSTransport: ByteTransport {
         return String(decoding: UnsafeBufferPointer(start: p, count: Int(n)), as: UTF8.self)
     }
 
+    /// ALPN chose `h2`.
+    var negotiatedH2: Bool {
+        guard let ssl else { return false }
+        var p: UnsafePointer<UInt8>?
+        var n: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &p, &n)
+        return n == 2 && p![0] == UInt8(ascii: "h") && p![1] == UInt8(ascii: "2")
+    }
+
     // MARK: events
 
     fileprivate func onReadable() {
@@ -121,10 +131,22 @@ final class TLSTransport: ByteTransport {
         default:
             // Not TLS, no shared version or cipher, no protocol ALPN can agree on, a bad
             // record: counted, and the connection is dropped (there is nothing to answer in).
-            stats.tlsHandshakeFailed()
+            stats.tlsHandshakeFailed(Self.failureReason())
             let why = TLSContext.lastError()
             Log.debug("TLS handshake with \(peer) failed: \(why)")
             fail()
+        }
+    }
+
+    /// The failure counter for the error OpenSSL left in the queue.
+    private static func failureReason() -> WorkerStats.ConnectionCounter {
+        switch qw_tls_failure_reason() {
+        case Int32(QW_TLS_FAIL_NOT_TLS): return .tlsFailedNotTLS
+        case Int32(QW_TLS_FAIL_VERSION): return .tlsFailedVersion
+        case Int32(QW_TLS_FAIL_CIPHER): return .tlsFailedCipher
+        case Int32(QW_TLS_FAIL_ALPN): return .tlsFailedALPN
+        case Int32(QW_TLS_FAIL_CLOSED): return .tlsFailedClosed
+        default: return .tlsFailedOther
         }
     }
 

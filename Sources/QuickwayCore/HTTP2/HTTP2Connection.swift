@@ -1,0 +1,588 @@
+import Glibc
+import CNghttp2
+
+/// Settings and limits of the HTTP/2 codec shared by every transport it runs on.
+enum HTTP2Codec {
+    /// Output beyond this stops taking frames from nghttp2 (and stops reading, so a PING
+    /// or SETTINGS flood from a client that reads nothing cannot grow it).
+    static let outputHighWater = 256 * 1024
+    /// A stream's response bytes waiting for its window; past this its producer pauses.
+    static let streamHighWater = 64 * 1024
+    /// Request bytes handed to nghttp2 per call, so output is checked between calls.
+    static let receiveChunk = 16 * 1024
+    /// Client RST_STREAMs allowed in a burst, then per second (rapid reset, CVE-2023-44487).
+    static let resetBurst: UInt64 = 200
+    static let resetRatePerSecond: UInt64 = 50
+    /// The client connection preface (RFC 9113 3.4).
+    static let preface: StaticString = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+    enum PrefaceCheck { case http2, notHTTP2, needMore }
+
+    /// Whether a connection's first bytes are the HTTP/2 preface (h2c with prior knowledge).
+    static func checkPreface(_ bytes: UnsafeRawBufferPointer) -> PrefaceCheck {
+        let p = UnsafeRawBufferPointer(start: preface.utf8Start, count: preface.utf8CodeUnitCount)
+        let n = min(bytes.count, p.count)
+        for i in 0..<n where bytes[i] != p[i] { return .notHTTP2 }
+        return n == p.count ? .http2 : .needMore
+    }
+}
+
+/// The HTTP/2 codec of one client connection (nghttp2 server session): each stream is one
+/// `Exchange` through the same pipeline as HTTP/1.1, and each stream is its exchange's
+/// `ResponseSink`. Runs over TLS (ALPN `h2`) or cleartext (h2c with prior knowledge); the
+/// HTTP/1.1 codec hands the transport over when it sees either (`Worker.switchToHTTP2`).
+///
+/// nghttp2 owns framing, HPACK and flow control. Bytes go in with `mem_recv` (in bounded
+/// pieces) and out with `mem_send` into the transport's output. Rules of the road:
+/// - no `mem_send` and no close from inside an nghttp2 callback (`inNghttp2`): sending is
+///   deferred to `pump()` after the call returns, and the session is freed in `deinit`;
+/// - backpressure: a stream's producer pauses when its unsent bytes pass
+///   `streamHighWater` (the client's window decides), frames stop being taken past
+///   `outputHighWater`, and reading stops until the output drains;
+/// - a stream reset by the client cancels its exchange exactly as a hang-up does.
+///
+/// Limits: `http2.max_concurrent_streams`, `max_header_list_bytes` (431),
+/// `initial_window_bytes`; nghttp2's own guards stay on (CONTINUATION count, outbound
+/// ACK queue, SETTINGS entries) and client resets are rate-limited (rapid reset).
+///
+/// Ownership: the worker's connection table holds the connection; the connection owns
+/// its transport, its session and its streams. Loop thread only.
+final class HTTP2Connection: TransportUser, ClientConnection {
+    let transport: any ByteTransport
+    unowned let worker: Worker
+    private let settings: HTTP2Config
+    private var session: OpaquePointer?
+    private let input: ByteBuffer
+    private let output: ByteBuffer
+    private var streams: [Int32: HTTP2Stream] = [:]
+    /// Inside `mem_recv` or `mem_send`: sends are deferred and nothing is freed.
+    private var inNghttp2 = false
+    private var pumping = false
+    private var pumpNeeded = false
+    /// Reading stopped because the output is full; resumes on drain.
+    private var readPaused = false
+    /// Streams whose paused producers can go on (their `pending` drained).
+    private var writable: [HTTP2Stream] = []
+    /// GOAWAY sent (drain or a protocol error): closes once no stream is open.
+    private var goingAway = false
+    /// Closing after what is written (lingering close).
+    private var closing = false
+    private var closeDeadline: Int64 = 0
+    /// When the last stream closed (idle timeout), or the connection began (preface).
+    private var idleSince: Int64
+    private var sawFirstFrame = false
+
+    init(transport: any ByteTransport, worker: Worker, settings: HTTP2Config) {
+        self.transport = transport
+        self.worker = worker
+        self.settings = settings
+        input = transport.input
+        output = transport.output
+        idleSince = Clock.coarseMillis()
+        transport.user = self
+        session = makeSession()
+        worker.stats.http2ConnectionOpened()
+    }
+
+    /// Starts on what the HTTP/1.1 codec already read (the preface, perhaps more); the
+    /// worker's table holds the connection by then.
+    func start(peerClosed: Bool) {
+        if session == nil {
+            Log.warn("h2 \(transport.peer): cannot create an HTTP/2 session; closing")
+            transport.close()
+            return
+        }
+        transport.enableReading()
+        transportReadable(peerClosed: peerClosed)
+    }
+
+    deinit {
+        if let session { nghttp2_session_del(session) }
+    }
+
+    private func makeSession() -> OpaquePointer? {
+        var callbacks: OpaquePointer?
+        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else { return nil }
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, h2OnBeginHeaders)
+        nghttp2_session_callbacks_set_on_header_callback(callbacks, h2OnHeader)
+        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, h2OnFrameRecv)
+        nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, h2OnFrameSend)
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, h2OnDataChunk)
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, h2OnStreamClose)
+        var option: OpaquePointer?
+        guard nghttp2_option_new(&option) == 0, let option else { return nil }
+        defer { nghttp2_option_del(option) }
+        // Rapid reset (CVE-2023-44487): a client may reset this many streams in a burst,
+        // then this many a second; past that nghttp2 ends the session with GOAWAY.
+        nghttp2_option_set_stream_reset_rate_limit(option, HTTP2Codec.resetBurst, HTTP2Codec.resetRatePerSecond)
+        // CONTINUATION flood (CVE-2024-28182): at most 8 CONTINUATION frames per header block.
+        nghttp2_option_set_max_continuations(option, 8)
+        // SETTINGS/PING flood: at most this many ACKs queued for a client that reads nothing.
+        nghttp2_option_set_max_outbound_ack(option, 1000)
+        nghttp2_option_set_max_settings(option, 32)
+        var s: OpaquePointer?
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        guard nghttp2_session_server_new2(&s, callbacks, me, option) == 0, let s else { return nil }
+        var iv = [
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(settings.maxConcurrentStreams)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(settings.maxHeaderListBytes)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(settings.initialWindowBytes)),
+        ]
+        guard nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &iv, iv.count) == 0 else {
+            nghttp2_session_del(s)
+            return nil
+        }
+        return s
+    }
+
+    // MARK: transport events
+
+    func readNow() { transport.readNow() }
+
+    func transportReadable(peerClosed: Bool) {
+        if transport.closed { return }
+        receive()
+        if peerClosed && !transport.closed { closeNow() }
+    }
+
+    func transportDrained() {
+        if readPaused && !closing {
+            readPaused = false
+            transport.enableReading()
+            receive()
+        }
+        // From inside `pump()` (its own flush): the pump loop goes on by itself.
+        if !pumping { pump() }
+    }
+
+    func transportClosed() {
+        closing = true
+        let open = streams
+        streams.removeAll()
+        writable.removeAll()
+        for (_, s) in open {
+            s.onWritable = nil
+            if let ex = s.exchange {
+                s.exchange = nil
+                worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
+                ex.cancel()
+            }
+        }
+        worker.connectionClosed(self)
+    }
+
+    // MARK: bytes in
+
+    /// Hands nghttp2 what is buffered, a piece at a time, then sends what it queued.
+    private func receive() {
+        guard let session, !closing else { return }
+        while !input.isEmpty && !transport.closed {
+            if output.readableBytes >= HTTP2Codec.outputHighWater {
+                // The client reads nothing of what we send: take nothing more from it.
+                readPaused = true
+                transport.disableReading()
+                break
+            }
+            let r = input.readable
+            let n = min(r.count, HTTP2Codec.receiveChunk)
+            inNghttp2 = true
+            let used = nghttp2_session_mem_recv(session, r.baseAddress!.assumingMemoryBound(to: UInt8.self), n)
+            inNghttp2 = false
+            if used < 0 {
+                protocolFailure(Int32(used))
+                return
+            }
+            sawFirstFrame = true
+            input.consume(used)
+        }
+        pump()
+    }
+
+    /// nghttp2 refused the client's bytes (bad preface, a connection error, a flood): send
+    /// the GOAWAY it queued, if any, and close.
+    private func protocolFailure(_ code: Int32) {
+        worker.stats.http2ProtocolError()
+        if let text = nghttp2_strerror(code) { Log.debug("h2 \(transport.peer): \(String(cString: text)); closing") }
+        input.clear()
+        goingAway = true
+        pump()
+        beginClosing()
+    }
+
+    // MARK: bytes out
+
+    /// Moves frames nghttp2 has queued into the output and writes them (never from inside
+    /// an nghttp2 call), then resumes producers whose streams drained.
+    func pump() {
+        if inNghttp2 || pumping { pumpNeeded = true; return }
+        guard let session, !transport.closed else { return }
+        pumping = true
+        repeat {
+            pumpNeeded = false
+            var failed = false
+            inNghttp2 = true
+            while output.readableBytes < HTTP2Codec.outputHighWater {
+                var data: UnsafePointer<UInt8>?
+                let n = nghttp2_session_mem_send(session, &data)
+                if n < 0 { failed = true; break }
+                if n == 0 { break }
+                output.append(UnsafeRawBufferPointer(start: data, count: n))
+            }
+            inNghttp2 = false
+            if failed {
+                pumping = false
+                transport.close()
+                return
+            }
+            transport.flush()
+            if transport.closed { pumping = false; return }
+            if !writable.isEmpty {
+                let ready = writable
+                writable.removeAll()
+                for s in ready { if let resume = s.onWritable { s.onWritable = nil; resume() } }
+            }
+        } while pumpNeeded && output.readableBytes < HTTP2Codec.outputHighWater
+        pumping = false
+        if closing { return }
+        if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
+            // Both sides said GOAWAY (or nghttp2 ended the session): nothing more to do.
+            beginClosing()
+        } else if goingAway && streams.isEmpty && output.isEmpty {
+            beginClosing()
+        }
+    }
+
+    // MARK: streams (called from nghttp2 callbacks)
+
+    fileprivate func beginStream(_ id: Int32) {
+        let s = HTTP2Stream(id: id, connection: self, maxHeaderListBytes: settings.maxHeaderListBytes)
+        streams[id] = s
+    }
+
+    fileprivate func header(_ id: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        guard let s = streams[id], s.phase == .headers else { return }   // trailers are dropped
+        s.fields.add(name: name, value: value)
+    }
+
+    fileprivate func requestHeadersEnded(_ id: Int32, endStream: Bool) {
+        guard let s = streams[id] else { return }
+        if s.phase != .headers {
+            // Trailers: they end the request; their fields are not forwarded.
+            if endStream { requestBodyEnded(s) }
+            return
+        }
+        s.requestEnded = endStream
+        s.lastProgress = Clock.coarseMillis()
+        worker.stats.requestStarted()
+        worker.stats.http2RequestStarted()
+        let headBytes: [UInt8]
+        do {
+            headBytes = try s.fields.http1Head(hasBody: !endStream)
+        } catch {
+            switch error {
+            case .tooLarge: return refuse(s, .headersTooLarge, "request header list is larger than \(settings.maxHeaderListBytes) bytes")
+            case .malformed(let why): return refuse(s, .badRequest, "malformed HTTP/2 request: \(why)")
+            }
+        }
+        var parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
+                                       allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
+        var parsed: HTTPRequestParser.HeadResult = .needMore
+        var failure: HTTPParseError?
+        headBytes.withUnsafeBytes { raw in
+            do { parsed = try parser.parseHead(raw) } catch { failure = error as? HTTPParseError ?? .badRequest("unparseable") }
+        }
+        switch failure {
+        case .headersTooLarge?: return refuse(s, .headersTooLarge, "request head is larger than \(worker.limits.maxHeaderBytes) bytes")
+        case .bodyTooLarge?: return refuse(s, .bodyTooLarge, "request body is larger than \(worker.limits.maxBodyBytes) bytes")
+        case .badRequest(let why)?: return refuse(s, .badRequest, "malformed request: \(why)")
+        case nil: break
+        }
+        guard case let .head(head, _) = parsed else { return refuse(s, .badRequest, "malformed request") }
+        let ex = Exchange(head: head, sink: s, requestId: worker.requestId(from: head),
+                          clientAddress: transport.peer, clientAddressBytes: transport.peerBytes)
+        s.exchange = ex
+        if head.droppedUnderscoreFields > 0 { worker.stats.underscoreHeadersDropped(head.droppedUnderscoreFields) }
+        ex.handler = worker.handler
+        if let (code, message) = worker.handler.preflight(ex) {
+            s.phase = .refused
+            ex.respondError(code, message)
+            return
+        }
+        if endStream {
+            dispatch(s, ex)
+        } else {
+            s.phase = .body
+            if case let .contentLength(n) = head.body { ex.body.reserveCapacity(n) }
+        }
+    }
+
+    fileprivate func requestData(_ id: Int32, _ data: UnsafeRawBufferPointer) {
+        guard let s = streams[id], s.phase == .body, let ex = s.exchange else { return }
+        s.lastProgress = Clock.coarseMillis()
+        if ex.body.count + data.count > worker.limits.maxBodyBytes {
+            s.phase = .refused
+            ex.body = []
+            ex.respondError(.bodyTooLarge, "request body is larger than \(worker.limits.maxBodyBytes) bytes")
+            return
+        }
+        ex.body.append(contentsOf: data)
+        ex.bodyHasher?.update(data)
+    }
+
+    fileprivate func requestBodyEnded(_ s: HTTP2Stream) {
+        s.requestEnded = true
+        guard s.phase == .body, let ex = s.exchange else { return }
+        dispatch(s, ex)
+    }
+
+    private func dispatch(_ s: HTTP2Stream, _ ex: Exchange) {
+        s.phase = .dispatched
+        (ex.handler ?? worker.handler).handle(ex)
+    }
+
+    /// Answers, with the gateway's JSON error, a stream whose request could not be made
+    /// into an exchange; the rest of the request is dropped (and the client told to stop
+    /// sending once the answer is out).
+    private func refuse(_ s: HTTP2Stream, _ code: GatewayErrorCode, _ message: String) {
+        let isHead = s.fields.method.elementsEqual("HEAD".utf8)
+        s.phase = .refused
+        s.fields = HTTP2RequestFields(maxListBytes: 0)
+        worker.requestDone(nil, status: code.status, nanos: 0)
+        let id = worker.requestId(from: nil)
+        let body = GatewayErrorBody.json(code, message: message, requestId: String(decoding: id, as: UTF8.self))
+        let lines: StaticString = "Content-Type: application/json\r\n"
+        let head = ResponseHead(status: code.status, reason: nil,
+                                headerLines: UnsafeRawBufferPointer(start: lines.utf8Start, count: lines.utf8CodeUnitCount),
+                                length: .known(body.count))
+        submit(s, HTTP2ResponseFields(head: head, requestId: id, cacheStatus: nil, age: nil), hasBody: !isHead)
+        if !isHead { s.pending.append(body) }
+        s.responseEnded = true
+        dataAvailable(s, pumpNow: true)
+    }
+
+    fileprivate func streamClosed(_ id: Int32, errorCode: UInt32) {
+        guard let s = streams.removeValue(forKey: id) else { return }
+        s.onWritable = nil
+        s.pending.clear()
+        s.pending.releaseStorage()
+        if let ex = s.exchange {
+            // Reset by the client (or the connection) before the answer was complete.
+            s.exchange = nil
+            worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
+            ex.cancel()
+        }
+        if streams.isEmpty { idleSince = Clock.coarseMillis() }
+        if goingAway && streams.isEmpty { pump() }
+    }
+
+    fileprivate func frameSent(_ id: Int32, endStream: Bool) {
+        // The answer is complete but the client is still sending a request we refused:
+        // ask it to stop (RFC 9113 8.1, RST_STREAM with NO_ERROR).
+        if endStream, let s = streams[id], s.phase == .refused, !s.requestEnded {
+            nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_NO_ERROR.rawValue)
+        }
+    }
+
+    fileprivate func clientReset() { worker.stats.http2StreamReset() }
+
+    /// nghttp2 asks for a stream's next DATA bytes (at most `length`).
+    fileprivate func readBody(_ id: Int32, into buf: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
+        guard let s = streams[id] else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+        let n = min(s.pending.readableBytes, length)
+        if n > 0 {
+            memcpy(buf, s.pending.readable.baseAddress!, n)
+            s.pending.consume(n)
+            s.lastProgress = Clock.coarseMillis()
+        }
+        if s.pending.isEmpty {
+            s.pending.releaseStorage()
+            if s.onWritable != nil { writable.append(s) }
+            if s.responseEnded {
+                flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
+                return n
+            }
+        } else if s.onWritable != nil && s.pending.readableBytes < HTTP2Codec.streamHighWater {
+            writable.append(s)
+        }
+        if n == 0 {
+            s.dataDeferred = true
+            return Int(NGHTTP2_ERR_DEFERRED.rawValue)
+        }
+        return n
+    }
+
+    // MARK: responses (called by the streams)
+
+    func submitResponse(_ s: HTTP2Stream, _ head: ResponseHead, of exchange: Exchange) {
+        let fields = HTTP2ResponseFields(head: head, requestId: exchange.requestId, cacheStatus: exchange.cacheStatus, age: exchange.age)
+        submit(s, fields, hasBody: HTTPSyntax.responseHasBody(toHead: exchange.isHeadRequest, status: head.status))
+        if exchange.isStreaming { pump() }
+    }
+
+    private func submit(_ s: HTTP2Stream, _ fields: HTTP2ResponseFields, hasBody: Bool) {
+        guard let session, !s.responseStarted else { return }
+        s.responseStarted = true
+        if !hasBody { s.responseEnded = true }
+        var bytes = fields.bytes
+        bytes.withUnsafeMutableBufferPointer { buf in
+            let base = buf.baseAddress!
+            var nva = fields.fields.map { f in
+                nghttp2_nv(name: base + f.name.lowerBound, value: base + f.value.lowerBound,
+                           namelen: f.name.count, valuelen: f.value.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            }
+            if hasBody {
+                var provider = nghttp2_data_provider()
+                provider.read_callback = h2ReadBody
+                _ = nghttp2_submit_response(session, s.id, &nva, nva.count, &provider)
+            } else {
+                _ = nghttp2_submit_response(session, s.id, &nva, nva.count, nil)
+            }
+        }
+    }
+
+    /// A stream has new response bytes (or its end): wake nghttp2 if it was waiting.
+    func dataAvailable(_ s: HTTP2Stream, pumpNow: Bool) {
+        if s.dataDeferred, let session {
+            s.dataDeferred = false
+            nghttp2_session_resume_data(session, s.id)
+        }
+        if pumpNow { pump() }
+    }
+
+    func responseEnded(_ s: HTTP2Stream, _ exchange: Exchange) {
+        worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+        dataAvailable(s, pumpNow: true)
+    }
+
+    func responseAborted(_ s: HTTP2Stream, _ exchange: Exchange) {
+        worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+        s.pending.clear()
+        if let session { nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_INTERNAL_ERROR.rawValue) }
+        pump()
+    }
+
+    // MARK: closing and timeouts (ClientConnection)
+
+    private func beginClosing() {
+        guard !closing, !transport.closed else { return }
+        closing = true
+        closeDeadline = Clock.coarseMillis() + 2000
+        transport.closeAfterWriting()
+    }
+
+    /// Sends GOAWAY (the last stream the client opened is still served) and closes once
+    /// the open streams are done.
+    private func goAway(_ error: nghttp2_error_code) {
+        guard let session, !goingAway, !closing else { return }
+        goingAway = true
+        nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session),
+                              error.rawValue, nil, 0)
+        worker.stats.http2GoawaySent()
+        pump()
+    }
+
+    func checkDeadline(_ now: Int64) {
+        if transport.closed { return }
+        if closing {
+            if now >= closeDeadline { transport.close() }
+            return
+        }
+        if streams.isEmpty && input.isEmpty && output.isEmpty { transport.releaseIdleBuffers() }
+        let stalled = transport.writeStalledSince
+        if stalled != 0 && now - stalled >= worker.limits.clientIdleTimeoutMillis {
+            transport.close()
+            return
+        }
+        if !sawFirstFrame && now - idleSince >= worker.limits.clientHeaderTimeoutMillis {
+            transport.close()
+            return
+        }
+        if streams.isEmpty {
+            if now - idleSince >= worker.limits.clientIdleTimeoutMillis { goAway(NGHTTP2_NO_ERROR) }
+            return
+        }
+        // A request that stops arriving, or an answer whose window the client never
+        // opens, is reset: neither may hold its memory (or an upstream call) for ever.
+        for s in Array(streams.values) {
+            let limit = s.phase == .headers || s.phase == .body ? worker.limits.clientHeaderTimeoutMillis : worker.limits.clientIdleTimeoutMillis
+            let waitingOnClient = s.phase == .headers || s.phase == .body || !s.pending.isEmpty
+            if waitingOnClient && now - s.lastProgress >= limit, let session {
+                nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_CANCEL.rawValue)
+            }
+        }
+        pump()
+    }
+
+    func drain() {
+        if !transport.isReady { return }
+        goAway(NGHTTP2_NO_ERROR)
+    }
+
+    func closeNow() { transport.close() }
+}
+
+// MARK: nghttp2 callbacks (C function pointers; user_data is the connection, unretained)
+
+private func connection(_ p: UnsafeMutableRawPointer?) -> HTTP2Connection {
+    Unmanaged<HTTP2Connection>.fromOpaque(p!).takeUnretainedValue()
+}
+
+private let h2OnBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, user in
+    guard let frame else { return 0 }
+    if frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) && frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST {
+        connection(user).beginStream(frame.pointee.hd.stream_id)
+    }
+    return 0
+}
+
+private let h2OnHeader: nghttp2_on_header_callback = { _, frame, name, namelen, value, valuelen, _, user in
+    guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
+    connection(user).header(frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: namelen),
+                            value: UnsafeRawBufferPointer(start: value, count: valuelen))
+    return 0
+}
+
+private let h2OnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, user in
+    guard let frame else { return 0 }
+    let c = connection(user)
+    let endStream = frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
+    switch UInt32(frame.pointee.hd.type) {
+    case NGHTTP2_HEADERS.rawValue:
+        c.requestHeadersEnded(frame.pointee.hd.stream_id, endStream: endStream)
+    case NGHTTP2_DATA.rawValue:
+        if endStream, let s = c.stream(frame.pointee.hd.stream_id) { c.requestBodyEnded(s) }
+    case NGHTTP2_RST_STREAM.rawValue:
+        c.clientReset()
+    default:
+        break
+    }
+    return 0
+}
+
+private let h2OnFrameSend: nghttp2_on_frame_send_callback = { _, frame, user in
+    guard let frame else { return 0 }
+    let t = UInt32(frame.pointee.hd.type)
+    if t == NGHTTP2_HEADERS.rawValue || t == NGHTTP2_DATA.rawValue {
+        connection(user).frameSent(frame.pointee.hd.stream_id, endStream: frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0)
+    }
+    return 0
+}
+
+private let h2OnDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, streamId, data, len, user in
+    connection(user).requestData(streamId, UnsafeRawBufferPointer(start: data, count: len))
+    return 0
+}
+
+private let h2OnStreamClose: nghttp2_on_stream_close_callback = { _, streamId, errorCode, user in
+    connection(user).streamClosed(streamId, errorCode: errorCode)
+    return 0
+}
+
+private let h2ReadBody: nghttp2_data_source_read_callback = { _, streamId, buf, length, flags, _, user in
+    connection(user).readBody(streamId, into: buf!, length: length, flags: flags!)
+}
+
+extension HTTP2Connection {
+    fileprivate func stream(_ id: Int32) -> HTTP2Stream? { streams[id] }
+}

@@ -1,0 +1,146 @@
+/// The header fields of one HTTP/2 request, collected as nghttp2 decodes them, and turned
+/// into an HTTP/1.1 request head that `HTTPRequestParser` then parses and normalises.
+///
+/// Why a detour through HTTP/1.1 text: every stage reads one normalised request
+/// (`HTTPRequestHead`, built by the parser and `RequestTargetNormalizer`). Feeding HTTP/2
+/// requests through the same parser means there is one normaliser, one set of limits and
+/// one place each ambiguity is decided, whatever the wire protocol; nothing can be read
+/// one way for HTTP/1.1 and another way for HTTP/2. The price is one copy of the head.
+///
+/// Because the text is parsed again, nothing the client sent may add a line or a field:
+/// every byte is checked here (nghttp2 checks too; this does not rely on it). Pure; tested
+/// in `HTTP2RequestFieldsTests`.
+struct HTTP2RequestFields {
+    /// Why a request cannot be built.
+    enum Refusal: Error, Equatable {
+        /// Malformed (RFC 9113 8.1.1): answered 400.
+        case malformed(String)
+        /// The decoded header list is larger than `max_header_list_bytes`: answered 431.
+        case tooLarge
+    }
+
+    private(set) var method: [UInt8] = []
+    private(set) var path: [UInt8] = []
+    private(set) var authority: [UInt8] = []
+    private var host: [UInt8] = []
+    private var sawScheme = false
+    /// Regular fields as `name: value\r\n` lines, cookies left out (joined at the end).
+    private var lines: [UInt8] = []
+    private var cookies: [UInt8] = []
+    private var hasContentLength = false
+    /// The decoded size so far, as RFC 9113 6.5.2 counts it (name + value + 32 per field).
+    private(set) var listBytes = 0
+    private let maxListBytes: Int
+    private(set) var refusal: Refusal?
+
+    init(maxListBytes: Int) {
+        self.maxListBytes = maxListBytes
+        lines.reserveCapacity(256)
+    }
+
+    /// Adds one decoded field. Past the size limit nothing more is stored (the request is
+    /// answered 431 once its headers end), so memory stays bounded.
+    mutating func add(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        listBytes += name.count + value.count + 32
+        if refusal != nil { return }
+        if listBytes > maxListBytes { refusal = .tooLarge; lines = []; cookies = []; return }
+        guard Self.isValue(value) else { return refuse("a header value holds a control character") }
+        if name.first == UInt8(ascii: ":") {
+            guard lines.isEmpty && cookies.isEmpty && host.isEmpty else { return refuse("a pseudo-header follows a regular one") }
+            switch String(decoding: name, as: UTF8.self) {
+            case ":method":
+                guard method.isEmpty, !value.isEmpty, value.allSatisfy(HTTPSyntax.isTokenChar) else { return refuse("bad :method") }
+                method = Array(value)
+            case ":path":
+                // Visible ASCII only: it becomes the request line's target.
+                guard path.isEmpty, !value.isEmpty, value.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return refuse("bad :path") }
+                path = Array(value)
+            case ":authority":
+                guard authority.isEmpty, value.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return refuse("bad :authority") }
+                authority = Array(value)
+            case ":scheme":
+                guard !sawScheme else { return refuse("two :scheme fields") }
+                sawScheme = true
+            default:
+                return refuse("unknown pseudo-header \(String(decoding: name, as: UTF8.self))")
+            }
+            return
+        }
+        // Lower-case tokens only (RFC 9113 8.2.1); connection-specific fields are malformed.
+        guard !name.isEmpty, name.allSatisfy({ HTTPSyntax.isTokenChar($0) && !($0 >= 0x41 && $0 <= 0x5A) }) else {
+            return refuse("a header name is not a lower-case token")
+        }
+        switch String(decoding: name, as: UTF8.self) {
+        case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+            return refuse("connection-specific header field \(String(decoding: name, as: UTF8.self))")
+        case "te":
+            guard value.elementsEqual("trailers".utf8) else { return refuse("te other than trailers") }
+            return
+        case "host":
+            guard host.isEmpty, value.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return refuse("bad or repeated host") }
+            host = Array(value)
+            return
+        case "cookie":
+            // RFC 9113 8.2.3: split cookie fields are joined with "; " for HTTP/1.1.
+            if !cookies.isEmpty { cookies.append(contentsOf: "; ".utf8) }
+            cookies.append(contentsOf: value)
+            return
+        case "content-length":
+            hasContentLength = true
+        default:
+            break
+        }
+        lines.append(contentsOf: name)
+        lines.append(contentsOf: ": ".utf8)
+        lines.append(contentsOf: value)
+        lines.append(contentsOf: "\r\n".utf8)
+    }
+
+    private mutating func refuse(_ why: String) {
+        if refusal == nil { refusal = .malformed(why) }
+    }
+
+    /// The HTTP/1.1 head (`hasBody`: DATA frames follow the headers). Without a
+    /// `content-length` a body is marked chunked, which only tells the stages a body
+    /// exists; the codec collects it from DATA frames, never by parsing chunks.
+    func http1Head(hasBody: Bool) throws(Refusal) -> [UInt8] {
+        if let refusal { throw refusal }
+        guard !method.isEmpty, !path.isEmpty, sawScheme || method.elementsEqual("CONNECT".utf8) else {
+            throw .malformed("missing :method, :scheme or :path")
+        }
+        if method.elementsEqual("CONNECT".utf8) { throw .malformed("CONNECT is not supported") }
+        let hostValue = authority.isEmpty ? host : authority
+        if !authority.isEmpty && !host.isEmpty && !Self.equalsIgnoringCase(authority, host) {
+            // Two hosts: routing and signatures must not read one and the backend the other.
+            throw .malformed(":authority and host differ")
+        }
+        guard !hostValue.isEmpty else { throw .malformed("no :authority or host") }
+        var out: [UInt8] = []
+        out.reserveCapacity(method.count + path.count + hostValue.count + lines.count + cookies.count + 64)
+        out.append(contentsOf: method)
+        out.append(0x20)
+        out.append(contentsOf: path)
+        out.append(contentsOf: " HTTP/1.1\r\nhost: ".utf8)
+        out.append(contentsOf: hostValue)
+        out.append(contentsOf: "\r\n".utf8)
+        out.append(contentsOf: lines)
+        if !cookies.isEmpty {
+            out.append(contentsOf: "cookie: ".utf8)
+            out.append(contentsOf: cookies)
+            out.append(contentsOf: "\r\n".utf8)
+        }
+        if hasBody && !hasContentLength { out.append(contentsOf: "transfer-encoding: chunked\r\n".utf8) }
+        out.append(contentsOf: "\r\n".utf8)
+        return out
+    }
+
+    /// Field values: HTAB, visible ASCII, space, obs-text; no CR, LF, NUL or other controls.
+    static func isValue(_ v: UnsafeRawBufferPointer) -> Bool {
+        for b in v where (b < 0x20 && b != 0x09) || b == 0x7F { return false }
+        return true
+    }
+
+    private static func equalsIgnoringCase(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        a.count == b.count && zip(a, b).allSatisfy { HTTPSyntax.lower($0) == HTTPSyntax.lower($1) }
+    }
+}

@@ -1,0 +1,79 @@
+/// One HTTP/2 stream: the request being received (its header fields, then its body) and
+/// the exchange's `ResponseSink`. The connection does the nghttp2 calls; the stream holds
+/// the state and the response bytes waiting for the stream's flow-control window.
+///
+/// Ownership: the connection's stream table holds the stream until nghttp2 closes it;
+/// the exchange holds it as its sink until the response ends or the client resets it.
+/// Loop thread only.
+final class HTTP2Stream: ResponseSink {
+    enum Phase {
+        /// Header fields arriving.
+        case headers
+        /// The request was handed to the pipeline once complete; its body is arriving.
+        case body
+        /// The whole request is with the pipeline.
+        case dispatched
+        /// Answered before the request was complete (an error); the rest is dropped.
+        case refused
+    }
+
+    let id: Int32
+    unowned let connection: HTTP2Connection
+    var fields: HTTP2RequestFields
+    var phase = Phase.headers
+    var exchange: Exchange?
+    /// The client has finished sending (END_STREAM seen).
+    var requestEnded = false
+    /// Response bytes nghttp2 has not taken yet (the window is closed or the connection's
+    /// output is full). Taken lazily, given back once empty.
+    let pending = ByteBuffer(capacity: 16384, lazy: true)
+    /// The response's last byte is in `pending` (or there is no body).
+    var responseEnded = false
+    /// nghttp2 was told to wait for data (`NGHTTP2_ERR_DEFERRED`); `resume_data` needed.
+    var dataDeferred = false
+    /// A paused producer, resumed once `pending` drains.
+    var onWritable: (() -> Void)?
+    /// Coarse milliseconds of the last progress either way (request bytes in, response
+    /// bytes taken): a stream that makes none for too long is reset.
+    var lastProgress: Int64
+    /// The head is submitted: frames for this stream are nghttp2's to send.
+    var responseStarted = false
+
+    init(id: Int32, connection: HTTP2Connection, maxHeaderListBytes: Int) {
+        self.id = id
+        self.connection = connection
+        fields = HTTP2RequestFields(maxListBytes: maxHeaderListBytes)
+        lastProgress = Clock.coarseMillis()
+    }
+
+    // MARK: ResponseSink
+
+    func sendHead(_ head: ResponseHead, of exchange: Exchange) {
+        connection.submitResponse(self, head, of: exchange)
+    }
+
+    func sendBody(_ bytes: UnsafeRawBufferPointer, of exchange: Exchange) -> BodyWrite {
+        if bytes.count > 0 {
+            pending.append(bytes)
+            connection.dataAvailable(self, pumpNow: exchange.isStreaming)
+        }
+        return pending.readableBytes < HTTP2Codec.streamHighWater ? .accepted : .pause
+    }
+
+    func whenWritable(_ resume: @escaping () -> Void) {
+        if pending.readableBytes < HTTP2Codec.streamHighWater { resume() } else { onWritable = resume }
+    }
+
+    func sendEnd(of exchange: Exchange) {
+        responseEnded = true
+        self.exchange = nil
+        connection.responseEnded(self, exchange)
+    }
+
+    func sendAbort(of exchange: Exchange) {
+        responseEnded = true
+        self.exchange = nil
+        onWritable = nil
+        connection.responseAborted(self, exchange)
+    }
+}
