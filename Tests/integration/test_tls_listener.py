@@ -126,8 +126,9 @@ def serial_of(sock):
 
 def test_requests_are_served_over_tls_with_http11_chosen_by_alpn(env):
     g, backend, ca, api, _ = env
-    with tls_connect(g, client_context(ca, alpn=("h2", "http/1.1")), "api.test") as s:
-        assert s.selected_alpn_protocol() == "http/1.1", "h2 is not offered until the HTTP/2 codec exists"
+    # (A client that also offers h2 gets HTTP/2: test_http2.py.)
+    with tls_connect(g, client_context(ca, alpn=("http/1.1",)), "api.test") as s:
+        assert s.selected_alpn_protocol() == "http/1.1"
         assert s.version() in ("TLSv1.2", "TLSv1.3")
         for i in range(3):   # keep-alive over one TLS connection
             status, headers, body = request(s, f"/api/item/{i}")
@@ -148,12 +149,14 @@ def test_sni_picks_the_certificate_whose_names_cover_the_host(env):
         assert serial_of(s) == api[2]
 
 
-def test_a_client_offering_only_h2_is_refused_in_the_handshake(env):
+def test_a_client_offering_no_protocol_we_speak_is_refused_in_the_handshake(env):
+    """RFC 7301 3.2: no_application_protocol; counted by reason in /stats."""
     g, _, ca, _, _ = env
-    before = g.stats()["tls"]["handshake_failures"]
+    before = g.stats()["tls"]
     with pytest.raises(ssl.SSLError):
-        tls_connect(g, client_context(ca, alpn=("h2",)), "api.test").close()
-    wait_until(lambda: g.stats()["tls"]["handshake_failures"] > before, timeout=5, what="the failure counted")
+        tls_connect(g, client_context(ca, alpn=("spdy/3.1",)), "api.test").close()
+    wait_until(lambda: g.stats()["tls"]["handshake_failures"] > before["handshake_failures"], timeout=5, what="the failure counted")
+    assert g.stats()["tls"]["failures_by_reason"]["no_application_protocol"] > before["failures_by_reason"]["no_application_protocol"]
 
 
 def test_plain_http_on_the_tls_port_gets_no_http_answer(env):
@@ -170,6 +173,7 @@ def test_plain_http_on_the_tls_port_gets_no_http_answer(env):
     s.close()
     assert not data.startswith(b"HTTP/"), data[:100]
     wait_until(lambda: g.stats()["tls"]["handshake_failures"] > before, timeout=5, what="the failure counted")
+    assert g.stats()["tls"]["failures_by_reason"]["not_tls"] >= 1
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is installed by .ci/run")
@@ -307,6 +311,56 @@ def test_a_client_closing_without_close_notify_does_not_break_other_connections(
             wait_until(lambda: g.stats()["connections"] <= 1, timeout=5, what="the rude connection closed")
             assert request(keeper, f"/api/keeper-{i + 1}")[0] == 200, "the kept-alive connection still works"
         keeper.close()
+    finally:
+        g.stop()
+        backend.stop()
+
+
+def test_ticket_keys_rotate_and_old_tickets_expire(tmp_path):
+    """session_ticket_rotation: 2s. A ticket is accepted while its key is current or the
+    previous one (renewed then), and refused (a full handshake) two rotations later."""
+    ca = CertAuthority(str(tmp_path))
+    cert, key, _ = ca.leaf("api", "api.test")
+    backend = Backend("127.0.0.2", free_port("127.0.0.2"))
+    tls_port = free_port()
+    g = Gateway(f"""listen: 127.0.0.1:{{PORT}}
+workers: 1
+admin: {{ listen: 127.0.0.1:{{ADMIN}} }}
+tls_listen:
+  listen: 127.0.0.1:{tls_port}
+  certificates:
+    - {{ cert_file: {cert}, key_file: {key} }}
+  session_ticket_rotation: 2s
+services:
+  api: {{ host: api.internal, port: {backend.server.server_address[1]}, ips: [127.0.0.2] }}
+routes:
+  - {{ name: api, match: {{ path_prefix: /api/ }}, service: api, strip_prefix: true }}
+""")
+    g.tls_port = tls_port
+    try:
+        ctx = client_context(ca)
+        # TLS 1.2: the ticket is sent in the handshake, so `session` is ready at once.
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+
+        def ticket():
+            with tls_connect(g, ctx, "api.test") as s:
+                assert request(s, "/api/t")[0] == 200
+                return s.session
+
+        def resumes(session):
+            with tls_connect(g, ctx, "api.test", session=session) as s:
+                request(s, "/api/t")
+                return s.session_reused
+        first = ticket()
+        assert resumes(first)
+        # Across one rotation (the previous key still decrypts): resumed.
+        t0 = time.monotonic()
+        second = ticket()
+        time.sleep(2.2)
+        assert resumes(second), "a ticket from the previous key period was refused"
+        # Two rotations later its key is gone: a full handshake.
+        time.sleep(4.4 - (time.monotonic() - t0) + 0.2)
+        assert not resumes(second), "a ticket outlived two rotation periods"
     finally:
         g.stop()
         backend.stop()

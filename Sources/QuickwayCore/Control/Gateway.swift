@@ -50,11 +50,13 @@ public final class Gateway {
     private var purgeSubscriber: RedisLink?
     private var cachePurge: CachePurge!
     /// The TLS listener's certificates as last loaded (start or reload), for `/stats`.
-    /// Under `lock`: written by a reload, read by the admin loop.
+    /// Under its own lock (a reload holds `lock` while it installs them): written by a
+    /// reload, read by the admin loop.
+    private let certificatesLock = NSLock()
     private var tlsCertificatesLoaded: [TLSCertificateInfo] = []
     private var tlsCertificates: [TLSCertificateInfo] {
-        get { lock.lock(); defer { lock.unlock() }; return tlsCertificatesLoaded }
-        set { lock.lock(); tlsCertificatesLoaded = newValue; lock.unlock() }
+        get { certificatesLock.lock(); defer { certificatesLock.unlock() }; return tlsCertificatesLoaded }
+        set { certificatesLock.lock(); tlsCertificatesLoaded = newValue; certificatesLock.unlock() }
     }
 
     public var config: GatewayConfig { lock.lock(); defer { lock.unlock() }; return currentConfig }

@@ -71,6 +71,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// When the last stream closed (idle timeout), or the connection began (preface).
     private var idleSince: Int64
     private var sawFirstFrame = false
+    /// A GOAWAY with an error code went out (counted once as a protocol error).
+    private var errorGoawaySent = false
 
     init(transport: any ByteTransport, worker: Worker, settings: HTTP2Config) {
         self.transport = transport
@@ -202,7 +204,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// nghttp2 refused the client's bytes (bad preface, a connection error, a flood): send
     /// the GOAWAY it queued, if any, and close.
     private func protocolFailure(_ code: Int32) {
-        worker.stats.http2ProtocolError()
+        if !errorGoawaySent { worker.stats.http2ProtocolError() }
+        errorGoawaySent = true
         if let text = nghttp2_strerror(code) { Log.debug("h2 \(transport.peer): \(String(cString: text)); closing") }
         input.clear()
         goingAway = true
@@ -386,6 +389,17 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     fileprivate func clientReset() { worker.stats.http2StreamReset() }
 
+    /// A GOAWAY went out: ours (drain, idle) or nghttp2's own (a connection error, the
+    /// rapid-reset limit). One with an error code counts as a protocol error.
+    fileprivate func goawaySent(errorCode: UInt32) {
+        worker.stats.http2GoawaySent()
+        goingAway = true
+        if errorCode != NGHTTP2_NO_ERROR.rawValue && !errorGoawaySent {
+            errorGoawaySent = true
+            worker.stats.http2ProtocolError()
+        }
+    }
+
     /// nghttp2 asks for a stream's next DATA bytes (at most `length`).
     fileprivate func readBody(_ id: Int32, into buf: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
         guard let s = streams[id] else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
@@ -478,7 +492,6 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         goingAway = true
         nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session),
                               error.rawValue, nil, 0)
-        worker.stats.http2GoawaySent()
         pump()
     }
 
@@ -565,6 +578,8 @@ private let h2OnFrameSend: nghttp2_on_frame_send_callback = { _, frame, user in
     let t = UInt32(frame.pointee.hd.type)
     if t == NGHTTP2_HEADERS.rawValue || t == NGHTTP2_DATA.rawValue {
         connection(user).frameSent(frame.pointee.hd.stream_id, endStream: frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0)
+    } else if t == NGHTTP2_GOAWAY.rawValue {
+        connection(user).goawaySent(errorCode: frame.pointee.goaway.error_code)
     }
     return 0
 }
