@@ -31,8 +31,10 @@
 #
 # Case "tls": HTTP/1.1 over TLS against nginx ssl, kept-alive and a full handshake per
 # request (scripts/bench-tls.sh).
+# Case "http2": HTTP/2 over TLS against nginx `ssl http2` with h2load: 1 and 100 streams per
+# connection, full and resumed handshakes (scripts/bench-http2.sh).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|all]
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -75,6 +77,9 @@ CONF
 fi
 if [ "$CASE" = tls ]; then
   exec scripts/bench-tls.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
+fi
+if [ "$CASE" = http2 ]; then
+  exec scripts/bench-http2.sh --rounds "$ROUNDS" --duration "$DURATION"
 fi
 if [ "$CASE" = redis ]; then
   exec scripts/bench-redis.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
