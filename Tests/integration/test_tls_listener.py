@@ -364,3 +364,26 @@ routes:
     finally:
         g.stop()
         backend.stop()
+
+
+def test_the_backend_is_told_https_and_tls_answers_are_cached_apart(env):
+    """X-Forwarded-Proto says what the client used; since a backend may write the scheme
+    into its answer (absolute links, redirects), an answer made for an https client is not
+    served to a plain-HTTP one or the other way round (nginx keys by $scheme too)."""
+    g, backend, ca, _, _ = env
+    with tls_connect(g, client_context(ca), "api.test") as s:
+        status, headers, body = request(s, "/api/proto")
+        assert status == 200 and json.loads(body)["headers"]["X-Forwarded-Proto"] == "https"
+        first = request(s, "/c/scheme-apart")
+        assert first[1]["x-cache"] == "MISS"
+        assert request(s, "/c/scheme-apart")[1]["x-cache"] == "HIT"
+    plain = socket.create_connection(("127.0.0.1", g.port), timeout=5)
+    try:
+        plain.sendall(b"GET /api/proto HTTP/1.1\r\nHost: api.test\r\n\r\n")
+        answer = read_response(plain.makefile("rb"))
+        assert json.loads(answer[2])["headers"]["X-Forwarded-Proto"] == "http"
+        plain.sendall(b"GET /c/scheme-apart HTTP/1.1\r\nHost: api.test\r\n\r\n")
+        answer = read_response(plain.makefile("rb"))
+        assert answer[1]["x-cache"] == "MISS", "an answer made for an https client was served over plain HTTP"
+    finally:
+        plain.close()

@@ -7,7 +7,8 @@
 /// Text form, also what `POST /cache/purge {"key": ...}` takes:
 /// `GET <host><path>?<canonical query>` then, for each vary header, `\n<name>:<value>`,
 /// then on routes with `auth` (unless `shared_across_keys`) `\n@key:<key id>` or
-/// `\n@anonymous` (`@` cannot start a header name, so these never meet a vary line).
+/// `\n@anonymous` (`@` cannot start a header name, so these never meet a vary line),
+/// then `\n@https` for clients that came over TLS.
 public enum CacheKey {
     /// Whose answers an entry holds.
     public enum Scope: Equatable, Sendable {
@@ -19,7 +20,7 @@ public enum CacheKey {
         case anonymous
     }
 
-    public static func build(head: HTTPRequestHead, vary: [[UInt8]], scope: Scope = .everyone) -> [UInt8] {
+    public static func build(head: HTTPRequestHead, vary: [[UInt8]], scope: Scope = .everyone, overTLS: Bool = false) -> [UInt8] {
         head.withBytes { raw in
             var key: [UInt8] = []
             key.reserveCapacity(head.target.count + 64)
@@ -46,6 +47,9 @@ public enum CacheKey {
             case .anonymous:
                 key.append(contentsOf: "\n@anonymous".utf8)
             }
+            // Like nginx's default `$scheme` in proxy_cache_key: the backend is told the
+            // scheme (X-Forwarded-Proto) and may write it into its answer.
+            if overTLS { key.append(contentsOf: "\n@https".utf8) }
             return key
         }
     }

@@ -211,6 +211,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     private func start(_ head: HTTPRequestHead) {
         let ex = Exchange(head: head, sink: self, requestId: worker.requestId(from: head),
                           clientAddress: transport.peer, clientAddressBytes: transport.peerBytes)
+        ex.overTLS = transport.isTLS
         exchange = ex
         phase = .responding
         deadline = 0

@@ -304,6 +304,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         guard case let .head(head, _) = parsed else { return refuse(s, .badRequest, "malformed request") }
         let ex = Exchange(head: head, sink: s, requestId: worker.requestId(from: head),
                           clientAddress: transport.peer, clientAddressBytes: transport.peerBytes)
+        ex.overTLS = transport.isTLS
         s.exchange = ex
         if head.droppedUnderscoreFields > 0 { worker.stats.underscoreHeadersDropped(head.droppedUnderscoreFields) }
         ex.handler = worker.handler

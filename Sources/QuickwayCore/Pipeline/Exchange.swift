@@ -22,6 +22,9 @@ final class Exchange {
     let clientAddress: String
     /// The client's address as bytes (shared with the transport).
     let clientAddressBytes: [UInt8]
+    /// The client came over TLS: `X-Forwarded-Proto: https`, and its cached answers are
+    /// kept apart from plain-HTTP ones (a backend may write the scheme into them).
+    var overTLS = false
     private(set) var sink: ResponseSink?
     /// The handler (config snapshot) the request started with; a reload in the middle
     /// of its body does not move it to another snapshot.

@@ -20,6 +20,8 @@ protocol ByteTransport: AnyObject {
     var writeStalledSince: Int64 { get }
     /// ALPN chose `h2` in the TLS handshake (always false on plain TCP).
     var negotiatedH2: Bool { get }
+    /// The client came over TLS (`X-Forwarded-Proto: https`; part of the cache key).
+    var isTLS: Bool { get }
     /// Who is told of reads, drains and the close. Not retained (the user owns the transport).
     var user: TransportUser? { get set }
     /// Reads what is available now and tells the user.
@@ -54,4 +56,5 @@ extension ByteTransport {
 extension TCPTransport: ByteTransport {
     var isReady: Bool { true }
     var negotiatedH2: Bool { false }
+    var isTLS: Bool { false }
 }

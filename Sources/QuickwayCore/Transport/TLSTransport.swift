@@ -72,6 +72,8 @@ final class TLSTransport: ByteTransport {
         return String(decoding: UnsafeBufferPointer(start: p, count: Int(n)), as: UTF8.self)
     }
 
+    var isTLS: Bool { true }
+
     /// ALPN chose `h2`.
     var negotiatedH2: Bool {
         guard let ssl else { return false }

@@ -16,7 +16,7 @@ enum UpstreamRequestHeaders {
     /// `authKeyId`: the key of a verified signature; its Authorization header is then
     /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
     static func build(head: HTTPRequestHead, clientAddress: String, requestId: [UInt8],
-                      authKeyId: String? = nil) -> UpstreamHeaders {
+                      authKeyId: String? = nil, overTLS: Bool = false) -> UpstreamHeaders {
         var out = UpstreamHeaders(byteCapacity: head.bytes.count + 128, fieldCapacity: head.fields.count + 5)
         head.withBytes { raw in
             var forwardedFor: Range<Int>?
@@ -34,7 +34,7 @@ enum UpstreamRequestHeaders {
                 }
                 v.append(contentsOf: clientAddress.utf8)
             }
-            out.add(name: "X-Forwarded-Proto", value: "http".utf8)
+            out.add(name: "X-Forwarded-Proto", value: overTLS ? "https".utf8 : "http".utf8)
             if let h = head.hostField {
                 // Lower case, as the cache key reads it: a backend that told `EXAMPLE.com`
                 // from `example.com` could otherwise store its answer for the other.

@@ -26,7 +26,7 @@ final class CacheLookupStage: RequestStage {
         // verified key (or between anonymous ones).
         let scope: CacheKey.Scope = route.auth == .off || route.sharedAcrossKeys ? .everyone
             : exchange.authKeyId.map { .key($0) } ?? .anonymous
-        let key = CacheKey.build(head: head, vary: routeRef.vary, scope: scope)
+        let key = CacheKey.build(head: head, vary: routeRef.vary, scope: scope, overTLS: exchange.overTLS)
         if route.cacheTTLMillis > 0, let hit = cache.lookup(key, nowMillis: Clock.monotonicMillis(), staleMillis: staleIfErrorMillis),
            hit.fresh, hit.response.suits(head, keyId: exchange.authKeyId) {
             ctx.pipeline.respondCached(exchange, hit.response, "HIT")

@@ -26,7 +26,8 @@ final class ForwardStage: RequestStage {
                 method: exchange.isHeadRequest && !upstreamHead ? Array("GET".utf8) : Array(raw[head.method]),
                 isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
                 headers: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
-                                                      requestId: exchange.requestId, authKeyId: exchange.authKeyId),
+                                                      requestId: exchange.requestId, authKeyId: exchange.authKeyId,
+                                                      overTLS: exchange.overTLS),
                 pathAndQuery: route.config.stripPrefix ? Self.stripped(target, prefixLength: route.prefixLength) : Array(target),
                 idempotent: UpstreamRelay.isIdempotent(head))
         }
