@@ -442,9 +442,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         var bytes = fields.bytes
         bytes.withUnsafeMutableBufferPointer { buf in
             let base = buf.baseAddress!
-            var nva = fields.fields.map { f in
+            var nva = fields.fields.enumerated().map { i, f in
                 nghttp2_nv(name: base + f.name.lowerBound, value: base + f.value.lowerBound,
-                           namelen: f.name.count, valuelen: f.value.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+                           namelen: f.name.count, valuelen: f.value.count,
+                           flags: UInt8(i == fields.uniqueValueField ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
             }
             if hasBody {
                 var provider = nghttp2_data_provider()
