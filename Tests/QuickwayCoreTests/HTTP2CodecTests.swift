@@ -100,6 +100,8 @@ final class HTTP2CodecTests: XCTestCase {
             XCTAssertEqual(f.fields.filter { f.bytes[$0.name].elementsEqual("content-length".utf8) }.count, 1)
             XCTAssertEqual(f.fields.filter { f.bytes[$0.name].elementsEqual("set-cookie".utf8) }.count, 2)
             XCTAssertEqual(f.value(of: "x-request-id"), "rid-1")
+            // Sent without HPACK indexing (its value never repeats).
+            XCTAssertEqual(String(decoding: f.bytes[f.fields[f.uniqueValueField].name], as: UTF8.self), "x-request-id")
             XCTAssertEqual(f.value(of: "x-cache"), "HIT")
             XCTAssertEqual(f.value(of: "age"), "3")
             for field in f.fields { XCTAssertFalse(f.bytes[field.name].contains { $0 >= 0x41 && $0 <= 0x5A }) }
