@@ -85,3 +85,10 @@ for k, m in medians(sys.argv[1]).items():
     print(f"{k:<14}{m[0]:>10.0f}{m[1]:>10.3f}{m[2]:>10.3f}{m[3]:>12.2f}{m[4]:>9.0f}")
 PY
 }
+
+# One self-signed ECDSA P-256 certificate for bench.local, shared by the servers under
+# test: DIR/cert.pem and DIR/key.pem. Usage: write_bench_cert DIR
+write_bench_cert() {
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=bench.local" \
+    -addext "subjectAltName=DNS:bench.local" -keyout "$1/key.pem" -out "$1/cert.pem" 2>/dev/null
+}

@@ -26,8 +26,7 @@ bench_workdir http2
 BACKEND=127.0.0.2:18781; P_QW=18780; P_QW_ADMIN=18790; P_QW_TLS=18783; P_NGINX=18784
 BODY=$(python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item-%04d" % i} for i in range(40)]})[:1024])')
 mkdir -p "$WORK/backend" "$WORK/nginx"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=bench.local" \
-  -addext "subjectAltName=DNS:bench.local" -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
+write_bench_cert "$WORK"
 write_backend_conf "$WORK/backend" "$BACKEND" "$BODY"
 cat > "$WORK/nginx/nginx.conf" <<CONF
 daemon off; worker_processes 1; error_log $WORK/nginx/error.log; pid $WORK/nginx/nginx.pid;

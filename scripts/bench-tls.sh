@@ -24,9 +24,7 @@ bench_workdir tls
 BACKEND=127.0.0.2:18581; P_QW=18580; P_QW_ADMIN=18590; P_QW_TLS=18583; P_NGINX=18584
 BODY=$(python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item-%04d" % i} for i in range(40)]})[:1024])')
 mkdir -p "$WORK/backend" "$WORK/nginx"
-# One self-signed ECDSA certificate for both servers.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=bench.local" \
-  -addext "subjectAltName=DNS:bench.local" -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
+write_bench_cert "$WORK"
 write_backend_conf "$WORK/backend" "$BACKEND" "$BODY"
 cat > "$WORK/nginx/nginx.conf" <<CONF
 daemon off; worker_processes 1; error_log $WORK/nginx/error.log; pid $WORK/nginx/nginx.pid;
