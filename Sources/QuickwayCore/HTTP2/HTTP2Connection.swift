@@ -276,6 +276,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             return
         }
         s.requestEnded = endStream
+        s.isHeadRequest = s.fields.method.elementsEqual("HEAD".utf8)
         s.lastProgress = Clock.coarseMillis()
         worker.stats.requestStarted()
         worker.stats.http2RequestStarted()
@@ -288,6 +289,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             case .malformed(let why): return refuse(s, .badRequest, "malformed HTTP/2 request: \(why)")
             }
         }
+        s.fields = HTTP2RequestFields.spent   // the stream holds no copy of the fields
         var parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
                                        allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
         var parsed: HTTPRequestParser.HeadResult = .needMore
@@ -349,9 +351,9 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// into an exchange; the rest of the request is dropped (and the client told to stop
     /// sending once the answer is out).
     private func refuse(_ s: HTTP2Stream, _ code: GatewayErrorCode, _ message: String) {
-        let isHead = s.fields.method.elementsEqual("HEAD".utf8)
+        let isHead = s.isHeadRequest
         s.phase = .refused
-        s.fields = HTTP2RequestFields(maxListBytes: 0)
+        s.fields = HTTP2RequestFields.spent
         worker.requestDone(nil, status: code.status, nanos: 0)
         let id = worker.requestId(from: nil)
         let body = GatewayErrorBody.json(code, message: message, requestId: String(decoding: id, as: UTF8.self))
@@ -439,9 +441,9 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         guard let session, !s.responseStarted else { return }
         s.responseStarted = true
         if !hasBody { s.responseEnded = true }
-        var bytes = fields.bytes
-        bytes.withUnsafeMutableBufferPointer { buf in
-            let base = buf.baseAddress!
+        // nghttp2 takes `uint8_t *` but only reads (and copies) the fields.
+        fields.bytes.withUnsafeBufferPointer { buf in
+            let base = UnsafeMutablePointer(mutating: buf.baseAddress!)
             var nva = fields.fields.enumerated().map { i, f in
                 nghttp2_nv(name: base + f.name.lowerBound, value: base + f.value.lowerBound,
                            namelen: f.name.count, valuelen: f.value.count,

@@ -38,6 +38,11 @@ struct HTTP2RequestFields {
         lines.reserveCapacity(256)
     }
 
+    private init() { maxListBytes = 0 }
+
+    /// An empty value holding no memory, for a stream whose request was taken.
+    static let spent = HTTP2RequestFields()
+
     /// Adds one decoded field. Past the size limit nothing more is stored (the request is
     /// answered 431 once its headers end), so memory stays bounded.
     mutating func add(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {

@@ -24,6 +24,8 @@ final class HTTP2Stream: ResponseSink {
     var exchange: Exchange?
     /// The client has finished sending (END_STREAM seen).
     var requestEnded = false
+    /// A HEAD request (its answers carry no DATA, errors included).
+    var isHeadRequest = false
     /// Response bytes nghttp2 has not taken yet (the window is closed or the connection's
     /// output is full). Taken lazily, given back once empty.
     let pending = ByteBuffer(capacity: 16384, lazy: true)
