@@ -98,6 +98,7 @@ void qw_tls_last_error(char *out, size_t len) {
 int qw_tls_failure_reason(void) {
     unsigned long e = ERR_peek_error();
     if (!e) return QW_TLS_FAIL_CLOSED;
+    if (ERR_GET_LIB(e) != ERR_LIB_SSL) return QW_TLS_FAIL_OTHER;
     switch (ERR_GET_REASON(e)) {
     case SSL_R_WRONG_VERSION_NUMBER:
     case SSL_R_HTTP_REQUEST:
@@ -169,9 +170,16 @@ static int qw_ticket_new_key(struct qw_ticket_key *k) {
         && RAND_priv_bytes(k->hmac, sizeof k->hmac) == 1;
 }
 
+// Seconds on the monotonic clock: a wall clock stepped back would stall rotation.
+static time_t qw_ticket_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec;
+}
+
 // Called with the lock held.
 static int qw_ticket_rotate_if_due(void) {
-    time_t now = time(NULL);
+    time_t now = qw_ticket_now();
     if (qw_ticket_next_rotation == 0) {
         if (!qw_ticket_new_key(&qw_ticket_current)) return 0;
         qw_ticket_next_rotation = now + qw_ticket_period;
@@ -234,7 +242,7 @@ void qw_tls_set_ticket_rotation(long seconds) {
     if (seconds < 1) seconds = 1;
     if (seconds != qw_ticket_period) {
         qw_ticket_period = seconds;
-        if (qw_ticket_next_rotation != 0) qw_ticket_next_rotation = time(NULL) + seconds;
+        if (qw_ticket_next_rotation != 0) qw_ticket_next_rotation = qw_ticket_now() + seconds;
     }
     pthread_mutex_unlock(&qw_ticket_lock);
 }

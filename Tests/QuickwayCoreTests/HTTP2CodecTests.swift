@@ -142,6 +142,8 @@ final class HTTP2CodecTests: XCTestCase {
         XCTAssertEqual(c.http2.maxConcurrentStreams, 8)
         XCTAssertEqual(c.http2.maxHeaderListBytes, 4096)
         XCTAssertEqual(c.http2.initialWindowBytes, 1 << 20)
+        XCTAssertTrue(c.http2.h2c)
+        XCTAssertFalse(try ConfigLoader.load(yaml: base + "\nhttp2: { h2c: false }\n").http2.h2c)
         do {
             _ = try ConfigLoader.load(yaml: base + "\nhttp2:\n  max_concurrent_streams: 0\n  initial_window_bytes: 4GiB\n  max_streams: 3\n")
             XCTFail("accepted")
@@ -152,5 +154,12 @@ final class HTTP2CodecTests: XCTestCase {
             XCTAssertTrue(paths.contains("http2.max_streams"), "\(paths)")
             XCTAssertTrue(e.issues.allSatisfy { $0.line != nil }, "\(e.issues)")
         }
+    }
+
+    func testAPurgeByKeyNamesBothSchemes() {
+        let plain = Array("GET a.test/x?".utf8)
+        let tls = plain + Array("\n@https".utf8)
+        XCTAssertEqual(Set(CacheKey.schemeVariants(of: plain)), Set([plain, tls]))
+        XCTAssertEqual(Set(CacheKey.schemeVariants(of: tls)), Set([plain, tls]))
     }
 }

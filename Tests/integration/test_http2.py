@@ -133,7 +133,12 @@ class H2Client:
     def send_body(self, sid, body, end=True):
         view = memoryview(body)
         while view:
-            window = min(self.conn.local_flow_control_window(sid), self.conn.max_outbound_frame_size)
+            if self.responses[sid]["reset"] is not None or self.closed:
+                return   # answered and reset before the whole body was sent
+            try:
+                window = min(self.conn.local_flow_control_window(sid), self.conn.max_outbound_frame_size)
+            except h2.exceptions.StreamClosedError:
+                return
             if window <= 0:
                 self.pump(0.5)
                 continue
@@ -498,8 +503,10 @@ def test_rapid_reset_is_cut_off(env):
     finally:
         s.close()
     assert sent < 5000 or g.stats()["protocols"]["h2"]["protocol_errors"] >= 1
-    # Few of the reset streams cost an upstream call.
-    assert backend.hits - before_hits < 1000
+    # Once the reset rate is exceeded nothing more is dispatched: few of the 5,000 reset
+    # streams cost an upstream call (the limit is a burst of 200).
+    time.sleep(0.3)   # (calls wrongly started would reach the backend by now)
+    assert backend.hits - before_hits <= 250, backend.hits - before_hits
     still_serves(g)
 
 
@@ -742,3 +749,147 @@ def test_certificates_reload_under_h2_load_with_no_failed_request(tmp_path):
         g.stop()
         backend.stop()
     assert not failures, failures[:5]
+
+
+# MARK: memory per connection (review findings)
+
+BUDGET_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 1
+admin: { listen: 127.0.0.1:{ADMIN} }
+http2: { max_concurrent_streams: 128 }
+limits: { max_body_bytes: 2MiB, client_idle_timeout: 30s }
+cache: { max_object_bytes: 1MiB }
+services:
+  api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2], timeouts: { response: 20s } }
+routes:
+  - { name: api, match: { path_prefix: /api/ }, service: api, strip_prefix: true, coalesce: false }
+"""
+
+
+@pytest.fixture()
+def budget_env():
+    backend = Backend("127.0.0.2", free_port("127.0.0.2"))
+    g = Gateway(BUDGET_CONFIG.replace("BACKEND_PORT", str(backend.server.server_address[1])))
+    yield g, backend
+    g.stop()
+    backend.stop()
+
+
+def test_a_client_that_reads_nothing_cannot_pin_many_whole_answers(budget_env):
+    """Window 0 and 100 requests for 900 KB answers (buffered whole: under
+    max_object_bytes), never read: only a budget's worth (8 MiB) enters the pipeline, the
+    rest wait; memory stays bounded; once the client reads, every answer arrives."""
+    g, backend = budget_env
+    rss_before = rss_kb(g.proc.pid)
+    s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+    try:
+        s.sendall(PREFACE + SettingsFrame(0, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0}).serialize())
+        enc = hpack.Encoder()
+        out = SettingsFrame(0, flags=["ACK"]).serialize()
+        for i in range(100):
+            out += HeadersFrame(1 + 2 * i, enc.encode([(":method", "GET"), (":path", f"/api/sized/900000/{i}"),
+                                                      (":scheme", "http"), (":authority", "a")]),
+                                flags=["END_HEADERS", "END_STREAM"]).serialize()
+        s.sendall(out)
+        wait_until(lambda: backend.hits >= 8, timeout=10, what="the first calls upstream")
+        time.sleep(1.0)   # (more calls, if any were let through, would have started by now)
+        assert backend.hits <= 10, f"{backend.hits} answers pinned by a client that reads nothing"
+        assert rss_kb(g.proc.pid) - rss_before < 30_000
+        # Now read: open the connection window and every stream's, and take all answers.
+        s.sendall(WindowUpdateFrame(0, window_increment=2**31 - 1 - 65535).serialize()
+                  + b"".join(WindowUpdateFrame(1 + 2 * i, window_increment=2**31 - 1).serialize() for i in range(100)))
+        got, ended, data = 0, set(), bytearray()
+        s.settimeout(0.5)
+        deadline = time.monotonic() + 60
+        while len(ended) < 100 and time.monotonic() < deadline:
+            try:
+                b = s.recv(1 << 20)
+            except socket.timeout:
+                continue
+            if not b:
+                break
+            data += b
+            i = 0
+            while i + 9 <= len(data):
+                length = int.from_bytes(data[i:i + 3], "big")
+                if i + 9 + length > len(data):
+                    break
+                if data[i + 3] == 0:
+                    got += length
+                    if data[i + 4] & 1:
+                        ended.add(int.from_bytes(data[i + 5:i + 9], "big") & 0x7FFFFFFF)
+                    if length:   # keep the windows open
+                        s.sendall(WindowUpdateFrame(0, window_increment=length).serialize())
+                i += 9 + length
+            del data[:i]
+        assert len(ended) == 100 and got == 100 * 900000, (len(ended), got)
+    finally:
+        s.close()
+
+
+def test_many_streams_sending_bodies_at_once_are_bounded(budget_env):
+    """48 streams each send 400 KB of a POST body without ending it (19 MB): the connection
+    holds at most its budget of request bodies; the streams over it get 503."""
+    g, backend = budget_env
+    rss_before = rss_kb(g.proc.pid)
+    c = H2Client(g, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20})
+    try:
+        sids = [c.request("POST", f"/api/upload/{i}", [("content-length", str(2_000_000))], body=None, end=False) for i in range(48)]
+        chunk = b"x" * 16384
+        sent = dict.fromkeys(sids, 0)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(v < 400_000 for v in sent.values()):
+            for sid in sids:   # 400 KB per stream, as fast as the windows allow
+                if sent[sid] >= 400_000 or c.responses[sid]["headers"]:
+                    sent[sid] = max(sent[sid], 400_000)
+                    continue
+                if min(c.conn.local_flow_control_window(sid), c.conn.outbound_flow_control_window) < len(chunk):
+                    continue
+                try:
+                    c.conn.send_data(sid, chunk)
+                    sent[sid] += len(chunk)
+                except (h2.exceptions.StreamClosedError, h2.exceptions.FlowControlError):
+                    sent[sid] = 400_000
+            c.flush()
+            c.pump(0.01)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and sum(1 for s in sids if c.responses[s]["headers"]) == 0:
+            c.pump(0.2)
+        statuses = [c.responses[s]["headers"][":status"] for s in sids if c.responses[s]["headers"]]
+        assert statuses and all(st == "503" for st in statuses), statuses
+        assert rss_kb(g.proc.pid) - rss_before < 40_000
+    finally:
+        c.close()
+    still_serves(g)
+
+
+def test_head_of_a_streamed_answer_is_counted_once_as_2xx(env):
+    g, backend = env
+    wait_until(lambda: g.stats()["requests"]["in_flight"] == 0, timeout=10, what="quiet")
+    before = g.stats()["requests"]["by_status"]
+    c = H2Client(g)
+    try:
+        r = c.wait([c.request("HEAD", "/c/big/300000")])[0]   # over max_object_bytes: streamed
+        assert r["headers"][":status"] == "200" and not r["data"]
+    finally:
+        c.close()
+    wait_until(lambda: g.stats()["requests"]["in_flight"] == 0, timeout=10, what="the HEAD done")
+    after = g.stats()["requests"]["by_status"]
+    assert after["4xx"] == before["4xx"], "the HEAD was counted as a client hang-up (499)"
+    assert after["2xx"] >= before["2xx"] + 1
+
+
+def test_h2c_can_be_switched_off(tmp_path):
+    backend = Backend("127.0.0.2", free_port("127.0.0.2"))
+    g = Gateway(BUDGET_CONFIG.replace("BACKEND_PORT", str(backend.server.server_address[1]))
+                .replace("http2: { max_concurrent_streams: 128 }", "http2: { h2c: false }"))
+    try:
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=5)
+        s.sendall(PREFACE + SettingsFrame(0).serialize())
+        _, data = read_all_until_close(s, timeout=3)
+        s.close()
+        assert data.startswith(b"HTTP/1.1 400"), data[:40]
+    finally:
+        g.stop()
+        backend.stop()

@@ -387,3 +387,16 @@ def test_the_backend_is_told_https_and_tls_answers_are_cached_apart(env):
         assert answer[1]["x-cache"] == "MISS", "an answer made for an https client was served over plain HTTP"
     finally:
         plain.close()
+
+
+def test_a_purge_by_key_also_removes_the_tls_copy(env):
+    g, backend, ca, _, _ = env
+    with tls_connect(g, client_context(ca), "api.test") as s:
+        request(s, "/c/purge-twin")
+        assert request(s, "/c/purge-twin")[1]["x-cache"] == "HIT"
+    body = json.dumps({"key": "GET api.test/c/purge-twin?"}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{g.admin_port}/cache/purge", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        assert json.loads(r.read())["purged"] == 1
+    with tls_connect(g, client_context(ca), "api.test") as s:
+        assert request(s, "/c/purge-twin")[1]["x-cache"] == "MISS"

@@ -54,6 +54,15 @@ public enum CacheKey {
         }
     }
 
+    /// The keys a purge by `key` removes: the key as given and its TLS twin.
+    static func schemeVariants(of key: [UInt8]) -> [[UInt8]] {
+        let suffix = Array("\n@https".utf8)
+        if key.count >= suffix.count && Array(key.suffix(suffix.count)) == suffix {
+            return [key, Array(key.dropLast(suffix.count))]
+        }
+        return [key, key + suffix]
+    }
+
     /// The path part of a key (for purging by prefix): after the host, before `?`.
     static func path(ofKey key: [UInt8]) -> ArraySlice<UInt8> {
         guard let slash = key.dropFirst(4).firstIndex(of: UInt8(ascii: "/")) else { return [] }

@@ -191,14 +191,16 @@ public final class ResponseCache: @unchecked Sendable {
     /// Removes entries; returns how many went.
     public func purge(_ what: Purge) -> Int {
         var removed = 0
-        let keyToRemove: HashedKey? = if case .key(let k) = what { HashedKey(k) } else { nil }
+        // A key names both its plain and its TLS entry (`CacheKey`: "\n@https" for clients
+        // that came over TLS or HTTP/2 with TLS).
+        let keysToRemove: [HashedKey] = if case .key(let k) = what { CacheKey.schemeVariants(of: k).map { HashedKey($0) } } else { [] }
         for s in shards {
             s.lock.lock()
             switch what {
             case .all:
                 removed += s.removeAll()
             case .key:
-                if let k = keyToRemove, let n = s.map[k] { s.remove(n); removed += 1 }
+                for k in keysToRemove { if let n = s.map[k] { s.remove(n); removed += 1 } }
             case .prefix(let p):
                 for n in Array(s.map.values) where CacheKey.path(ofKey: n.key.bytes).starts(with: p) {
                     s.remove(n)

@@ -96,6 +96,7 @@ public enum ConfigLoader {
                 // RFC 9113 6.5.2: at most 2^31-1.
                 if v < 1024 || v > Int(Int32.max) { h.report("initial_window_bytes", "must be between 1KiB and 2GiB-1") } else { http2.initialWindowBytes = v }
             }
+            if let v = h.bool("h2c") { http2.h2c = v }
             h.finish()
         }
 

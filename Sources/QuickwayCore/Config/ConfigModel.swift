@@ -61,6 +61,9 @@ public struct HTTP2Config: Sendable, Equatable {
     /// Each stream's initial flow-control window for request bodies
     /// (SETTINGS_INITIAL_WINDOW_SIZE).
     public var initialWindowBytes = 64 * 1024
+    /// Added field (`h2c`): cleartext HTTP/2 with prior knowledge on the plain listener.
+    /// Off: only TLS clients (ALPN `h2`) get HTTP/2; the preface is then a bad request.
+    public var h2c = true
     public init() {}
 }
 

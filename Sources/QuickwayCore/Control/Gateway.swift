@@ -89,6 +89,7 @@ public final class Gateway {
                                maxConnections: config.limits.maxConnections, tlsListen: config.tlsListen?.listen, tlsContext: tls)
             w.budget = budget
             w.http2 = config.http2
+            w.maxObjectBytes = config.cache.maxObjectBytes
             let client = UpstreamClient(base: w.base)
             let tier = redisTier?.makeTier(base: w.base)
             let proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)

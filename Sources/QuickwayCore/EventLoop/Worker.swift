@@ -52,6 +52,9 @@ final class Worker: @unchecked Sendable {
     /// HTTP/2 preface (h2c) or picks `h2` by ALPN is handed to the HTTP/2 codec. Nil on the
     /// admin and demo listeners (HTTP/1.1 only). Set before `start()`.
     var http2: HTTP2Config?
+    /// `cache.max_object_bytes`: answers up to this size are buffered whole (the HTTP/2
+    /// codec bounds how many it has in flight per connection). Set before `start()`.
+    var maxObjectBytes = 1 << 20
 
     init(id: Int, name: String, listen: ListenAddress, limits: LimitsConfig, maxConnections: Int, routeCount: Int = WorkerStats.maxRoutes,
          tlsListen: ListenAddress? = nil, tlsContext: TLSContext? = nil) throws {
@@ -241,7 +244,7 @@ final class Worker: @unchecked Sendable {
     func switchToHTTP2(from old: ClientConnection, transport: any ByteTransport, peerClosed: Bool) {
         guard let settings = http2, connections.removeValue(forKey: ObjectIdentifier(old)) != nil else { return }
         retired.append(old)
-        let c = HTTP2Connection(transport: transport, worker: self, settings: settings)
+        let c = HTTP2Connection(transport: transport, worker: self, settings: settings, maxObjectBytes: maxObjectBytes)
         connections[ObjectIdentifier(c)] = c
         c.start(peerClosed: peerClosed)
     }

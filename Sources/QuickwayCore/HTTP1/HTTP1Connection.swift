@@ -89,18 +89,23 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// HTTP/2 preface (h2c with prior knowledge), is handed to the HTTP/2 codec. Only on
     /// listeners with HTTP/2 (`worker.http2`); elsewhere the preface is a bad request.
     private func choseHTTP2(peerClosed: Bool) -> Bool {
-        guard worker.http2 != nil, phase == .head else { protocolSettled = true; return false }
+        guard let h2 = worker.http2, phase == .head else { protocolSettled = true; return false }
         if transport.negotiatedH2 {
             worker.switchToHTTP2(from: self, transport: transport, peerClosed: peerClosed)
             return true
         }
+        guard h2.h2c else { protocolSettled = true; return false }
         switch HTTP2Codec.checkPreface(input.readable) {
         case .http2:
             worker.switchToHTTP2(from: self, transport: transport, peerClosed: peerClosed)
             return true
         case .needMore where !peerClosed:
-            // A prefix of the preface ("PRI * HTTP/2.0..."): wait, as for a slow head.
-            deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
+            // A prefix of the preface ("PRI * HTTP/2.0..."): wait, as for a slow head (the
+            // deadline is set once: a byte at a time does not extend it).
+            if !headTimerRunning {
+                headTimerRunning = true
+                deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
+            }
             return true
         case .needMore, .notHTTP2:
             protocolSettled = true

@@ -13,6 +13,15 @@ enum HTTP2Codec {
     /// Client RST_STREAMs allowed in a burst, then per second (rapid reset, CVE-2023-44487).
     static let resetBurst: UInt64 = 200
     static let resetRatePerSecond: UInt64 = 50
+    /// Per connection: request bodies being received, and answers handed over but not yet
+    /// taken by the client, are each held to this (with `max_concurrent_streams` streams,
+    /// a client that reads nothing could otherwise pin that many whole answers).
+    static let connectionBudget = 8 * 1024 * 1024
+    /// Over the budget, a stream whose answer makes no progress for this long is reset.
+    static let stallWhenOverBudgetMillis: Int64 = 2000
+    /// Progress means the client took at least this much (or all) of a stream's answer:
+    /// opening the window a byte at a time does not keep a stream alive.
+    static let progressBytes = 16 * 1024
     /// The client connection preface (RFC 9113 3.4).
     static let preface: StaticString = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -73,11 +82,35 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     private var sawFirstFrame = false
     /// A GOAWAY with an error code went out (counted once as a protocol error).
     private var errorGoawaySent = false
+    /// Answer bytes waiting in the streams' `pending` buffers (all streams).
+    private var pendingBytes = 0
+    /// Request body bytes held by streams not yet answered.
+    private var requestBodyBytes = 0
+    /// Streams in the pipeline whose answers are not all taken by nghttp2 yet; at most
+    /// `maxActive`, the others wait in `admission` (FIFO) with their request complete.
+    private var activeStreams = 0
+    private let maxActive: Int
+    private var admission: [HTTP2Stream] = []
+    /// Streams whose answer is complete on the wire (a HEAD, a 204) while their exchange
+    /// still runs (the upstream body is read for the cache): kept so a close cancels them.
+    private var detached: [Int32: HTTP2Stream] = [:]
+    /// Client resets allowed now (a token bucket: `resetBurst`, refilled `resetRatePerSecond`).
+    private var resetTokens = Double(HTTP2Codec.resetBurst)
+    private var resetRefilledAt = Clock.coarseMillis()
+    /// The client reset streams faster than allowed: nothing more is dispatched and the
+    /// session ends (GOAWAY ENHANCE_YOUR_CALM).
+    private var terminating = false
+    /// Inside `mem_send` (its data callback may finish a stream).
+    private var sending = false
+    private var admitNeeded = false
 
-    init(transport: any ByteTransport, worker: Worker, settings: HTTP2Config) {
+    init(transport: any ByteTransport, worker: Worker, settings: HTTP2Config, maxObjectBytes: Int) {
         self.transport = transport
         self.worker = worker
         self.settings = settings
+        // Answers up to `max_object_bytes` are buffered whole before they are handed over,
+        // so this many in the pipeline at once stay within the budget.
+        maxActive = max(4, min(settings.maxConcurrentStreams, HTTP2Codec.connectionBudget / max(1, maxObjectBytes)))
         input = transport.input
         output = transport.output
         idleSince = Clock.coarseMillis()
@@ -135,6 +168,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             nghttp2_session_del(s)
             return nil
         }
+        // The connection's window (RFC 9113 6.9.2: 64 KiB until raised) would hold every
+        // upload on the connection to 64 KiB per round trip; request bodies are bounded by
+        // `connectionBudget` instead.
+        nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, Int32(HTTP2Codec.connectionBudget))
         return s
     }
 
@@ -160,8 +197,11 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     func transportClosed() {
         closing = true
-        let open = streams
+        var open = streams
+        for (id, s) in detached { open[id] = s }
         streams.removeAll()
+        detached.removeAll()
+        admission.removeAll()
         writable.removeAll()
         for (_, s) in open {
             s.onWritable = nil
@@ -197,6 +237,12 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             }
             sawFirstFrame = true
             input.consume(used)
+            if terminating {
+                // Rapid reset: end the session now; nothing more the client sent is read.
+                nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM.rawValue)
+                input.clear()
+                break
+            }
         }
         pump()
     }
@@ -225,6 +271,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             pumpNeeded = false
             var failed = false
             inNghttp2 = true
+            sending = true
             while output.readableBytes < HTTP2Codec.outputHighWater {
                 var data: UnsafePointer<UInt8>?
                 let n = nghttp2_session_mem_send(session, &data)
@@ -232,6 +279,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
                 if n == 0 { break }
                 output.append(UnsafeRawBufferPointer(start: data, count: n))
             }
+            sending = false
             inNghttp2 = false
             if failed {
                 pumping = false
@@ -240,6 +288,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             }
             transport.flush()
             if transport.closed { pumping = false; return }
+            if admitNeeded {
+                admitNeeded = false
+                admit()
+            }
             if !writable.isEmpty {
                 let ready = writable
                 writable.removeAll()
@@ -275,6 +327,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             if endStream { requestBodyEnded(s) }
             return
         }
+        if terminating { s.phase = .refused; return }
         s.requestEnded = endStream
         s.isHeadRequest = s.fields.method.elementsEqual("HEAD".utf8)
         s.lastProgress = Clock.coarseMillis()
@@ -319,7 +372,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             dispatch(s, ex)
         } else {
             s.phase = .body
-            if case let .contentLength(n) = head.body { ex.body.reserveCapacity(n) }
+            // The client's content-length is a claim: reserve no more than a window's worth.
+            if case let .contentLength(n) = head.body { ex.body.reserveCapacity(min(n, settings.initialWindowBytes)) }
         }
     }
 
@@ -328,11 +382,20 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         s.lastProgress = Clock.coarseMillis()
         if ex.body.count + data.count > worker.limits.maxBodyBytes {
             s.phase = .refused
-            ex.body = []
+            releaseBody(s, ex)
             ex.respondError(.bodyTooLarge, "request body is larger than \(worker.limits.maxBodyBytes) bytes")
             return
         }
+        if requestBodyBytes + data.count > max(HTTP2Codec.connectionBudget, worker.limits.maxBodyBytes) {
+            // Many streams each sending a body at once: one connection may hold this much.
+            s.phase = .refused
+            releaseBody(s, ex)
+            ex.respondError(.overloaded, "too many request bodies in flight on this connection")
+            return
+        }
         ex.body.append(contentsOf: data)
+        s.bodyBytesHeld += data.count
+        requestBodyBytes += data.count
         ex.bodyHasher?.update(data)
     }
 
@@ -344,7 +407,40 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     private func dispatch(_ s: HTTP2Stream, _ ex: Exchange) {
         s.phase = .dispatched
+        if activeStreams >= maxActive {
+            admission.append(s)   // waits until an earlier answer has been taken
+            return
+        }
+        activeStreams += 1
+        s.active = true
         (ex.handler ?? worker.handler).handle(ex)
+    }
+
+    /// An active stream's answer is all with nghttp2 (or the stream is gone): the next
+    /// waiting stream enters the pipeline.
+    private func deactivate(_ s: HTTP2Stream) {
+        guard s.active else { return }
+        s.active = false
+        activeStreams -= 1
+        if sending { admitNeeded = true } else { admit() }
+    }
+
+    /// Lets waiting streams into the pipeline while there is room (not from inside
+    /// `mem_send`: a cache hit would submit its answer there).
+    private func admit() {
+        while activeStreams < maxActive, !admission.isEmpty {
+            let next = admission.removeFirst()
+            guard let ex = next.exchange, streams[next.id] === next else { continue }
+            activeStreams += 1
+            next.active = true
+            (ex.handler ?? worker.handler).handle(ex)
+        }
+    }
+
+    private func releaseBody(_ s: HTTP2Stream, _ ex: Exchange?) {
+        requestBodyBytes -= s.bodyBytesHeld
+        s.bodyBytesHeld = 0
+        if let ex, !ex.body.isEmpty { ex.body = [] }
     }
 
     /// Answers, with the gateway's JSON error, a stream whose request could not be made
@@ -370,14 +466,24 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     fileprivate func streamClosed(_ id: Int32, errorCode: UInt32) {
         guard let s = streams.removeValue(forKey: id) else { return }
         s.onWritable = nil
+        pendingBytes -= s.pending.readableBytes
         s.pending.clear()
         s.pending.releaseStorage()
+        releaseBody(s, nil)
+        if let i = admission.firstIndex(where: { $0 === s }) { admission.remove(at: i) }
         if let ex = s.exchange {
-            // Reset by the client (or the connection) before the answer was complete.
-            s.exchange = nil
-            worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
-            ex.cancel()
+            if s.bodyless && s.responseStarted {
+                // A HEAD or 204 answer is complete on the wire; its exchange goes on (the
+                // upstream body is read for the cache) and counts itself at its end.
+                detached[id] = s
+            } else {
+                // Reset by the client (or the connection) before the answer was complete.
+                s.exchange = nil
+                worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
+                ex.cancel()
+            }
         }
+        deactivate(s)
         if streams.isEmpty { idleSince = Clock.coarseMillis() }
         if goingAway && streams.isEmpty { pump() }
     }
@@ -390,7 +496,20 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         }
     }
 
-    fileprivate func clientReset() { worker.stats.http2StreamReset() }
+    /// A RST_STREAM from the client: counted, and rate-limited (rapid reset,
+    /// CVE-2023-44487). Past the limit nothing more is dispatched and the session ends.
+    fileprivate func clientReset() {
+        worker.stats.http2StreamReset()
+        let now = Clock.coarseMillis()
+        resetTokens = min(Double(HTTP2Codec.resetBurst),
+                          resetTokens + Double(now - resetRefilledAt) * Double(HTTP2Codec.resetRatePerSecond) / 1000)
+        resetRefilledAt = now
+        resetTokens -= 1
+        if resetTokens < 0 && !terminating {
+            terminating = true
+            Log.debug("h2 \(transport.peer): streams reset faster than \(HTTP2Codec.resetRatePerSecond)/s; ending the session")
+        }
+    }
 
     /// A GOAWAY went out: ours (drain, idle) or nghttp2's own (a connection error, the
     /// rapid-reset limit). One with an error code counts as a protocol error.
@@ -410,13 +529,19 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         if n > 0 {
             memcpy(buf, s.pending.readable.baseAddress!, n)
             s.pending.consume(n)
-            s.lastProgress = Clock.coarseMillis()
+            pendingBytes -= n
+            s.takenSinceProgress += n
+            if s.takenSinceProgress >= HTTP2Codec.progressBytes || s.pending.isEmpty {
+                s.takenSinceProgress = 0
+                s.lastProgress = Clock.coarseMillis()
+            }
         }
         if s.pending.isEmpty {
             s.pending.releaseStorage()
             if s.onWritable != nil { writable.append(s) }
             if s.responseEnded {
                 flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
+                deactivate(s)
                 return n
             }
         } else if s.onWritable != nil && s.pending.readableBytes < HTTP2Codec.streamHighWater {
@@ -440,7 +565,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     private func submit(_ s: HTTP2Stream, _ fields: HTTP2ResponseFields, hasBody: Bool) {
         guard let session, !s.responseStarted else { return }
         s.responseStarted = true
-        if !hasBody { s.responseEnded = true }
+        if !hasBody {
+            s.responseEnded = true
+            s.bodyless = true
+        }
         // nghttp2 takes `uint8_t *` but only reads (and copies) the fields.
         fields.bytes.withUnsafeBufferPointer { buf in
             let base = UnsafeMutablePointer(mutating: buf.baseAddress!)
@@ -457,6 +585,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
                 _ = nghttp2_submit_response(session, s.id, &nva, nva.count, nil)
             }
         }
+        if !hasBody { deactivate(s) }
     }
 
     /// A stream has new response bytes (or its end): wake nghttp2 if it was waiting.
@@ -470,11 +599,19 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     func responseEnded(_ s: HTTP2Stream, _ exchange: Exchange) {
         worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+        releaseBody(s, exchange)
+        if detached.removeValue(forKey: s.id) != nil { return }
         dataAvailable(s, pumpNow: true)
     }
 
+    /// A stream took answer bytes into its `pending` buffer.
+    func pendingAdded(_ n: Int) { pendingBytes += n }
+
     func responseAborted(_ s: HTTP2Stream, _ exchange: Exchange) {
         worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+        releaseBody(s, exchange)
+        if detached.removeValue(forKey: s.id) != nil { return }
+        pendingBytes -= s.pending.readableBytes
         s.pending.clear()
         if let session { nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_INTERNAL_ERROR.rawValue) }
         pump()
@@ -521,8 +658,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         }
         // A request that stops arriving, or an answer whose window the client never
         // opens, is reset: neither may hold its memory (or an upstream call) for ever.
+        let overBudget = pendingBytes > HTTP2Codec.connectionBudget
         for s in Array(streams.values) {
-            let limit = s.phase == .headers || s.phase == .body ? worker.limits.clientHeaderTimeoutMillis : worker.limits.clientIdleTimeoutMillis
+            var limit = s.phase == .headers || s.phase == .body ? worker.limits.clientHeaderTimeoutMillis : worker.limits.clientIdleTimeoutMillis
+            if overBudget && !s.pending.isEmpty { limit = min(limit, HTTP2Codec.stallWhenOverBudgetMillis) }
             let waitingOnClient = s.phase == .headers || s.phase == .body || !s.pending.isEmpty
             if waitingOnClient && now - s.lastProgress >= limit, let session {
                 nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_CANCEL.rawValue)

@@ -26,6 +26,14 @@ final class HTTP2Stream: ResponseSink {
     var requestEnded = false
     /// A HEAD request (its answers carry no DATA, errors included).
     var isHeadRequest = false
+    /// The answer has no body on the wire (HEAD, 204, 304): body bytes are dropped.
+    var bodyless = false
+    /// In the pipeline and counted in the connection's active streams.
+    var active = false
+    /// Request body bytes this stream holds (counted in the connection's budget).
+    var bodyBytesHeld = 0
+    /// Answer bytes taken since `lastProgress` last moved.
+    var takenSinceProgress = 0
     /// Response bytes nghttp2 has not taken yet (the window is closed or the connection's
     /// output is full). Taken lazily, given back once empty.
     let pending = ByteBuffer(capacity: 16384, lazy: true)
@@ -55,8 +63,9 @@ final class HTTP2Stream: ResponseSink {
     }
 
     func sendBody(_ bytes: UnsafeRawBufferPointer, of exchange: Exchange) -> BodyWrite {
-        if bytes.count > 0 {
+        if bytes.count > 0 && !bodyless {
             pending.append(bytes)
+            connection.pendingAdded(bytes.count)
             connection.dataAvailable(self, pumpNow: exchange.isStreaming)
         }
         return pending.readableBytes < HTTP2Codec.streamHighWater ? .accepted : .pause

@@ -105,7 +105,7 @@ final class SharedTier {
     func purge(_ what: ResponseCache.Purge, _ done: @escaping (Result<Int, RedisFailure>) -> Void) {
         let cmd: RedisCommand
         switch what {
-        case .key(let k): cmd = RedisCommand([Array("DEL".utf8), cacheKey(k)])
+        case .key(let k): cmd = RedisCommand([Array("DEL".utf8)] + CacheKey.schemeVariants(of: k).map(cacheKey))
         case .all: cmd = RedisCommand([Array("EVAL".utf8), Array(Self.purgeScript.utf8), [UInt8(ascii: "0")], cachePrefix, Array("all".utf8), []])
         case .prefix(let p): cmd = RedisCommand([Array("EVAL".utf8), Array(Self.purgeScript.utf8), [UInt8(ascii: "0")], cachePrefix, Array("prefix".utf8), p])
         }
