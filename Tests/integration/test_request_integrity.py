@@ -162,6 +162,17 @@ def test_encoded_path_cannot_reach_a_protected_route_through_a_later_one(gw, wsg
     assert len(wsgi.seen) == before, f"a protected path reached the backend: {wsgi.seen[before:]}"
 
 
+def test_encoded_backslash_cannot_reach_a_protected_route_through_a_later_one(gw, wsgi):
+    """`%5C` is the other encoded separator: backends on Windows (and some frameworks)
+    read `\\` as `/`, and wsgiref decodes it into the path. Routed raw, `/api/admin%5Cusers`
+    would fall through to the `auth: off` route `/api/`."""
+    before = len(wsgi.seen)
+    for target in ("/api/admin%5Cusers", "/api/admin%5cusers", "/api/x/..%5Cadmin/users"):
+        st, _, body = http_call(gw, "GET", target)
+        assert st == 400 and code(body) == "bad_request", (target, st, body)
+    assert len(wsgi.seen) == before, f"an encoded backslash reached the backend: {wsgi.seen[before:]}"
+
+
 def test_decoded_unreserved_path_is_what_goes_upstream(gw, wsgi):
     st, _, body = http_call(gw, "GET", "/api/%70ublic/%7Eitem?q=%61")
     assert st == 200, body
