@@ -269,6 +269,22 @@ def test_answer_to_a_cookie_request_is_not_stored_unless_public(gw, echo):
     assert h["x-cache"] == "HIT" and json.loads(body)["n"] == 1
 
 
+def test_answer_to_an_authorization_request_is_not_stored_unless_public(gw, echo):
+    """An `Authorization` the gateway did not verify (an `auth: off` route) reaches the
+    backend, which may answer for that caller. Unlike the Cookie case above, the backend
+    sends no `Vary`: only the credentialed-request rule (RFC 9111 3.5) keeps it out."""
+    path = f"/pub/hdr/auth-{time.monotonic_ns()}"
+    st, h, body = http_call(gw, "GET", path, {"Authorization": "Bearer x"})
+    assert st == 200 and json.loads(body)["n"] == 1, body
+    assert "vary" not in {k.lower() for k in h}, h
+    sent = [r for r in echo.server.requests if r["path"] == path[len("/pub"):]]
+    assert [{k.lower(): v for k, v in r["headers"].items()}.get("authorization") for r in sent] == ["Bearer x"], sent
+    st, h, body = http_call(gw, "GET", path)
+    assert st == 200 and h["x-cache"] == "MISS", ("the answer to Bearer x was served to another caller", h)
+    assert json.loads(body)["n"] == 2, body
+    assert echo.server.path_hits[path[len("/pub"):]] == 2
+
+
 def test_upstream_vary_is_honoured(gw, echo):
     path = f"/pub/hdr/enc-{time.monotonic_ns()}?Vary=Accept-Encoding"
     st, h, _ = http_call(gw, "GET", path, {"Accept-Encoding": "gzip"})
