@@ -401,3 +401,27 @@ def test_idle_keepalive_connection_is_closed(backends):
         s.close()
     finally:
         g.stop()
+
+
+def _manifest_code():
+    """Package.swift without its comments (a comment may say "not -Ounchecked")."""
+    import re
+    text = open(os.path.join(ROOT, "Package.swift")).read()
+    # String literals are kept whole (URLs hold "//"); comments are dropped.
+    return re.sub(r'("(?:[^"\\\n]|\\.)*")|//[^\n]*|/\*.*?\*/',
+                  lambda m: m.group(1) or "", text, flags=re.S)
+
+
+def test_release_build_keeps_bounds_and_overflow_checks():
+    """Issue 12: the shipped binary is built with SwiftPM's -O, the same checked build that
+    is fuzzed. Nothing in the manifest may turn the checks off again: no -Ounchecked, no
+    other "unchecked" compiler setting (e.g. -enforce-exclusivity=unchecked) and no
+    -remove-runtime-asserts, for QuickwayCore, quickway or any other target."""
+    import re
+    code = _manifest_code()
+    assert 'name: "QuickwayCore"' in code and 'name: "quickway"' in code, "manifest layout changed"
+    literals = re.findall(r'"((?:[^"\\]|\\.)*)"', code)
+    bad = [s for s in literals if "unchecked" in s.lower() or "remove-runtime-asserts" in s.lower()]
+    assert not bad, f"Package.swift turns runtime checks off: {bad}"
+    # The unchecked mode written without a string literal (a Swift setting or condition).
+    assert not re.search(r"unchecked", code, flags=re.I), "Package.swift mentions 'unchecked' outside comments"

@@ -162,6 +162,17 @@ def test_encoded_path_cannot_reach_a_protected_route_through_a_later_one(gw, wsg
     assert len(wsgi.seen) == before, f"a protected path reached the backend: {wsgi.seen[before:]}"
 
 
+def test_encoded_backslash_cannot_reach_a_protected_route_through_a_later_one(gw, wsgi):
+    """`%5C` is the other encoded separator: backends on Windows (and some frameworks)
+    read `\\` as `/`, and wsgiref decodes it into the path. Routed raw, `/api/admin%5Cusers`
+    would fall through to the `auth: off` route `/api/`."""
+    before = len(wsgi.seen)
+    for target in ("/api/admin%5Cusers", "/api/admin%5cusers", "/api/x/..%5Cadmin/users"):
+        st, _, body = http_call(gw, "GET", target)
+        assert st == 400 and code(body) == "bad_request", (target, st, body)
+    assert len(wsgi.seen) == before, f"an encoded backslash reached the backend: {wsgi.seen[before:]}"
+
+
 def test_decoded_unreserved_path_is_what_goes_upstream(gw, wsgi):
     st, _, body = http_call(gw, "GET", "/api/%70ublic/%7Eitem?q=%61")
     assert st == 200, body
@@ -256,6 +267,22 @@ def test_answer_to_a_cookie_request_is_not_stored_unless_public(gw, echo):
     http_call(gw, "GET", path, {"Authorization": "Bearer x"})
     st, h, body = http_call(gw, "GET", path)
     assert h["x-cache"] == "HIT" and json.loads(body)["n"] == 1
+
+
+def test_answer_to_an_authorization_request_is_not_stored_unless_public(gw, echo):
+    """An `Authorization` the gateway did not verify (an `auth: off` route) reaches the
+    backend, which may answer for that caller. Unlike the Cookie case above, the backend
+    sends no `Vary`: only the credentialed-request rule (RFC 9111 3.5) keeps it out."""
+    path = f"/pub/hdr/auth-{time.monotonic_ns()}"
+    st, h, body = http_call(gw, "GET", path, {"Authorization": "Bearer x"})
+    assert st == 200 and json.loads(body)["n"] == 1, body
+    assert "vary" not in {k.lower() for k in h}, h
+    sent = [r for r in echo.server.requests if r["path"] == path[len("/pub"):]]
+    assert [{k.lower(): v for k, v in r["headers"].items()}.get("authorization") for r in sent] == ["Bearer x"], sent
+    st, h, body = http_call(gw, "GET", path)
+    assert st == 200 and h["x-cache"] == "MISS", ("the answer to Bearer x was served to another caller", h)
+    assert json.loads(body)["n"] == 2, body
+    assert echo.server.path_hits[path[len("/pub"):]] == 2
 
 
 def test_upstream_vary_is_honoured(gw, echo):

@@ -32,6 +32,10 @@ SCRIPTS = {
     "/no-content": b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n",
     "/http10": b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
     "/http09": b"hello from the nineties",
+    # A framed answer followed, in the same write, by bytes that look like a second
+    # answer: a desynchronised (or malicious) upstream. They must never answer a later call.
+    "/extra": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+              b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nX-Poisoned: yes\r\n\r\npoisoned",
 }
 
 
@@ -175,6 +179,21 @@ def test_head_request_gets_no_body_and_closes_the_connection(env):
     assert last(raw, "/split")["conn"] == conn, "the HEAD itself may use the pooled connection"
     http_call(g, "GET", "/split")
     assert last(raw, "/split")["conn"] != conn, "the connection that carried the HEAD was reused"
+
+
+def test_bytes_after_a_framed_answer_stop_connection_reuse(env):
+    """Issue 12: a connection is reused only when the answer ended exactly at its framing.
+    After `Content-Length: 5` + `hello`, the upstream wrote what looks like another
+    answer (`poisoned`). The next call must get its own answer over a new connection."""
+    g, raw = env
+    st, h, body = http_call(g, "GET", "/extra")
+    assert (st, body, h["content-length"]) == (200, b"hello", "5")
+    assert "x-poisoned" not in h
+    extra_conn = last(raw, "/extra")["conn"]
+    st, h, body = http_call(g, "GET", "/split")
+    assert (st, body, h.get("x-split")) == (200, b"hello", "yes"), (st, h, body)
+    assert "x-poisoned" not in h
+    assert last(raw, "/split")["conn"] != extra_conn, "the connection with bytes after the answer was reused"
 
 
 def test_invalid_framing_is_a_clean_502(env):

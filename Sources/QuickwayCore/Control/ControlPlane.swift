@@ -35,7 +35,7 @@ final class ControlPlane {
                 // A small random start, and each round's interval within ±10%, so that
                 // gateways started together do not probe the same IPs in lockstep.
                 let gen = generation
-                schedule(after: Int64.random(in: 0...min(p.intervalMillis / 4, 500)), gen) { [weak self, weak s] in
+                schedule(after: ProbeSchedule.firstDelay(intervalMillis: p.intervalMillis), gen) { [weak self, weak s] in
                     guard let self, let s else { return }
                     self.probeRound(s, p, gen)
                 }
@@ -70,8 +70,7 @@ final class ControlPlane {
             let url = "\(scheme)://\(s.config.host):\(s.config.port)\(p.kind == .http ? p.path : "/")"
             fetch.start(url: url, connectTo: m.connectTo, timeoutMillis: p.timeoutMillis, tls: s.config.scheme == .https ? (s.config.tls ?? TLSConfig()) : nil)
         }
-        let jitter = p.intervalMillis / 10
-        schedule(after: p.intervalMillis + Int64.random(in: -jitter...jitter), gen) { [weak self, weak s] in
+        schedule(after: ProbeSchedule.nextDelay(intervalMillis: p.intervalMillis), gen) { [weak self, weak s] in
             guard let self, let s else { return }
             self.probeRound(s, p, gen)
         }
