@@ -29,6 +29,9 @@ final class UpstreamRelay: UpstreamCallDelegate {
     /// The sink said `.pause`: the next piece pauses the upstream until it drains.
     private var clientFull = false
     private var upstreamPaused = false
+    /// A WebSocket handshake: the client's key, and the route's settings.
+    private let webSocketKey: [UInt8]?
+    private let route: Route
 
     init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: UpstreamRequest, maxObjectBytes: Int) {
         self.ctx = ctx
@@ -38,6 +41,8 @@ final class UpstreamRelay: UpstreamCallDelegate {
         self.request = request
         self.maxObjectBytes = maxObjectBytes
         buffersForCache = ctx.plan != nil
+        webSocketKey = ctx.webSocketKey
+        route = ctx.route
         retriesLeft = request.idempotent ? service.config.retries : 0
     }
 
@@ -183,6 +188,32 @@ final class UpstreamRelay: UpstreamCallDelegate {
                 return
             }
             finish(.failed(failure.code, message))
+        }
+    }
+
+    /// The backend answered the handshake with `101`: checked against the key, then the
+    /// client gets its `101` and both sockets go to a `WebSocketRelay`.
+    func upstreamUpgraded(_ t: UpstreamCall, fd: Int32, peer: String, leftover: [UInt8]) {
+        transfer = nil
+        guard let key = webSocketKey, let config = route.config.websocket, exchange.isOpen else {
+            _ = Glibc.close(fd)
+            release()
+            return
+        }
+        let lines = t.head.linesToRelay()
+        switch WebSocketHandshake.checkBackend(upgradeWebSocket: t.head.upgradeWebSocket, headerLines: lines, key: key) {
+        case .failure(let v):
+            _ = Glibc.close(fd)
+            finish(.failed(.upstreamBadResponse, "\(service.config.name) at \(peer): \(v.reason)"))
+        case .success(let agreement):
+            let handOff = WebSocketHandOff(upstreamFD: fd, upstreamPeer: peer, upstreamLeftover: leftover, config: config,
+                                           routeSlot: route.statSlot, deflate: agreement.deflate)
+            if exchange.switchToWebSocket(headerLines: WebSocketHandshake.switchingLines(backendLines: lines), handOff: handOff) {
+                release()
+            } else {
+                _ = Glibc.close(fd)
+                finish(.failed(.upstreamBadResponse, "the client connection cannot switch to WebSocket"))
+            }
         }
     }
 

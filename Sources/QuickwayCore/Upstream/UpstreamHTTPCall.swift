@@ -28,6 +28,7 @@ final class UpstreamHTTPCall: UpstreamCall {
     private var requestBytes: [UInt8] = []
     private var isHeadRequest = false
     private var idempotent = false
+    private var upgrading = false
     // Response parsing.
     private var line: [UInt8] = []
     private var headBytes = 0
@@ -61,6 +62,8 @@ final class UpstreamHTTPCall: UpstreamCall {
         health.start()
         isHeadRequest = r.isHead
         idempotent = r.idempotent
+        upgrading = r.webSocketUpgrade
+        head.acceptsSwitchingProtocols = upgrading
         requestBytes = Self.requestBytes(r, authority: service.authority)
         let timeout = service.config.responseTimeoutMillis
         timer = LoopTimer(base: client.base, afterMillis: timeout) { [unowned self] in
@@ -69,7 +72,9 @@ final class UpstreamHTTPCall: UpstreamCall {
         }
         // A request that cannot be sent twice only goes on a pooled connection that is
         // still open and silent now (one peek), since a failure on it cannot be retried.
-        if let c = client.pool.take(member, checkAlive: !r.idempotent) {
+        // A handshake never goes on a pooled connection: after its 101 the socket is the
+        // WebSocket's, not the pool's.
+        if !upgrading, let c = client.pool.take(member, checkAlive: !r.idempotent) {
             reusedConnection = true
             send(on: c)
         } else {
@@ -227,6 +232,9 @@ final class UpstreamHTTPCall: UpstreamCall {
             if seen > Self.maxHeadBytes { return fail(.headTooLarge(bytes: Self.maxHeadBytes)) }
             if let failure { return fail(.malformed(failure)) }
             guard finished else { return }
+            if upgrading && head.status == 101 {
+                return upgraded(leftover: Array(UnsafeRawBufferPointer(rebasing: input[i...])))
+            }
             headComplete()
             if done { return }
             if decoder?.isComplete == true {
@@ -350,8 +358,23 @@ final class UpstreamHTTPCall: UpstreamCall {
         // Never after HEAD: servers that write a body after a HEAD answer anyway (common
         // in hand-written ones) would leave it on the connection, where the next call
         // would read it as its answer.
-        finish(reuse: reusable && head.allowsReuse && !readsToClose && !isHeadRequest)
+        // Nor after a refused WebSocket handshake: that connection carried an Upgrade.
+        finish(reuse: reusable && head.allowsReuse && !readsToClose && !isHeadRequest && !upgrading)
         d?.upstreamFinished(self, .complete)
+    }
+
+    /// The backend switched to WebSocket: the socket goes to the delegate, never to the pool.
+    private func upgraded(leftover: [UInt8]) {
+        guard !done, let c = connection else { return }
+        health.headReceived()
+        health.ended(.complete, status: 101)
+        let d = delegate
+        delegate = nil
+        connection = nil
+        let fd = c.detach()
+        let ip = member.ip
+        finish(reuse: false)
+        if let d { d.upstreamUpgraded(self, fd: fd, peer: ip, leftover: leftover) } else { _ = Glibc.close(fd) }
     }
 
     private func fail(_ kind: UpstreamFailure.Kind) {

@@ -20,6 +20,11 @@ public struct UpstreamResponseHead {
     public private(set) var connectionKeepAlive = false
     /// Conflicting or unparseable `Content-Length`: the framing cannot be trusted.
     public private(set) var framingError = false
+    /// The request asked to switch protocols (a WebSocket handshake): a `101` is the
+    /// final head, not an interim one.
+    public var acceptsSwitchingProtocols = false
+    /// `Upgrade` names `websocket` (the header is not relayed).
+    public private(set) var upgradeWebSocket = false
 
     /// Whether the connection may carry another request after this response.
     /// Not after both `Transfer-Encoding` and `Content-Length` (RFC 9112 6.3: the
@@ -38,13 +43,15 @@ public struct UpstreamResponseHead {
         while end > 0 && (line[end - 1] == 0x0A || line[end - 1] == 0x0D) { end -= 1 }
         let l = UnsafeRawBufferPointer(rebasing: line[0..<end])
         if l.count >= 5 && l[0] == UInt8(ascii: "H") && l[1] == UInt8(ascii: "T") && l[2] == UInt8(ascii: "T") && l[3] == UInt8(ascii: "P") && l[4] == UInt8(ascii: "/") {
+            let switching = acceptsSwitchingProtocols
             self = UpstreamResponseHead()
+            acceptsSwitchingProtocols = switching
             parseStatusLine(l)
             return false
         }
         if l.isEmpty {
             // End of a head; 1xx heads are followed by the real one.
-            if status >= 200 { isComplete = true; return true }
+            if status >= 200 || (status == 101 && acceptsSwitchingProtocols) { isComplete = true; return true }
             return false
         }
         guard status != 0 else { return false }
@@ -85,6 +92,11 @@ public struct UpstreamResponseHead {
                 if HTTPSyntax.equalsLowercase(l, t, "close") { connectionClose = true }
                 else if HTTPSyntax.equalsLowercase(l, t, "keep-alive") { connectionKeepAlive = true }
                 else { connectionTokens.append(l[t].map(HTTPSyntax.lower)) }
+            }
+            return false
+        case 7 where HTTPSyntax.equalsLowercase(l, name, "upgrade"):
+            HTTPRequestParser.forEachToken(l, value) { t in
+                if HTTPSyntax.equalsLowercase(l, t, "websocket") { upgradeWebSocket = true }
             }
             return false
         default:

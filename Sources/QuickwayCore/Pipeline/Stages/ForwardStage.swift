@@ -20,7 +20,7 @@ final class ForwardStage: RequestStage {
         let head = exchange.head
         let hasBody = head.body != .none || head.value(of: "content-length") != nil
         let upstreamHead = exchange.isHeadRequest && ctx.plan == nil
-        let request = head.withBytes { raw -> UpstreamRequest in
+        var request = head.withBytes { raw -> UpstreamRequest in
             let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
             return UpstreamRequest(
                 method: exchange.isHeadRequest && !upstreamHead ? Array("GET".utf8) : Array(raw[head.method]),
@@ -29,6 +29,12 @@ final class ForwardStage: RequestStage {
                                                       requestId: exchange.requestId, authKeyId: exchange.authKeyId),
                 pathAndQuery: route.config.stripPrefix ? Self.stripped(target, prefixLength: route.prefixLength) : Array(target),
                 idempotent: UpstreamRelay.isIdempotent(head))
+        }
+        if ctx.webSocketKey != nil {
+            // The handshake's own hop-by-hop headers (the rest, Sec-WebSocket-*, pass as sent).
+            request.webSocketUpgrade = true
+            request.headers.add(name: "Upgrade", value: "websocket".utf8)
+            request.headers.add(name: "Connection", value: "Upgrade".utf8)
         }
         let relay = UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream,
                                   request: request, maxObjectBytes: maxObjectBytes)
