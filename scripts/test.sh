@@ -15,8 +15,9 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 
 # Python test dependencies (PyPI), as module:package: pytest; botocore (SigV4 signer),
-# cryptography (test CA), prometheus_client (reference /metrics parser), PyYAML (deploy files).
-for pair in pytest:pytest botocore:botocore cryptography:cryptography prometheus_client:prometheus_client yaml:PyYAML; do
+# cryptography (test CA), prometheus_client (reference /metrics parser), PyYAML (deploy files),
+# websockets (WebSocket client and backend).
+for pair in pytest:pytest botocore:botocore cryptography:cryptography prometheus_client:prometheus_client yaml:PyYAML websockets:websockets; do
   if ! python3 -c "import ${pair%%:*}" >/dev/null 2>&1; then
     echo "test: installing ${pair#*:}"
     python3 -m pip install -q "${pair#*:}" || { echo "test: cannot install ${pair#*:}" >&2; exit 1; }
