@@ -188,7 +188,7 @@ final class WebSocketRelay: ClientConnection {
                     to.midFrame = true
                 }
             case .dataPayload(let r):
-                if from.forwardingFrame {
+                if from.forwardingFrame && !to.gone {
                     out.append(UnsafeRawBufferPointer(rebasing: input.readable[r]))
                     stats.bytes(inbound: inbound, r.count)
                 }
