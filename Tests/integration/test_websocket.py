@@ -5,6 +5,7 @@ code; protocol violations are written by hand on raw sockets. The backend runs i
 own process (Tests/integration/ws_backend.py), so one can be killed mid-session.
 """
 import base64
+import hashlib
 import contextlib
 import json
 import os
@@ -12,8 +13,10 @@ import select
 import signal
 import socket
 import struct
+import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -51,6 +54,11 @@ services:
     port: DOOMED_PORT
     ips: [127.0.0.3]
     probe: { kind: tcp, interval: 1s }
+  raw:
+    host: raw.internal
+    port: RAW_PORT
+    ips: [127.0.0.4]
+    probe: { kind: tcp, interval: 1s }
 routes:
   - name: ws
     match: { path_prefix: /ws/ }
@@ -77,6 +85,11 @@ routes:
     service: doomed
     auth: off
     websocket: {}
+  - name: raw
+    match: { path_prefix: /raw/ }
+    service: raw
+    auth: off
+    websocket: {}
   - name: plain
     match: { path_prefix: /plain/ }
     service: chat
@@ -100,18 +113,94 @@ class WSBackend:
         self.proc.wait()
 
 
+class RawBackend:
+    """A WebSocket backend written by hand (a thread per connection), for what a correct
+    library will not do. Paths: `/raw/masked` sends a masked frame, `/raw/badtext` a text
+    frame that is not UTF-8; anything else echoes. Every close code it receives is kept
+    in `closes`."""
+
+    def __init__(self, host):
+        self.port = free_port(host)
+        self.closes = []
+        self.sock = socket.create_server((host, self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        try:
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                chunk = c.recv(4096)
+                if not chunk:
+                    return   # a TCP probe
+                buf += chunk
+            head, rest = buf.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            path = lines[0].split()[1]
+            key = [l.split(":", 1)[1].strip() for l in lines if l.lower().startswith("sec-websocket-key:")][0]
+            accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+            c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                       f"Sec-WebSocket-Accept: {accept}\r\n\r\n").encode())
+            if path.endswith("/masked"):
+                c.sendall(frame(1, b"masked!", mask=True))
+            elif path.endswith("/badtext"):
+                c.sendall(frame(1, b"\xff\xfe", mask=False))
+            r = FrameReader(c, rest)
+            while True:
+                raw_op, payload = self._read_masked(r)
+                if raw_op == 8:
+                    self.closes.append(struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005)
+                    c.sendall(frame(8, payload[:2], mask=False))
+                    return
+                if raw_op in (1, 2):
+                    c.sendall(frame(raw_op, payload, mask=False))
+        except (OSError, EOFError, TimeoutError):
+            pass
+        finally:
+            c.close()
+
+    @staticmethod
+    def _read_masked(r):
+        deadline = time.monotonic() + 30
+        r._need(2, deadline)
+        op, n, masked = r.buf[0] & 0x0F, r.buf[1] & 0x7F, r.buf[1] & 0x80
+        hl = 2 + (2 if n == 126 else 8 if n == 127 else 0)
+        r._need(hl, deadline)
+        if n == 126:
+            n = struct.unpack("!H", r.buf[2:4])[0]
+        elif n == 127:
+            n = struct.unpack("!Q", r.buf[2:10])[0]
+        k = r.buf[hl:hl + 4] if masked else b"\0\0\0\0"
+        hl += 4 if masked else 0
+        r._need(hl + n, deadline)
+        payload = bytes(b ^ k[i % 4] for i, b in enumerate(r.buf[hl:hl + n]))
+        r.buf = r.buf[hl + n:]
+        return op, payload
+
+    def stop(self):
+        self.sock.close()
+
+
 @pytest.fixture(scope="module")
 def backends():
-    chat, doomed = WSBackend("127.0.0.2"), WSBackend("127.0.0.3")
-    yield chat, doomed
+    chat, doomed, raw = WSBackend("127.0.0.2"), WSBackend("127.0.0.3"), RawBackend("127.0.0.4")
+    yield chat, doomed, raw
     chat.stop()
     doomed.stop()
+    raw.stop()
 
 
 def config(backends, max_message="64KiB"):
-    chat, doomed = backends
+    chat, doomed, raw = backends
     return (CONFIG.replace("CHAT_PORT", str(chat.port)).replace("DOOMED_PORT", str(doomed.port))
-            .replace("MAX_MESSAGE", max_message))
+            .replace("RAW_PORT", str(raw.port)).replace("MAX_MESSAGE", max_message))
 
 
 @pytest.fixture(scope="module")
@@ -379,8 +468,55 @@ def test_handshake_refusals(gw):
     assert answer.startswith("HTTP/1.1 400") and "Sec-WebSocket-Key" in answer, answer
 
 
+def test_backend_violations_close_the_client_with_1011(gw, backends):
+    raw = backends[2]
+    for path, backend_code in (("/raw/masked", 1002), ("/raw/badtext", 1007)):
+        before = list(raw.closes)
+        with connect(url(gw, path), ping_interval=None, compression=None) as ws:
+            with pytest.raises(ConnectionClosed) as e:
+                ws.recv(timeout=5)
+            assert e.value.rcvd is not None and e.value.rcvd.code == 1011, path
+        # The backend at fault got the violation's code.
+        wait_until(lambda: raw.closes[len(before):] == [backend_code], timeout=5, what=f"backend close for {path}")
+
+
+def test_client_gone_closes_the_backend_with_1011(gw, backends):
+    raw = backends[2]
+    before = len(raw.closes)
+    s, head, rest = raw_handshake(gw, "/raw/echo")
+    assert " 101 " in head.split("\r\n")[0], head
+    s.sendall(frame(2, b"payload"))
+    assert FrameReader(s, rest).read() == (2, b"payload")
+    s.close()
+    wait_until(lambda: raw.closes[before:] == [1011], timeout=5, what="backend told 1011")
+
+
+def test_wss_through_the_tls_listener(backends, tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+                    "-subj", "/CN=gw.test", "-addext", "subjectAltName=DNS:gw.test", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    tls_port = free_port()
+    text = config(backends).replace("admin: { listen: 127.0.0.1:{ADMIN} }", f"""admin: {{ listen: 127.0.0.1:{{ADMIN}} }}
+tls_listen:
+  listen: 127.0.0.1:{tls_port}
+  certificates: [ {{ cert_file: {cert}, key_file: {key} }} ]
+  alpn: [http/1.1]""")
+    g = Gateway(text)
+    try:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        with connect(f"wss://127.0.0.1:{tls_port}/ws/echo", ssl=ctx, server_hostname="gw.test", ping_interval=None) as ws:
+            ws.send("over tls")
+            assert ws.recv(timeout=5) == "over tls"
+            big = os.urandom(50000)
+            ws.send(big)
+            assert ws.recv(timeout=5) == big
+    finally:
+        assert g.stop() == 0
+
+
 def test_backend_killed_mid_session_closes_client_1011(gw, backends):
-    _, doomed = backends
+    doomed = backends[1]
     with connect(url(gw, "/doomed/echo"), ping_interval=None) as ws:
         ws.send("before")
         assert ws.recv(timeout=5) == "before"

@@ -122,6 +122,11 @@ public struct WebSocketFrameParser: Sendable {
                     ok = utf8.feed(UnsafeRawBufferPointer(rebasing: input[i..<(i + take)]))
                 }
                 if !ok { throw WebSocketViolation(WebSocketCloseCode.invalidPayload, "text message is not valid UTF-8") }
+                // The message's last bytes: it must end on a whole character. Checked
+                // before they are handed out, so the relay forwards nothing of a bad end.
+                if h.fin && UInt64(take) == remaining && !utf8.isComplete {
+                    throw WebSocketViolation(WebSocketCloseCode.invalidPayload, "text message is not valid UTF-8")
+                }
             }
             remaining -= UInt64(take)
             offset += UInt64(take)

@@ -39,6 +39,10 @@ final class WebSocketEndpoint: TransportUser {
     var pendingControl: [UInt8] = []
     /// The current data frame from this side is forwarded (the other side takes data).
     var forwardingFrame = false
+    /// Its header, until the first payload bytes passed the parser's checks: a frame
+    /// that fails them (bad UTF-8) within what is buffered is not begun on the other
+    /// side, which can then get a clean close frame.
+    var heldHeader: WebSocketFrameHeader?
     var closeSent = false
     var closeReceived = false
     /// Reading stopped: the other side's output is over the high-water mark.
@@ -183,18 +187,24 @@ final class WebSocketRelay: ClientConnection {
             case .dataHeader(let h):
                 input.consume(used)
                 from.forwardingFrame = !to.gone && !to.closeSent
-                if from.forwardingFrame {
-                    Self.appendHeader(h, to: out)
-                    to.midFrame = true
-                }
+                if from.forwardingFrame { from.heldHeader = h }
             case .dataPayload(let r):
                 if from.forwardingFrame && !to.gone {
+                    if let h = from.heldHeader {
+                        from.heldHeader = nil
+                        Self.appendHeader(h, to: out)
+                        to.midFrame = true
+                    }
                     out.append(UnsafeRawBufferPointer(rebasing: input.readable[r]))
                     stats.bytes(inbound: inbound, r.count)
                 }
                 input.consume(used)
             case .dataEnd(let messageEnd):
                 input.consume(used)
+                if let h = from.heldHeader {   // an empty frame
+                    from.heldHeader = nil
+                    if !to.gone { Self.appendHeader(h, to: out) }
+                }
                 if from.forwardingFrame {
                     to.midFrame = false
                     if !to.pendingControl.isEmpty {
