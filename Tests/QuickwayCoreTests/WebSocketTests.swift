@@ -197,11 +197,12 @@ final class WebSocketHandshakeTests: XCTestCase {
 
     func testUpstream101IsFinalOnlyForAHandshake() {
         var h = UpstreamResponseHead()
-        h.acceptsSwitchingProtocols = true
         for l in ["HTTP/1.1 101 Switching Protocols\r\n", "Upgrade: websocket\r\n", "Connection: Upgrade\r\n", "Sec-WebSocket-Accept: x\r\n"] {
             XCTAssertFalse(Array(l.utf8).withUnsafeBytes { h.feed($0) })
         }
-        XCTAssertTrue(Array("\r\n".utf8).withUnsafeBytes { h.feed($0) })
+        XCTAssertFalse(Array("\r\n".utf8).withUnsafeBytes { h.feed($0) }, "a 1xx head is interim unless the call asked to switch")
+        h.acceptSwitchingProtocols()
+        XCTAssertTrue(h.isComplete)
         XCTAssertEqual(h.status, 101)
         XCTAssertTrue(h.upgradeWebSocket)
         XCTAssertEqual(String(decoding: h.linesToRelay(), as: UTF8.self), "Sec-WebSocket-Accept: x\r\n")

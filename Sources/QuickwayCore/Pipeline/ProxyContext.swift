@@ -13,10 +13,6 @@ final class ProxyContext: ExchangeOwner {
     /// Set by the route stage: the matched route.
     var route: Route!
 
-    /// A WebSocket handshake on a `websocket` route: the client's `Sec-WebSocket-Key`
-    /// (`WebSocket/WebSocketHandshake.swift`). Never cached or merged.
-    var webSocketKey: [UInt8]?
-
     /// Credentials that passed the head checks, waiting for the body hash.
     var pendingAuth: Authenticator.PendingAuth?
 

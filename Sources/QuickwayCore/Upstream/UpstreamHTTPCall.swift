@@ -63,7 +63,6 @@ final class UpstreamHTTPCall: UpstreamCall {
         isHeadRequest = r.isHead
         idempotent = r.idempotent
         upgrading = r.webSocketUpgrade
-        head.acceptsSwitchingProtocols = upgrading
         requestBytes = Self.requestBytes(r, authority: service.authority)
         let timeout = service.config.responseTimeoutMillis
         timer = LoopTimer(base: client.base, afterMillis: timeout) { [unowned self] in
@@ -202,6 +201,7 @@ final class UpstreamHTTPCall: UpstreamCall {
             var seen = headBytes
             var failure: String?
             var finished = false
+            let switching = upgrading
             while i < input.count {
                 let rest = UnsafeRawBufferPointer(rebasing: input[i...])
                 guard let p = memchr(rest.baseAddress!, 0x0A, rest.count) else {
@@ -215,12 +215,12 @@ final class UpstreamHTTPCall: UpstreamCall {
                 seen += lf + 1
                 if seen > Self.maxHeadBytes { break }
                 if line.isEmpty {
-                    finished = Self.feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]), into: &h, expectStatusLine: &expect, failure: &failure)
+                    finished = Self.feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]), into: &h, expectStatusLine: &expect, failure: &failure, switching: switching)
                 } else {
                     line.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i..<end]))
                     let l = line
                     line.removeAll(keepingCapacity: true)
-                    finished = l.withUnsafeBytes { Self.feedLine($0, into: &h, expectStatusLine: &expect, failure: &failure) }
+                    finished = l.withUnsafeBytes { Self.feedLine($0, into: &h, expectStatusLine: &expect, failure: &failure, switching: switching) }
                 }
                 if failure != nil { break }
                 i = end
@@ -248,9 +248,10 @@ final class UpstreamHTTPCall: UpstreamCall {
     }
 
     /// One head line into `h`; true when it ended the final head. A line that cannot
-    /// start or continue a head sets `failure`.
+    /// start or continue a head sets `failure`. `switching`: a WebSocket handshake, for
+    /// which a `101` is the final head.
     private static func feedLine(_ l: UnsafeRawBufferPointer, into h: inout UpstreamResponseHead, expectStatusLine: inout Bool,
-                                 failure: inout String?) -> Bool {
+                                 failure: inout String?, switching: Bool) -> Bool {
         if expectStatusLine {
             guard l.count >= 12, l[0] == UInt8(ascii: "H"), l[1] == UInt8(ascii: "T"), l[2] == UInt8(ascii: "T"),
                   l[3] == UInt8(ascii: "P"), l[4] == UInt8(ascii: "/"), l[5] == UInt8(ascii: "1"), l[6] == UInt8(ascii: ".") else {
@@ -261,8 +262,12 @@ final class UpstreamHTTPCall: UpstreamCall {
         }
         if h.feed(l) { return true }
         if h.status == 0 { failure = "sent an invalid status line"; return false }
-        // The blank line after a 1xx head: another status line follows.
-        if l.count <= 2 && (l.first == 0x0D || l.first == 0x0A) { expectStatusLine = true }
+        // The blank line after a 1xx head: another status line follows (or, after the
+        // 101 a handshake asked for, WebSocket frames).
+        if l.count <= 2 && (l.first == 0x0D || l.first == 0x0A) {
+            if switching && h.status == 101 { h.acceptSwitchingProtocols(); return true }
+            expectStatusLine = true
+        }
         return false
     }
 

@@ -20,9 +20,6 @@ public struct UpstreamResponseHead {
     public private(set) var connectionKeepAlive = false
     /// Conflicting or unparseable `Content-Length`: the framing cannot be trusted.
     public private(set) var framingError = false
-    /// The request asked to switch protocols (a WebSocket handshake): a `101` is the
-    /// final head, not an interim one.
-    public var acceptsSwitchingProtocols = false
     /// `Upgrade` names `websocket` (the header is not relayed).
     public private(set) var upgradeWebSocket = false
 
@@ -43,15 +40,13 @@ public struct UpstreamResponseHead {
         while end > 0 && (line[end - 1] == 0x0A || line[end - 1] == 0x0D) { end -= 1 }
         let l = UnsafeRawBufferPointer(rebasing: line[0..<end])
         if l.count >= 5 && l[0] == UInt8(ascii: "H") && l[1] == UInt8(ascii: "T") && l[2] == UInt8(ascii: "T") && l[3] == UInt8(ascii: "P") && l[4] == UInt8(ascii: "/") {
-            let switching = acceptsSwitchingProtocols
             self = UpstreamResponseHead()
-            acceptsSwitchingProtocols = switching
             parseStatusLine(l)
             return false
         }
         if l.isEmpty {
             // End of a head; 1xx heads are followed by the real one.
-            if status >= 200 || (status == 101 && acceptsSwitchingProtocols) { isComplete = true; return true }
+            if status >= 200 { isComplete = true; return true }
             return false
         }
         guard status != 0 else { return false }
@@ -106,6 +101,12 @@ public struct UpstreamResponseHead {
         relayLines.append(0x0D)   // not `[0x0D, 0x0A]`: an array literal is a heap allocation per line
         relayLines.append(0x0A)
         return false
+    }
+
+    /// Takes a `101` as the final head (a WebSocket handshake asked to switch protocols;
+    /// any other 1xx is interim). Call at the blank line that ended it.
+    public mutating func acceptSwitchingProtocols() {
+        if status == 101 { isComplete = true }
     }
 
     /// Relay lines without the headers that the upstream's `Connection` header named.

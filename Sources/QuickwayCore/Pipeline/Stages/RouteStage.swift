@@ -14,9 +14,8 @@ final class RouteStage: RequestStage {
             return .refuse(.badRequest, "route \(route.config.name) does not accept WebSocket upgrades")
         }
         switch WebSocketHandshake.checkClient(ctx.exchange.head) {
-        case .valid(let key):
-            ctx.webSocketKey = key
-            return .next
+        case .valid:
+            return .next   // the head says it is a handshake (`upgradeWebSocket`) from here on
         case .invalid(let why): return .refuse(.badRequest, "invalid WebSocket handshake: \(why)")
         case .unsupportedVersion: return .refuse(.upgradeRequired, "only WebSocket version 13 is supported")
         }
