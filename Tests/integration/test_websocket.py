@@ -539,6 +539,48 @@ def test_client_gone_without_close_is_counted_1006(gw):
     wait_until(lambda: ws_stats(gw)["open"] == before["open"], timeout=5, what="connection counted closed")
 
 
+def test_backpressure_bounds_memory_both_ways(gw):
+    """The client sends 24 MiB of 60 KiB messages without reading; the echoes pile up
+    until the gateway stops reading the backend, the backend stops reading the gateway,
+    and the gateway stops reading the client. Then the client reads everything back,
+    in order, and the gateway held a bounded amount meanwhile."""
+    s, head, rest = raw_handshake(gw, "/ws/echo")
+    assert " 101 " in head.split("\r\n")[0]
+    n, size = 400, 60 * 1024
+    messages = [bytes([i % 251]) * size for i in range(n)]
+    base = rss_bytes(gw.proc.pid)
+    peak = [base]
+    sent = [0]
+
+    def send_all():
+        for m in messages:
+            s.sendall(frame(2, m))
+            sent[0] += 1
+            peak[0] = max(peak[0], rss_bytes(gw.proc.pid))
+
+    t = threading.Thread(target=send_all, daemon=True)
+    t.start()
+    def sender_stalled():
+        # Nobody reads: the sender must come to a stop well before the end (no
+        # progress while waiting up to 0.3 s for it to finish).
+        before = sent[0]
+        t.join(0.3)
+        return t.is_alive() and sent[0] == before
+
+    wait_until(sender_stalled, timeout=15, what="the sender blocked by backpressure")
+    held = sent[0]
+    assert held < n, "everything fitted in buffers: no backpressure seen"
+    r = FrameReader(s, rest)
+    for i in range(n):
+        op, payload = r.read(timeout=10)
+        assert op == 2 and payload == messages[i], i
+    t.join(10)
+    s.close()
+    grown = (peak[0] - base) / 2**20
+    print(f"\nbackpressure: sender stopped after {held} of {n} messages; gateway RSS grew at most {grown:.1f} MiB")
+    assert grown < 16, grown
+
+
 def rss_bytes(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
