@@ -371,9 +371,10 @@ def test_client_that_stops_answering_pings_is_closed(gw):
         assert op == 9, "the gateway pings the client"
         code = r.close_code(timeout=3)
         elapsed = time.monotonic() - start
-        # heartbeat 1s + heartbeat_timeout 1s (+ the 250 ms sweep).
+        # heartbeat 1s + heartbeat_timeout 1s; both deadlines are checked by the worker's
+        # 250 ms sweep (up to 0.5 s late together), plus slack for a loaded machine.
         assert code == 1001
-        assert elapsed < 1 + 1 + 0.75, elapsed
+        assert elapsed < 1 + 1 + 1.0, elapsed
     finally:
         s.close()
     wait_until(lambda: ws_stats(gw)["heartbeats_missed"] == before + 1, timeout=5, what="heartbeat counted")
