@@ -2,14 +2,13 @@
 # WebSocket benchmark, run by scripts/bench.sh --case websocket (or alone): Quickway on a
 # route with a `websocket` section against nginx proxying the same WebSocket backend
 # (proxy_pass with Upgrade/Connection set), each alone on core 0 in interleaved rounds;
-# the echo backend and the load generator (scripts/bench_websocket.py, raw sockets) on
-# core 1.
+# the echo backend and the load generator (scripts/bench_ws_load.c, C with epoll,
+# compiled here) on core 1.
 #
 # The load: CONNECTIONS (default 100) WebSocket connections, each in a closed loop
 # sending a 64-byte binary message and waiting for its echo. Reported per proxy:
 # round trips (messages) per second, round-trip p50 and p99, and the proxy's CPU per
-# message (each message crosses it twice), from /proc/PID/stat. The Python load side
-# on core 1 bounds the rate for both proxies alike; CPU per message is the proxy's cost.
+# message (each message crosses it twice), from /proc/PID/stat.
 #
 # Usage: scripts/bench-websocket.sh [--rounds N] [--duration S] [--connections C]
 set -euo pipefail
@@ -17,9 +16,10 @@ cd "$(dirname "$0")/.."
 ROUNDS=3; DURATION=8; CONNS=100; CASE=websocket
 . scripts/bench-common.sh
 parse_bench_options "$@"
-need_tools nginx:nginx-light
+need_tools nginx:nginx-light cc:gcc
 QW=${QW_BIN:-$PWD/.build/release/quickway}
 bench_workdir websocket
+cc -O2 -o "$WORK/load" scripts/bench_ws_load.c -lcrypto
 
 BACKEND_HOST=127.0.0.2; BACKEND_PORT=18781; P_QW=18780; P_QW_ADMIN=18790; P_NGINX=18784; SIZE=64
 mkdir -p "$WORK/nginx"
@@ -43,7 +43,7 @@ services:
 routes:
   - { name: ws, match: { path_prefix: / }, service: ws, websocket: { heartbeat: 30s, idle_timeout: 10m } }
 CONF
-taskset -c 1 python3 scripts/bench_websocket.py backend "$BACKEND_HOST" "$BACKEND_PORT" > "$WORK/backend.out" & PIDS+=($!)
+taskset -c 1 "$WORK/load" backend "$BACKEND_HOST" "$BACKEND_PORT" > "$WORK/backend.out" & PIDS+=($!)
 taskset -c 0 nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" & PIDS+=($!); NGINX_MASTER=$!
 taskset -c 0 "$QW" serve --config "$WORK/q.yaml" 2>"$WORK/q.log" & PIDS+=($!); QW_PID=$!
 for _ in $(seq 100); do grep -q ready "$WORK/backend.out" 2>/dev/null && break; sleep 0.1; done
@@ -56,7 +56,7 @@ NGINX_WORKER=$(pgrep -P "$NGINX_MASTER" | head -1)
 ws_run() {
   local port=$1 pid=$2 out t0 t1
   t0=$(cpu_ticks "$pid")
-  out=$(taskset -c 1 python3 scripts/bench_websocket.py client 127.0.0.1 "$port" /echo "$CONNS" "$DURATION" "$SIZE")
+  out=$(taskset -c 1 "$WORK/load" client 127.0.0.1 "$port" /echo "$CONNS" "$DURATION" "$SIZE")
   t1=$(cpu_ticks "$pid")
   python3 -c "import sys; r, p50, p99 = sys.argv[1].split(); t = (int(sys.argv[3]) - int(sys.argv[2])) / int(sys.argv[4]); n = float(r) * (float(sys.argv[5]) + 1); print(f'{r} {p50} {p99} {t * 1e6 / max(n, 1):.2f}')" \
     "$out" "$t0" "$t1" "$(getconf CLK_TCK)" "$DURATION"
