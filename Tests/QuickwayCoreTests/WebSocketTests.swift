@@ -263,3 +263,106 @@ final class WebSocketConfigTests: XCTestCase {
         XCTAssertEqual(post.map(\.path), ["routes[0].websocket"])
     }
 }
+
+/// The relay on a real worker loop over two socket pairs (client side, backend side),
+/// its deadlines driven by hand: frames pass untouched, control frames the gateway sends
+/// never land inside a data frame, and the heartbeat closes a silent client.
+final class WebSocketRelayTests: XCTestCase {
+    private var loop: LoopHarness!
+    private var client: Int32 = -1    // the test plays the client here
+    private var backend: Int32 = -1   // ... and the backend here
+    private var relay: WebSocketRelay!
+    private var config = WebSocketConfig()
+
+    override func setUpWithError() throws {
+        loop = try LoopHarness()
+        var c: [Int32] = [0, 0], b: [Int32] = [0, 0]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &c), 0)
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &b), 0)
+        client = c[1]
+        backend = b[1]
+        var tv = timeval(tv_sec: 5, tv_usec: 0)
+        for fd in [client, backend] { setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size)) }
+        for fd in [c[0], b[0]] { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        let worker = loop.worker
+        let config = self.config
+        relay = loop.onLoop {
+            let transport = TCPTransport(fd: c[0], peer: "127.0.0.9", base: worker.base, readAheadLimit: 65536)
+            let r = WebSocketRelay(clientTransport: transport, worker: worker,
+                                   handOff: WebSocketHandOff(upstreamFD: b[0], upstreamPeer: "127.0.0.2", upstreamLeftover: [],
+                                                             config: config, routeSlot: 0, deflate: false))
+            r.start()
+            return r
+        }
+    }
+
+    override func tearDown() {
+        let r = relay
+        loop.onLoop { r?.closeNow() }
+        relay = nil
+        close(client)
+        close(backend)
+        loop.stop()
+    }
+
+    private func send(_ fd: Int32, _ bytes: [UInt8]) {
+        XCTAssertEqual(bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, 0) }, bytes.count)
+    }
+
+    private func read(_ fd: Int32, _ n: Int) -> [UInt8] {
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: n)
+        while out.count < n {
+            let got = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, n - out.count, 0) }
+            if got <= 0 { XCTFail("read \(out.count) of \(n) bytes"); return out }
+            out.append(contentsOf: buf[0..<got])
+        }
+        return out
+    }
+
+    func testClientFramesPassUntouchedStillMasked() {
+        let frame = WebSocketFrame.encode(opcode: WebSocketOpcode.text, payload: Array("hello".utf8), mask: 0xA1B2_C3D4)
+        send(client, frame)
+        XCTAssertEqual(read(backend, frame.count), frame)
+        let answer = WebSocketFrame.encode(opcode: WebSocketOpcode.binary, payload: [1, 2, 3])
+        send(backend, answer)
+        XCTAssertEqual(read(client, answer.count), answer)
+    }
+
+    func testGatewayPingWaitsForTheDataFrameInProgress() {
+        // The backend's 10-byte frame arrives in two pieces; the heartbeat falls due
+        // between them.
+        let frame = WebSocketFrame.encode(opcode: WebSocketOpcode.binary, payload: Array(0..<10))
+        send(backend, Array(frame[0..<6]))
+        XCTAssertEqual(read(client, 6), Array(frame[0..<6]))
+        let r = relay!
+        let due = Clock.coarseMillis() + config.heartbeatMillis + 1
+        loop.onLoop { r.checkDeadline(due) }
+        loop.wait("ping queued behind the frame") { !r.client.pendingControl.isEmpty }
+        send(backend, Array(frame[6...]))
+        XCTAssertEqual(read(client, 6), Array(frame[6...]), "the frame ends first")
+        let ping = read(client, 2)
+        XCTAssertEqual(ping[0], 0x80 | WebSocketOpcode.ping)
+        XCTAssertEqual(ping[1] & 0x80, 0, "frames to the client are not masked")
+        _ = read(client, Int(ping[1]))
+    }
+
+    func testSilentClientClosedWith1001OnBothSides() {
+        let r = relay!
+        let stats = loop.worker.stats.webSocket
+        let start = Clock.coarseMillis()
+        loop.onLoop { r.checkDeadline(start + self.config.heartbeatMillis + 1) }
+        let ping = read(client, 2)
+        XCTAssertEqual(ping[0], 0x80 | WebSocketOpcode.ping)
+        _ = read(client, Int(ping[1]))
+        // No pong: at the timeout both sides get 1001 (the backend's frame masked).
+        loop.onLoop { r.checkDeadline(start + self.config.heartbeatMillis + self.config.heartbeatTimeoutMillis + 300) }
+        let close = read(client, 4)
+        XCTAssertEqual(close[0], 0x80 | WebSocketOpcode.close)
+        XCTAssertEqual(UInt16(close[2]) << 8 | UInt16(close[3]), 1001)
+        let toBackend = read(backend, 2)
+        XCTAssertEqual(toBackend[0], 0x80 | WebSocketOpcode.close)
+        XCTAssertEqual(toBackend[1] & 0x80, 0x80, "frames to the backend are masked")
+        XCTAssertEqual(stats.heartbeatsMissed, 1)
+    }
+}
