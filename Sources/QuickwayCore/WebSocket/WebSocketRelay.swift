@@ -139,7 +139,7 @@ final class WebSocketRelay: ClientConnection {
         pump(backend)
         pump(client)
         flush(client)
-        if worker.isDraining { goAway("the gateway is shutting down") }
+        if worker.isDraining { drain() }
     }
 
     private func other(_ e: WebSocketEndpoint) -> WebSocketEndpoint { e === client ? backend : client }
@@ -298,8 +298,8 @@ final class WebSocketRelay: ClientConnection {
 
     // MARK: closing
 
-    private func beginClosing() {
-        if closingDeadline == 0 { closingDeadline = Clock.coarseMillis() + WebSocketRelayLimits.closeGraceMillis }
+    private func beginClosing(graceMillis: Int64 = WebSocketRelayLimits.closeGraceMillis) {
+        if closingDeadline == 0 { closingDeadline = Clock.coarseMillis() + graceMillis }
     }
 
     /// `from` broke the protocol: it gets the violation's code, the other side 1011.
@@ -333,11 +333,12 @@ final class WebSocketRelay: ClientConnection {
                                                                     from.isClient ? "the client went away" : "the backend went away"))
     }
 
-    /// The gateway ends the connection (heartbeat, idle, drain): 1001 to both sides.
-    private func goAway(_ reason: String) {
+    /// The gateway ends the connection (heartbeat, idle, drain): 1001 to both sides, and
+    /// the closing handshakes get `graceMillis`.
+    private func goAway(_ reason: String, graceMillis: Int64 = WebSocketRelayLimits.closeGraceMillis) {
         guard !ended else { return }
         if closeCode == nil { closeCode = WebSocketCloseCode.goingAway }
-        beginClosing()
+        beginClosing(graceMillis: graceMillis)
         let payload = WebSocketFrame.closePayload(WebSocketCloseCode.goingAway, reason)
         send(client, WebSocketOpcode.close, payload)
         send(backend, WebSocketOpcode.close, payload)
@@ -411,7 +412,11 @@ final class WebSocketRelay: ClientConnection {
         }
     }
 
-    func drain() { goAway("the gateway is shutting down") }
+    /// SIGTERM: 1001 to both sides; the closing handshakes may take up to
+    /// `limits.drain_timeout` (the worker cuts whatever is left then).
+    func drain() {
+        goAway("the gateway is shutting down", graceMillis: max(WebSocketRelayLimits.closeGraceMillis, worker.limits.drainTimeoutMillis))
+    }
 
     func closeNow() {
         cutting = true
