@@ -326,4 +326,6 @@ public struct RouteConfig: Sendable, Equatable {
     public var coalesceMaxWaiters = 1000
     /// ... each for at most this long (then 503 overloaded).
     public var coalesceWaitMillis: Int64 = 10_000
+    /// `websocket`: the route accepts WebSocket handshakes, with these settings.
+    public var websocket: WebSocketConfig?
 }

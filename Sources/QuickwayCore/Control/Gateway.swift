@@ -153,7 +153,8 @@ public final class Gateway {
     func statsSnapshot() -> StatsSnapshot {
         var s = aggregator.snapshot(version: QuickwayVersion.string,
                                     uptimeSeconds: Double(Clock.monotonicNanos() - startedNanos) / 1e9,
-                                    routeNames: config.routes.map(\.name))
+                                    routeNames: config.routes.map(\.name),
+                                    webSocketRoutes: config.routes.filter { $0.websocket != nil }.map(\.name))
         s.connections = Int(connectionBudget.current)
         s.certificates = tlsCertificates
         s.cache = shared.cache.figures

@@ -258,6 +258,15 @@ final class Worker: @unchecked Sendable {
         if isDraining && connections.isEmpty { event_base_loopexit(base, nil) }
     }
 
+    /// Puts `new` in `old`'s place in the connection table (a codec handing its
+    /// connection to another: a WebSocket relay after a `101`). The connection keeps its
+    /// place in the budget; `old` is kept until the next sweep (it is on the stack).
+    func replaceConnection(_ old: ClientConnection, with new: ClientConnection) {
+        guard let removed = connections.removeValue(forKey: ObjectIdentifier(old)) else { return }
+        retired.append(removed)
+        connections[ObjectIdentifier(new)] = new
+    }
+
     fileprivate func sweep() {
         retired.removeAll(keepingCapacity: true)   // no connection code is on the stack here
         accessLog?.flush(ifOlderThanMillis: 1000)

@@ -28,6 +28,9 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
     case adminUnauthorized = "admin_unauthorized"
     /// An admin `POST` carrying an `Origin` header (a browser, maybe driven by a web page).
     case forbidden
+    /// A WebSocket handshake with a `Sec-WebSocket-Version` other than 13 (426, with
+    /// `Sec-WebSocket-Version: 13`).
+    case upgradeRequired = "upgrade_required"
 
     public var status: Int {
         switch self {
@@ -39,6 +42,7 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
         case .requestTimeout: return 408
         case .bodyTooLarge: return 413
         case .headersTooLarge: return 431
+        case .upgradeRequired: return 426
         case .upstreamUnreachable, .upstreamBadResponse: return 502
         case .noHealthyUpstream, .draining, .overloaded, .redisUnavailable: return 503
         case .upstreamTimeout: return 504
@@ -96,6 +100,7 @@ public enum HTTPReason {
     public static func phrase(_ status: Int) -> String {
         switch status {
         case 100: return "Continue"
+        case 101: return "Switching Protocols"
         case 200: return "OK"
         case 201: return "Created"
         case 204: return "No Content"
@@ -109,6 +114,7 @@ public enum HTTPReason {
         case 405: return "Method Not Allowed"
         case 408: return "Request Timeout"
         case 413: return "Content Too Large"
+        case 426: return "Upgrade Required"
         case 431: return "Request Header Fields Too Large"
         case 500: return "Internal Server Error"
         case 502: return "Bad Gateway"

@@ -36,6 +36,11 @@ public struct HTTPRequestHead: Sendable {
     public let expectsContinue: Bool
     /// Index in `fields` of the Host header.
     public let hostField: Int?
+    /// `Upgrade` names `websocket` (the header itself is hop-by-hop and not in `fields`
+    /// when `Connection` names it): a WebSocket handshake (`WebSocket/WebSocketHandshake.swift`).
+    public var upgradeWebSocket = false
+    /// `Connection` names `upgrade`.
+    public var connectionUpgrade = false
 
     public struct HTTPField: Sendable {
         public let name: Range<Int>

@@ -144,6 +144,8 @@ public struct HTTPRequestParser: Sendable {
         var keptUnderscore = false
         /// Header names the client's `Connection` lists (hop-by-hop for this request).
         var hopByHop: [Range<Int>] = []
+        var upgradeWebSocket = false
+        var connectionUpgrade = false
 
         while i < n - 2 {
             let c = raw[i]
@@ -193,7 +195,14 @@ public struct HTTPRequestParser: Sendable {
                 forEachToken(raw, value) { t in
                     if HTTPSyntax.equalsLowercase(raw, t, "close") { connectionClose = true }
                     else if HTTPSyntax.equalsLowercase(raw, t, "keep-alive") { connectionKeepAlive = true }
-                    else { hopByHop.append(t) }
+                    else {
+                        if t.count == 7 && HTTPSyntax.equalsLowercase(raw, t, "upgrade") { connectionUpgrade = true }
+                        hopByHop.append(t)
+                    }
+                }
+            case 7 where HTTPSyntax.equalsLowercase(raw, name, "upgrade"):
+                forEachToken(raw, value) { t in
+                    if HTTPSyntax.equalsLowercase(raw, t, "websocket") { upgradeWebSocket = true }
                 }
             case 6 where HTTPSyntax.equalsLowercase(raw, name, "expect"):
                 guard HTTPSyntax.equalsLowercase(raw, value, "100-continue") else {
@@ -258,7 +267,7 @@ public struct HTTPRequestParser: Sendable {
                                droppedUnderscoreFields: droppedUnderscore, keptUnderscoreFields: keptUnderscore,
                                minorVersion: minor, fields: fields,
                                body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
-                               hostField: hostField)
+                               hostField: hostField, upgradeWebSocket: upgradeWebSocket, connectionUpgrade: connectionUpgrade)
     }
 
     /// Two header names equal, ignoring ASCII case.

@@ -380,6 +380,28 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         closeNow()
     }
 
+    /// The backend accepted a WebSocket handshake: writes the `101`, counts the exchange,
+    /// and hands the transport (with whatever the client already sent after its
+    /// handshake) to a `WebSocketRelay`, which takes this codec's place in the worker's
+    /// table. The codec does nothing more.
+    func switchToWebSocket(_ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool {
+        guard phase == .responding, !transport.closed else { return false }
+        output.append("HTTP/1.1 101 Switching Protocols\r\n")
+        if let lines = head.headerLines { output.append(lines) }
+        output.append("X-Request-Id: ")
+        output.append(exchange.requestId)
+        output.append("\r\n\r\n")
+        worker.requestDone(exchange, status: 101, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+        self.exchange = nil
+        onDrained = nil
+        phase = .closing
+        deadline = 0
+        let relay = WebSocketRelay(clientTransport: transport, worker: worker, handOff: handOff)
+        worker.replaceConnection(self, with: relay)
+        relay.start()
+        return true
+    }
+
     /// Flushes now, or at the end of the current `process()` pass (so pipelined
     /// answers leave in one write).
     private func flushSoon() {

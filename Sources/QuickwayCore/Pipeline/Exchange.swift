@@ -104,7 +104,8 @@ final class Exchange {
     /// Answers with the gateway's JSON error body.
     func respondError(_ code: GatewayErrorCode, _ message: String) {
         let body = GatewayErrorBody.json(code, message: message, requestId: requestIdString)
-        let challenge = code.status == 401 ? "WWW-Authenticate: \(authChallenge ?? "QW1-HMAC-SHA256")\r\n" : ""
+        let challenge = code.status == 401 ? "WWW-Authenticate: \(authChallenge ?? "QW1-HMAC-SHA256")\r\n"
+            : code == .upgradeRequired ? "Sec-WebSocket-Version: 13\r\n" : ""
         respond(status: code.status, contentType: "application/json", body: body, extraHeaders: challenge)
     }
 
@@ -148,6 +149,22 @@ final class Exchange {
         self.sink = nil
         owner = nil
         sink.sendAbort(of: self)
+    }
+
+    /// Ends the exchange with a `101` and hands the connection to a WebSocket relay
+    /// (`headerLines`: complete `Name: value\r\n` lines). False if the client left or
+    /// its codec cannot switch; the caller then owns `handOff.upstreamFD` still.
+    func switchToWebSocket(headerLines: [UInt8], handOff: WebSocketHandOff) -> Bool {
+        guard let sink, !isFinished, !isStreaming else { return false }
+        let switched = headerLines.withUnsafeBytes { lines in
+            sink.switchToWebSocket(ResponseHead(status: 101, reason: nil, headerLines: lines, length: .unstated), of: self, handOff: handOff)
+        }
+        guard switched else { return false }
+        status = 101
+        isFinished = true
+        self.sink = nil
+        owner = nil
+        return true
     }
 
     private func finish() {

@@ -45,4 +45,12 @@ protocol ResponseSink: AnyObject {
     /// The response cannot be completed (the upstream failed mid-body): the client must
     /// not take what it got for a whole answer.
     func sendAbort(of exchange: Exchange)
+    /// Answers `101` with the head's lines and hands the connection to a WebSocket relay
+    /// (`WebSocket/WebSocketRelay.swift`). False if this sink cannot (the caller then
+    /// closes the backend's socket and answers an error).
+    func switchToWebSocket(_ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool
+}
+
+extension ResponseSink {
+    func switchToWebSocket(_ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool { false }
 }

@@ -29,8 +29,24 @@ final class UpstreamRelay: UpstreamCallDelegate {
     /// The sink said `.pause`: the next piece pauses the upstream until it drains.
     private var clientFull = false
     private var upstreamPaused = false
+    /// A WebSocket handshake: what the `101` needs (nil for every other call, which
+    /// then pays only this nil).
+    private let webSocket: WebSocketPlan?
 
-    init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: UpstreamRequest, maxObjectBytes: Int) {
+    /// A class: one reference in every relay, not the plan's fields.
+    final class WebSocketPlan {
+        let key: [UInt8]
+        let config: WebSocketConfig
+        let routeSlot: Int
+        init(key: [UInt8], config: WebSocketConfig, routeSlot: Int) {
+            self.key = key
+            self.config = config
+            self.routeSlot = routeSlot
+        }
+    }
+
+    init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: UpstreamRequest, maxObjectBytes: Int,
+         webSocket: WebSocketPlan? = nil) {
         self.ctx = ctx
         self.exchange = ctx.exchange
         self.service = service
@@ -38,6 +54,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
         self.request = request
         self.maxObjectBytes = maxObjectBytes
         buffersForCache = ctx.plan != nil
+        self.webSocket = webSocket
         retriesLeft = request.idempotent ? service.config.retries : 0
     }
 
@@ -183,6 +200,32 @@ final class UpstreamRelay: UpstreamCallDelegate {
                 return
             }
             finish(.failed(failure.code, message))
+        }
+    }
+
+    /// The backend answered the handshake with `101`: checked against the key, then the
+    /// client gets its `101` and both sockets go to a `WebSocketRelay`.
+    func upstreamUpgraded(_ t: UpstreamCall, fd: Int32, peer: String, leftover: [UInt8]) {
+        transfer = nil
+        guard let plan = webSocket, exchange.isOpen else {
+            _ = Glibc.close(fd)
+            release()
+            return
+        }
+        let lines = t.head.linesToRelay()
+        switch WebSocketHandshake.checkBackend(upgradeWebSocket: t.head.upgradeWebSocket, headerLines: lines, key: plan.key) {
+        case .failure(let v):
+            _ = Glibc.close(fd)
+            finish(.failed(.upstreamBadResponse, "\(service.config.name) at \(peer): \(v.reason)"))
+        case .success(let agreement):
+            let handOff = WebSocketHandOff(upstreamFD: fd, upstreamPeer: peer, upstreamLeftover: leftover, config: plan.config,
+                                           routeSlot: plan.routeSlot, deflate: agreement.deflate)
+            if exchange.switchToWebSocket(headerLines: WebSocketHandshake.switchingLines(backendLines: lines), handOff: handOff) {
+                release()
+            } else {
+                _ = Glibc.close(fd)
+                finish(.failed(.upstreamBadResponse, "the client connection cannot switch to WebSocket"))
+            }
         }
     }
 

@@ -28,6 +28,7 @@ public enum DashboardPage {
  <div><span class="k">p99 ms</span><span id="p99">-</span></div>
  <div><span class="k">cache hit ratio</span><span id="hit-ratio">-</span></div>
  <div><span class="k">in flight</span><span id="inflight">-</span></div>
+ <div><span class="k">websockets open</span><span id="ws-open">-</span></div>
  <div id="err"></div></header>
 <main>
  <section><h2>Request rate (req/s)</h2><canvas id="c-rate"></canvas></section>
@@ -71,6 +72,7 @@ function render(s) {
   document.getElementById("uptime").textContent = fmt(s.uptime_seconds, 0) + " s";
   document.getElementById("total").textContent = s.requests.total;
   document.getElementById("inflight").textContent = s.requests.in_flight;
+  if (s.websocket) document.getElementById("ws-open").textContent = `${s.websocket.open} (msgs ${s.websocket.messages_in} in / ${s.websocket.messages_out} out, heartbeats missed ${s.websocket.heartbeats_missed})`;
   document.getElementById("p99").textContent = fmt(s.latency_ms.p99, 2);
   const last = hist[hist.length - 1] || {};
   document.getElementById("rate").textContent = fmt(last.rate, 1);

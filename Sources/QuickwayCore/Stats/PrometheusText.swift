@@ -123,8 +123,27 @@ public enum PrometheusText {
         for (svc, f) in s.services {
             for m in f.members { w.sample("quickway_upstream_selected", [("service", svc), ("address", m.address)], f.selected == m.address ? 1 : 0) }
         }
+        webSocket(s.webSocket, &w)
         if let r = s.redis { redis(r, &w) }
         return w.text
+    }
+
+    /// WebSocket connections (`websocket` routes).
+    private static func webSocket(_ f: WebSocketFigures, _ w: inout Writer) {
+        w.family("quickway_websocket_open", "gauge", "Open WebSocket connections, by route.")
+        for r in f.routes { w.sample("quickway_websocket_open", [("route", r.name)], Double(max(0, r.open))) }
+        w.family("quickway_websocket_messages_total", "counter", "WebSocket messages relayed, by direction (in: client to backend).")
+        w.sample("quickway_websocket_messages_total", [("direction", "in")], Double(f.messagesIn))
+        w.sample("quickway_websocket_messages_total", [("direction", "out")], Double(f.messagesOut))
+        w.family("quickway_websocket_bytes_total", "counter", "WebSocket payload bytes relayed, by direction (in: client to backend).")
+        w.sample("quickway_websocket_bytes_total", [("direction", "in")], Double(f.bytesIn))
+        w.sample("quickway_websocket_bytes_total", [("direction", "out")], Double(f.bytesOut))
+        w.family("quickway_websocket_heartbeats_missed_total", "counter", "WebSocket clients closed for not answering the gateway's ping in time.")
+        w.sample("quickway_websocket_heartbeats_missed_total", [], Double(f.heartbeatsMissed))
+        w.family("quickway_websocket_closes_total", "counter", "WebSocket connections ended, by close code (1006: no closing handshake).")
+        for i in f.closes.indices where f.closes[i] > 0 {
+            w.sample("quickway_websocket_closes_total", [("code", WebSocketFigures.codeLabel(i))], Double(f.closes[i]))
+        }
     }
 
     /// The shared Redis tier (only when `redis` is configured).

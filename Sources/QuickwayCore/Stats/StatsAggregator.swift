@@ -10,7 +10,8 @@ struct StatsAggregator {
 
     /// The request figures: totals, status classes, latency, auth, and per route of
     /// `routeNames` (the current routes, in config order).
-    func snapshot(version: String, uptimeSeconds: Double, routeNames: [String]) -> StatsSnapshot {
+    /// `webSocketRoutes`: the routes with a `websocket` section (open connections each).
+    func snapshot(version: String, uptimeSeconds: Double, routeNames: [String], webSocketRoutes: [String] = []) -> StatsSnapshot {
         var s = StatsSnapshot(version: version, uptimeSeconds: uptimeSeconds)
         s.workers = workers.count
         let slots = routeNames.map { routeSlots.slot(for: $0) }
@@ -31,6 +32,7 @@ struct StatsAggregator {
             for c in WorkerStats.ConnectionCounter.allCases { s.connectionCounters[c.rawValue] += w.count(of: c) }
             for r in AuthRejection.allCases { s.authRejected[r.rawValue] += w.authRejectedCount(r) }
             for i in 0..<LatencyBuckets.count { s.histogram[i] += w.histogramCount(i) }
+            s.webSocket.add(w.webSocket)
             for (r, slot) in slots.enumerated() where slot >= 0 && slot < w.routeCount {
                 s.routes[r].requests += w.routeRequests(slot)
                 for c in 1...5 { s.routes[r].byClass[c - 1] += w.routeStatusClassCount(slot, c) }
@@ -38,6 +40,10 @@ struct StatsAggregator {
         }
         s.inFlight = max(0, started - s.total)
         s.started = started
+        s.webSocket.routes = webSocketRoutes.map { name in
+            let slot = routeSlots.slot(for: name)
+            return (name, workers.reduce(0) { $0 + $1.webSocket.openOnRoute(slot) })
+        }
         return s
     }
 

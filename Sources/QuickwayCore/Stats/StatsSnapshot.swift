@@ -37,6 +37,8 @@ public struct StatsSnapshot {
     var redis: RedisTier.Figures?
     public var workers = 0
     public var connections = 0
+    /// WebSocket connections (`websocket` routes).
+    public var webSocket = WebSocketFigures()
 
     /// Empty figures; `StatsAggregator` fills in the workers' counters and the gateway
     /// the shared stores' figures.
@@ -130,7 +132,8 @@ public struct StatsSnapshot {
             }.joined(separator: ",")
             return o + "]}"
         }.joined(separator: ",")
-        s += "},\"workers\":\(workers),\"connections\":\(connections)}"
+        s += "},\"websocket\":\(webSocket.json())"
+        s += ",\"workers\":\(workers),\"connections\":\(connections)}"
         return s
     }
 }

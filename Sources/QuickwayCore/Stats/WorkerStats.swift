@@ -71,6 +71,8 @@ public final class WorkerStats {
 
     private let cells: UnsafeMutablePointer<Int64>
     private let cellCount: Int
+    /// WebSocket connections, messages and closes (`WebSocket/WebSocketRelay.swift`).
+    public let webSocket: WebSocketStats
     public let routeCount: Int
     private let histogramStart: Int
     /// The last minute: 60 one-second slots, each a stamp (its Unix second) followed by
@@ -82,6 +84,7 @@ public final class WorkerStats {
 
     public init(routeCount: Int = WorkerStats.maxRoutes) {
         self.routeCount = routeCount
+        webSocket = WebSocketStats(routeCount: routeCount)
         histogramStart = Slot.fixed + routeCount * Self.routeSlots
         windowStart = histogramStart + LatencyBuckets.count
         cellCount = windowStart + Self.windowSeconds * Self.windowSlotCells

@@ -1,3 +1,5 @@
+import Glibc
+
 /// What the proxy stage sends upstream; owned, so a retry can send it again.
 struct UpstreamRequest {
     var method: [UInt8]
@@ -14,6 +16,9 @@ struct UpstreamRequest {
     /// Safe to send again if a reused connection fails before any answer (RFC 9110
     /// 9.2.2: GET, HEAD, OPTIONS, PUT, DELETE, TRACE, or an `Idempotency-Key`).
     var idempotent: Bool
+    /// A WebSocket handshake: sent on a fresh connection (never a pooled one), and a
+    /// `101` hands that connection to the caller (`upstreamUpgraded`) instead of the pool.
+    var webSocketUpgrade = false
 }
 
 /// One upstream call, whichever client makes it (`UpstreamHTTPCall` for plain HTTP,
@@ -37,6 +42,14 @@ protocol UpstreamCallDelegate: AnyObject {
     func upstreamBody(_ call: UpstreamCall, _ bytes: UnsafeRawBufferPointer) -> Bool
     /// The call ended (not called after `cancel()`).
     func upstreamFinished(_ call: UpstreamCall, _ outcome: UpstreamOutcome)
+    /// A WebSocket handshake got its `101` (`call.head`): the socket is the delegate's
+    /// now (it must close it), with the bytes that came after the head. The call ends
+    /// here; `upstreamFinished` is not called.
+    func upstreamUpgraded(_ call: UpstreamCall, fd: Int32, peer: String, leftover: [UInt8])
+}
+
+extension UpstreamCallDelegate {
+    func upstreamUpgraded(_ call: UpstreamCall, fd: Int32, peer: String, leftover: [UInt8]) { _ = Glibc.close(fd) }
 }
 
 /// How an upstream call ended, whichever client made it.

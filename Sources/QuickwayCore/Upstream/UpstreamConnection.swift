@@ -106,6 +106,16 @@ final class UpstreamConnection {
         event_add(ev, nil)
     }
 
+    /// Gives up the socket (a WebSocket upgrade): frees the events and returns the fd,
+    /// which the caller closes. The connection is closed for its own purposes.
+    func detach() -> Int32 {
+        isClosed = true
+        user = nil
+        if let e = readEvent { event_free(e); readEvent = nil }
+        if let e = writeEvent { event_free(e); writeEvent = nil }
+        return fd
+    }
+
     func close() {
         guard !isClosed else { return }
         isClosed = true

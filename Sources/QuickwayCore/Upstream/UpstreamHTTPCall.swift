@@ -28,6 +28,7 @@ final class UpstreamHTTPCall: UpstreamCall {
     private var requestBytes: [UInt8] = []
     private var isHeadRequest = false
     private var idempotent = false
+    private var upgrading = false
     // Response parsing.
     private var line: [UInt8] = []
     private var headBytes = 0
@@ -61,6 +62,7 @@ final class UpstreamHTTPCall: UpstreamCall {
         health.start()
         isHeadRequest = r.isHead
         idempotent = r.idempotent
+        upgrading = r.webSocketUpgrade
         requestBytes = Self.requestBytes(r, authority: service.authority)
         let timeout = service.config.responseTimeoutMillis
         timer = LoopTimer(base: client.base, afterMillis: timeout) { [unowned self] in
@@ -69,7 +71,9 @@ final class UpstreamHTTPCall: UpstreamCall {
         }
         // A request that cannot be sent twice only goes on a pooled connection that is
         // still open and silent now (one peek), since a failure on it cannot be retried.
-        if let c = client.pool.take(member, checkAlive: !r.idempotent) {
+        // A handshake never goes on a pooled connection: after its 101 the socket is the
+        // WebSocket's, not the pool's.
+        if !upgrading, let c = client.pool.take(member, checkAlive: !r.idempotent) {
             reusedConnection = true
             send(on: c)
         } else {
@@ -197,6 +201,7 @@ final class UpstreamHTTPCall: UpstreamCall {
             var seen = headBytes
             var failure: String?
             var finished = false
+            let switching = upgrading
             while i < input.count {
                 let rest = UnsafeRawBufferPointer(rebasing: input[i...])
                 guard let p = memchr(rest.baseAddress!, 0x0A, rest.count) else {
@@ -210,12 +215,12 @@ final class UpstreamHTTPCall: UpstreamCall {
                 seen += lf + 1
                 if seen > Self.maxHeadBytes { break }
                 if line.isEmpty {
-                    finished = Self.feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]), into: &h, expectStatusLine: &expect, failure: &failure)
+                    finished = Self.feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]), into: &h, expectStatusLine: &expect, failure: &failure, switching: switching)
                 } else {
                     line.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i..<end]))
                     let l = line
                     line.removeAll(keepingCapacity: true)
-                    finished = l.withUnsafeBytes { Self.feedLine($0, into: &h, expectStatusLine: &expect, failure: &failure) }
+                    finished = l.withUnsafeBytes { Self.feedLine($0, into: &h, expectStatusLine: &expect, failure: &failure, switching: switching) }
                 }
                 if failure != nil { break }
                 i = end
@@ -227,6 +232,9 @@ final class UpstreamHTTPCall: UpstreamCall {
             if seen > Self.maxHeadBytes { return fail(.headTooLarge(bytes: Self.maxHeadBytes)) }
             if let failure { return fail(.malformed(failure)) }
             guard finished else { return }
+            if upgrading && head.status == 101 {
+                return upgraded(leftover: Array(UnsafeRawBufferPointer(rebasing: input[i...])))
+            }
             headComplete()
             if done { return }
             if decoder?.isComplete == true {
@@ -240,9 +248,10 @@ final class UpstreamHTTPCall: UpstreamCall {
     }
 
     /// One head line into `h`; true when it ended the final head. A line that cannot
-    /// start or continue a head sets `failure`.
+    /// start or continue a head sets `failure`. `switching`: a WebSocket handshake, for
+    /// which a `101` is the final head.
     private static func feedLine(_ l: UnsafeRawBufferPointer, into h: inout UpstreamResponseHead, expectStatusLine: inout Bool,
-                                 failure: inout String?) -> Bool {
+                                 failure: inout String?, switching: Bool) -> Bool {
         if expectStatusLine {
             guard l.count >= 12, l[0] == UInt8(ascii: "H"), l[1] == UInt8(ascii: "T"), l[2] == UInt8(ascii: "T"),
                   l[3] == UInt8(ascii: "P"), l[4] == UInt8(ascii: "/"), l[5] == UInt8(ascii: "1"), l[6] == UInt8(ascii: ".") else {
@@ -253,8 +262,12 @@ final class UpstreamHTTPCall: UpstreamCall {
         }
         if h.feed(l) { return true }
         if h.status == 0 { failure = "sent an invalid status line"; return false }
-        // The blank line after a 1xx head: another status line follows.
-        if l.count <= 2 && (l.first == 0x0D || l.first == 0x0A) { expectStatusLine = true }
+        // The blank line after a 1xx head: another status line follows (or, after the
+        // 101 a handshake asked for, WebSocket frames).
+        if l.count <= 2 && (l.first == 0x0D || l.first == 0x0A) {
+            if switching && h.status == 101 { h.acceptSwitchingProtocols(); return true }
+            expectStatusLine = true
+        }
         return false
     }
 
@@ -350,8 +363,23 @@ final class UpstreamHTTPCall: UpstreamCall {
         // Never after HEAD: servers that write a body after a HEAD answer anyway (common
         // in hand-written ones) would leave it on the connection, where the next call
         // would read it as its answer.
-        finish(reuse: reusable && head.allowsReuse && !readsToClose && !isHeadRequest)
+        // Nor after a refused WebSocket handshake: that connection carried an Upgrade.
+        finish(reuse: reusable && head.allowsReuse && !readsToClose && !isHeadRequest && !upgrading)
         d?.upstreamFinished(self, .complete)
+    }
+
+    /// The backend switched to WebSocket: the socket goes to the delegate, never to the pool.
+    private func upgraded(leftover: [UInt8]) {
+        guard !done, let c = connection else { return }
+        health.headReceived()
+        health.ended(.complete, status: 101)
+        let d = delegate
+        delegate = nil
+        connection = nil
+        let fd = c.detach()
+        let ip = member.ip
+        finish(reuse: false)
+        if let d { d.upstreamUpgraded(self, fd: fd, peer: ip, leftover: leftover) } else { _ = Glibc.close(fd) }
     }
 
     private func fail(_ kind: UpstreamFailure.Kind) {

@@ -20,6 +20,8 @@ public struct UpstreamResponseHead {
     public private(set) var connectionKeepAlive = false
     /// Conflicting or unparseable `Content-Length`: the framing cannot be trusted.
     public private(set) var framingError = false
+    /// `Upgrade` names `websocket` (the header is not relayed).
+    public private(set) var upgradeWebSocket = false
 
     /// Whether the connection may carry another request after this response.
     /// Not after both `Transfer-Encoding` and `Content-Length` (RFC 9112 6.3: the
@@ -87,6 +89,11 @@ public struct UpstreamResponseHead {
                 else { connectionTokens.append(l[t].map(HTTPSyntax.lower)) }
             }
             return false
+        case 7 where HTTPSyntax.equalsLowercase(l, name, "upgrade"):
+            HTTPRequestParser.forEachToken(l, value) { t in
+                if HTTPSyntax.equalsLowercase(l, t, "websocket") { upgradeWebSocket = true }
+            }
+            return false
         default:
             if UpstreamRequestHeaders.isDropped(l, name) { return false }
         }
@@ -94,6 +101,12 @@ public struct UpstreamResponseHead {
         relayLines.append(0x0D)   // not `[0x0D, 0x0A]`: an array literal is a heap allocation per line
         relayLines.append(0x0A)
         return false
+    }
+
+    /// Takes a `101` as the final head (a WebSocket handshake asked to switch protocols;
+    /// any other 1xx is interim). Call at the blank line that ended it.
+    public mutating func acceptSwitchingProtocols() {
+        if status == 101 { isComplete = true }
     }
 
     /// Relay lines without the headers that the upstream's `Connection` header named.

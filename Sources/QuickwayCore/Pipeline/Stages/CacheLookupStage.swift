@@ -17,7 +17,7 @@ final class CacheLookupStage: RequestStage {
         let route = routeRef.config
         let head = exchange.head
         let cacheable = (head.methodIs("GET") || head.methodIs("HEAD")) && head.body == .none
-            && (route.cacheTTLMillis > 0 || route.coalesce) && !head.keptUnderscoreFields
+            && (route.cacheTTLMillis > 0 || route.coalesce) && !head.keptUnderscoreFields && !head.upgradeWebSocket
         guard cacheable else {
             exchange.cacheStatus = "BYPASS"
             return .next

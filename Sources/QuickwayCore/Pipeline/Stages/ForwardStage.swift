@@ -31,8 +31,11 @@ final class ForwardStage: RequestStage {
                 pathAndQuery: route.config.stripPrefix ? Self.stripped(target, prefixLength: route.prefixLength) : Array(target),
                 idempotent: UpstreamRelay.isIdempotent(head))
         }
-        let relay = UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream,
-                                  request: request, maxObjectBytes: maxObjectBytes)
+        // A WebSocket handshake (checked by the route stage) goes with its own
+        // hop-by-hop headers; other calls pay only the flag test.
+        let relay = head.upgradeWebSocket
+            ? webSocketRelay(ctx, route, request)
+            : UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes)
         ctx.waiting = .upstream(relay)
         if let flight = ctx.flight {
             // The call belongs to the flight: it outlives the leader's client while anyone waits.
@@ -41,6 +44,20 @@ final class ForwardStage: RequestStage {
         }
         relay.start()
         return .answered
+    }
+
+    private func webSocketRelay(_ ctx: ProxyContext, _ route: Route, _ request: UpstreamRequest) -> UpstreamRelay {
+        var r = request
+        // `Upgrade` and `Connection` are hop-by-hop: set again for this hop. The
+        // Sec-WebSocket-* headers pass as the client sent them.
+        r.webSocketUpgrade = true
+        r.headers.add(name: "Upgrade", value: "websocket".utf8)
+        r.headers.add(name: "Connection", value: "Upgrade".utf8)
+        // The route stage checked the handshake, key included.
+        let head = ctx.exchange.head
+        let key = head.value(of: "sec-websocket-key").map { Array(head.bytes[$0]) } ?? []
+        let plan = route.config.websocket.map { UpstreamRelay.WebSocketPlan(key: key, config: $0, routeSlot: route.statSlot) }
+        return UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: r, maxObjectBytes: maxObjectBytes, webSocket: plan)
     }
 
     /// The target with the route's prefix removed, always starting with `/`.

@@ -7,6 +7,20 @@ final class RouteStage: RequestStage {
 
     init(routes: RouteSnapshot) { self.routes = routes }
 
+    /// `Upgrade: websocket`: only on a route with a `websocket` section, and only a valid
+    /// handshake (RFC 6455 4.2.1; a wrong version is a 426).
+    private static func checkWebSocket(_ ctx: ProxyContext, _ route: Route) -> StageResult {
+        guard route.config.websocket != nil else {
+            return .refuse(.badRequest, "route \(route.config.name) does not accept WebSocket upgrades")
+        }
+        switch WebSocketHandshake.checkClient(ctx.exchange.head) {
+        case .valid:
+            return .next   // the head says it is a handshake (`upgradeWebSocket`) from here on
+        case .invalid(let why): return .refuse(.badRequest, "invalid WebSocket handshake: \(why)")
+        case .unsupportedVersion: return .refuse(.upgradeRequired, "only WebSocket version 13 is supported")
+        }
+    }
+
     func run(_ ctx: ProxyContext) -> StageResult {
         let exchange = ctx.exchange
         let head = exchange.head
@@ -30,6 +44,7 @@ final class RouteStage: RequestStage {
                 ctx.route = route
                 exchange.routeStatSlot = route.statSlot
                 exchange.routeName = route.nameBytes
+                if head.upgradeWebSocket { return Self.checkWebSocket(ctx, route) }
                 return .next
             case .methodNotAllowed:
                 return .refuse(.methodNotAllowed, "\(head.methodString) is not allowed on \(head.string(head.path))")
