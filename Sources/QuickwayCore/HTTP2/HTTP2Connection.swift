@@ -100,6 +100,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// The client reset streams faster than allowed: nothing more is dispatched and the
     /// session ends (GOAWAY ENHANCE_YOUR_CALM).
     private var terminating = false
+    /// When drain sent the shutdown notice (0: not sent); the final GOAWAY follows.
+    private var shutdownNoticeAt: Int64 = 0
     /// Inside `mem_send` (its data callback may finish a stream).
     private var sending = false
     private var admitNeeded = false
@@ -513,9 +515,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     /// A GOAWAY went out: ours (drain, idle) or nghttp2's own (a connection error, the
     /// rapid-reset limit). One with an error code counts as a protocol error.
-    fileprivate func goawaySent(errorCode: UInt32) {
+    fileprivate func goawaySent(errorCode: UInt32, lastStreamId: Int32) {
         worker.stats.http2GoawaySent()
-        goingAway = true
+        // The shutdown notice (last stream 2^31-1) announces the final GOAWAY; it ends nothing.
+        if lastStreamId != Int32.max { goingAway = true }
         if errorCode != NGHTTP2_NO_ERROR.rawValue && !errorGoawaySent {
             errorGoawaySent = true
             worker.stats.http2ProtocolError()
@@ -652,6 +655,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             transport.close()
             return
         }
+        if shutdownNoticeAt != 0 && now - shutdownNoticeAt >= 1000 { goAway(NGHTTP2_NO_ERROR) }
         if streams.isEmpty {
             if now - idleSince >= worker.limits.clientIdleTimeoutMillis { goAway(NGHTTP2_NO_ERROR) }
             return
@@ -670,9 +674,14 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         pump()
     }
 
+    /// Graceful shutdown in two steps (RFC 9113 6.8): a GOAWAY naming the highest stream
+    /// id first, so streams the client has already sent are still taken; then, a second
+    /// later (the next sweeps), the final GOAWAY naming the last stream taken.
     func drain() {
-        if !transport.isReady { return }
-        goAway(NGHTTP2_NO_ERROR)
+        guard transport.isReady, let session, !goingAway, !closing, shutdownNoticeAt == 0 else { return }
+        if nghttp2_submit_shutdown_notice(session) != 0 { return goAway(NGHTTP2_NO_ERROR) }
+        shutdownNoticeAt = Clock.coarseMillis()
+        pump()
     }
 
     func closeNow() { transport.close() }
@@ -722,7 +731,7 @@ private let h2OnFrameSend: nghttp2_on_frame_send_callback = { _, frame, user in
     if t == NGHTTP2_HEADERS.rawValue || t == NGHTTP2_DATA.rawValue {
         connection(user).frameSent(frame.pointee.hd.stream_id, endStream: frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0)
     } else if t == NGHTTP2_GOAWAY.rawValue {
-        connection(user).goawaySent(errorCode: frame.pointee.goaway.error_code)
+        connection(user).goawaySent(errorCode: frame.pointee.goaway.error_code, lastStreamId: frame.pointee.goaway.last_stream_id)
     }
     return 0
 }
