@@ -1,4 +1,5 @@
 import XCTest
+import Foundation
 @testable import QuickwayCore
 
 /// The pure parts of the HTTP/2 codec: an HTTP/2 request's fields made into the HTTP/1.1
@@ -161,5 +162,22 @@ final class HTTP2CodecTests: XCTestCase {
         let tls = plain + Array("\n@https".utf8)
         XCTAssertEqual(Set(CacheKey.schemeVariants(of: plain)), Set([plain, tls]))
         XCTAssertEqual(Set(CacheKey.schemeVariants(of: tls)), Set([plain, tls]))
+    }
+
+    func testAnExtendedConnectForWebSocketBecomesTheHTTP11Handshake() throws {
+        // RFC 8441 4/5: CONNECT with :protocol websocket; the backend gets an RFC 6455 GET.
+        let f = fields([(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/chat?room=1"),
+                        (":authority", "api.test"), ("sec-websocket-version", "13"), ("sec-websocket-protocol", "chat")])
+        let h = try parsed(try f.http1Head(hasBody: true))
+        XCTAssertEqual(h.methodString, "GET")
+        XCTAssertEqual(h.targetString, "/chat?room=1")
+        XCTAssertEqual(h.body, .none, "the stream stays open for frames, not a body")
+        XCTAssertTrue(h.upgradeWebSocket)
+        let key = h.value(of: "sec-websocket-key").map { h.string($0) } ?? ""
+        XCTAssertEqual(Data(base64Encoded: key)?.count, 16, key)
+        XCTAssertEqual(h.value(of: "sec-websocket-protocol").map { h.string($0) }, "chat")
+        XCTAssertThrowsError(try fields(basic + [(":protocol", "websocket")]).http1Head(hasBody: false), ":protocol without CONNECT")
+        XCTAssertThrowsError(try fields([(":method", "CONNECT"), (":protocol", "h3"), (":scheme", "https"), (":path", "/"),
+                                         (":authority", "a")]).http1Head(hasBody: true))
     }
 }

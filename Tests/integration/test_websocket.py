@@ -645,3 +645,83 @@ def test_reload_keeps_settings_and_drain_sends_1001(backends):
             assert g.proc.returncode == 0
     finally:
         g.stop()
+
+
+def _h2_ws_connect(g, path):
+    """An extended CONNECT (RFC 8441) with python `h2`; returns (conn, sock, stream id, status)."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    import h2.settings
+    s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+    c = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    c.initiate_connection()
+    s.sendall(c.data_to_send())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not c.remote_settings.enable_connect_protocol:
+        s.settimeout(max(0.01, deadline - time.monotonic()))
+        for _ in c.receive_data(s.recv(65536)):
+            pass
+        s.sendall(c.data_to_send())
+    assert c.remote_settings.enable_connect_protocol == 1, "SETTINGS_ENABLE_CONNECT_PROTOCOL not announced"
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "http"), (":path", path),
+                         (":authority", "chat.test"), ("sec-websocket-version", "13")])
+    s.sendall(c.data_to_send())
+    status, data = None, b""
+    while status is None and time.monotonic() < deadline + 5:
+        s.settimeout(1)
+        for ev in c.receive_data(s.recv(65536)):
+            if isinstance(ev, h2.events.ResponseReceived):
+                status = dict(ev.headers)[":status"]
+            elif isinstance(ev, h2.events.DataReceived):
+                data += ev.data
+                c.acknowledge_received_data(ev.flow_controlled_length, sid)
+        s.sendall(c.data_to_send())
+    return c, s, sid, status, data
+
+
+def test_websocket_over_http2_extended_connect(gw):
+    """RFC 8441: the same WebSocket route reached by an extended CONNECT on an HTTP/2
+    connection (h2c here); the stream carries RFC 6455 frames to the same HTTP/1.1 backend."""
+    import h2.events
+    closes_before = ws_stats(gw)["closes"].get("1000", 0)
+    c, s, sid, status, data = _h2_ws_connect(gw, "/ws/h2")
+    try:
+        assert status == "200", status
+        c.send_data(sid, frame(0x1, b"hello over h2"))
+        s.sendall(c.data_to_send())
+        got = FrameReader(socket.socket(), data)   # parse from the DATA collected below
+
+        def more():
+            s.settimeout(1)
+            for ev in c.receive_data(s.recv(65536)):
+                if isinstance(ev, h2.events.DataReceived):
+                    got.buf += ev.data
+                    c.acknowledge_received_data(ev.flow_controlled_length, sid)
+            s.sendall(c.data_to_send())
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(got.buf) < 2 + len(b"hello over h2"):
+            more()
+        op, payload = got.read(timeout=0.1)
+        assert (op, payload) == (0x1, b"hello over h2")
+        # A close from the client is answered and the stream ends.
+        c.send_data(sid, frame(0x8, struct.pack("!H", 1000)))
+        s.sendall(c.data_to_send())
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(got.buf) < 4:
+            more()
+        assert got.close_code(timeout=0.1) == 1000
+    finally:
+        s.close()
+    wait_until(lambda: ws_stats(gw)["closes"].get("1000", 0) > closes_before, timeout=5,
+               what="the h2 WebSocket counted as closed with 1000")
+
+
+def test_extended_connect_refused_where_http11_would_be(gw):
+    """Over HTTP/2 the same rules hold: a route without `websocket` answers 400, an
+    unsigned handshake on a signed route 401, and the backend never sees either."""
+    for path, expect in (("/plain/x", "400"), ("/signed/x", "401")):
+        c, s, sid, status, _ = _h2_ws_connect(gw, path)
+        s.close()
+        assert status == expect, (path, status)

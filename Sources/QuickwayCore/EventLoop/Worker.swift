@@ -261,6 +261,15 @@ final class Worker: @unchecked Sendable {
     /// Puts `new` in `old`'s place in the connection table (a codec handing its
     /// connection to another: a WebSocket relay after a `101`). The connection keeps its
     /// place in the budget; `old` is kept until the next sweep (it is on the stack).
+    /// Adds a connection that did not come from a listener (a WebSocket relay on an HTTP/2
+    /// stream), taking a slot of the connection budget; false when there is none.
+    func addConnection(_ c: ClientConnection) -> Bool {
+        if connections.count >= maxConnections { return false }
+        if let b = budget, !b.take() { return false }
+        connections[ObjectIdentifier(c)] = c
+        return true
+    }
+
     func replaceConnection(_ old: ClientConnection, with new: ClientConnection) {
         guard let removed = connections.removeValue(forKey: ObjectIdentifier(old)) else { return }
         retired.append(removed)

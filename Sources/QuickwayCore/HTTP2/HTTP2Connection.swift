@@ -165,6 +165,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(settings.maxConcurrentStreams)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(settings.maxHeaderListBytes)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(settings.initialWindowBytes)),
+            // RFC 8441: WebSocket by extended CONNECT.
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL.rawValue), value: 1),
         ]
         guard nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &iv, iv.count) == 0 else {
             nghttp2_session_del(s)
@@ -207,6 +209,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         writable.removeAll()
         for (_, s) in open {
             s.onWritable = nil
+            if let t = s.tunnel { s.tunnel = nil; t.close() }
             if let ex = s.exchange {
                 s.exchange = nil
                 worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
@@ -370,7 +373,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             ex.respondError(code, message)
             return
         }
-        if endStream {
+        if endStream || head.body == .none {
+            // (An extended CONNECT stays open for the WebSocket's frames; its head has no body.)
             dispatch(s, ex)
         } else {
             s.phase = .body
@@ -380,6 +384,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     }
 
     fileprivate func requestData(_ id: Int32, _ data: UnsafeRawBufferPointer) {
+        if let t = streams[id]?.tunnel { return t.deliver(data, ended: false) }
         guard let s = streams[id], s.phase == .body, let ex = s.exchange else { return }
         s.lastProgress = Clock.coarseMillis()
         if ex.body.count + data.count > worker.limits.maxBodyBytes {
@@ -403,6 +408,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     fileprivate func requestBodyEnded(_ s: HTTP2Stream) {
         s.requestEnded = true
+        if let t = s.tunnel { return t.deliver(UnsafeRawBufferPointer(start: nil, count: 0), ended: true) }
         guard s.phase == .body, let ex = s.exchange else { return }
         dispatch(s, ex)
     }
@@ -468,7 +474,12 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     fileprivate func streamClosed(_ id: Int32, errorCode: UInt32) {
         guard let s = streams.removeValue(forKey: id) else { return }
         s.onWritable = nil
-        pendingBytes -= s.pending.readableBytes
+        if let t = s.tunnel {
+            s.tunnel = nil
+            t.close()
+        } else {
+            pendingBytes -= s.pending.readableBytes
+        }
         s.pending.clear()
         s.pending.releaseStorage()
         releaseBody(s, nil)
@@ -532,7 +543,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         if n > 0 {
             memcpy(buf, s.pending.readable.baseAddress!, n)
             s.pending.consume(n)
-            pendingBytes -= n
+            if s.tunnel == nil { pendingBytes -= n }
             s.takenSinceProgress += n
             if s.takenSinceProgress >= HTTP2Codec.progressBytes || s.pending.isEmpty {
                 s.takenSinceProgress = 0
@@ -605,6 +616,47 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         releaseBody(s, exchange)
         if detached.removeValue(forKey: s.id) != nil { return }
         dataAvailable(s, pumpNow: true)
+    }
+
+    // MARK: WebSocket over HTTP/2 (RFC 8441)
+
+    /// The backend accepted the WebSocket handshake made from an extended CONNECT: the
+    /// stream answers 200 and stays open, and a relay takes it (as its client side) and
+    /// the backend's socket. The relay has its own entry in the worker's table (and a
+    /// connection slot) for its timers and drain.
+    func switchToWebSocket(_ s: HTTP2Stream, _ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool {
+        guard streams[s.id] === s, !s.requestEnded, !s.responseStarted, !closing else { return false }
+        let t = HTTP2StreamTransport(stream: s, peer: transport.peer, peerBytes: transport.peerBytes, isTLS: transport.isTLS)
+        let relay = WebSocketRelay(clientTransport: t, worker: worker, handOff: handOff)
+        guard worker.addConnection(relay) else { return false }
+        var h = head
+        h.status = 200
+        h.length = .unknown
+        submit(s, HTTP2ResponseFields(head: h, requestId: exchange.requestId, cacheStatus: nil, age: nil), hasBody: true)
+        worker.requestDone(exchange, status: 200, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+        s.exchange = nil
+        s.tunnel = t
+        deactivate(s)
+        relay.start()
+        pump()
+        return true
+    }
+
+    /// The relay wrote to the stream (or ended it): nghttp2 takes it within the window.
+    func tunnelOutput(_ s: HTTP2Stream) {
+        if !s.pending.isEmpty, let t = s.tunnel { s.onWritable = { [weak t] in t?.drained() } }
+        dataAvailable(s, pumpNow: true)
+    }
+
+    /// The relay closed the stream: reset it unless it already ended.
+    func tunnelClosed(_ s: HTTP2Stream) {
+        s.tunnel = nil
+        s.onWritable = nil
+        guard streams[s.id] === s, let session else { return }
+        if !(s.responseEnded && s.pending.isEmpty) {
+            nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_CANCEL.rawValue)
+        }
+        pump()
     }
 
     /// A stream took answer bytes into its `pending` buffer.

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The header fields of one HTTP/2 request, collected as nghttp2 decodes them, and turned
 /// into an HTTP/1.1 request head that `HTTPRequestParser` then parses and normalises.
 ///
@@ -24,6 +26,8 @@ struct HTTP2RequestFields {
     private(set) var authority: [UInt8] = []
     private var host: [UInt8] = []
     private var sawScheme = false
+    /// `:protocol` of an extended CONNECT (RFC 8441): only `websocket` is taken.
+    private(set) var connectProtocol: [UInt8] = []
     /// Regular fields as `name: value\r\n` lines, cookies left out (joined at the end).
     private var lines: [UInt8] = []
     private var cookies: [UInt8] = []
@@ -66,6 +70,9 @@ struct HTTP2RequestFields {
             case ":scheme":
                 guard !sawScheme else { return refuse("two :scheme fields") }
                 sawScheme = true
+            case ":protocol":
+                guard connectProtocol.isEmpty, value.elementsEqual("websocket".utf8) else { return refuse("unsupported :protocol") }
+                connectProtocol = Array(value)
             default:
                 return refuse("unknown pseudo-header \(String(decoding: name, as: UTF8.self))")
             }
@@ -113,7 +120,9 @@ struct HTTP2RequestFields {
         guard !method.isEmpty, !path.isEmpty, sawScheme || method.elementsEqual("CONNECT".utf8) else {
             throw .malformed("missing :method, :scheme or :path")
         }
-        if method.elementsEqual("CONNECT".utf8) { throw .malformed("CONNECT is not supported") }
+        let isWebSocket = method.elementsEqual("CONNECT".utf8) && !connectProtocol.isEmpty
+        if method.elementsEqual("CONNECT".utf8) && !isWebSocket { throw .malformed("CONNECT is not supported") }
+        if !connectProtocol.isEmpty && !isWebSocket { throw .malformed(":protocol without CONNECT") }
         let hostValue = authority.isEmpty ? host : authority
         if !authority.isEmpty && !host.isEmpty && !Self.equalsIgnoringCase(authority, host) {
             // Two hosts: routing and signatures must not read one and the backend the other.
@@ -122,7 +131,9 @@ struct HTTP2RequestFields {
         guard !hostValue.isEmpty else { throw .malformed("no :authority or host") }
         var out: [UInt8] = []
         out.reserveCapacity(method.count + path.count + hostValue.count + lines.count + cookies.count + 64)
-        out.append(contentsOf: method)
+        // RFC 8441: an extended CONNECT for websocket is the HTTP/1.1 handshake, for the
+        // backend, with a key of the gateway's own (the client sends none over HTTP/2).
+        out.append(contentsOf: isWebSocket ? Array("GET".utf8) : method)
         out.append(0x20)
         out.append(contentsOf: path)
         out.append(contentsOf: " HTTP/1.1\r\nhost: ".utf8)
@@ -134,7 +145,15 @@ struct HTTP2RequestFields {
             out.append(contentsOf: cookies)
             out.append(contentsOf: "\r\n".utf8)
         }
-        if hasBody && !hasContentLength { out.append(contentsOf: "transfer-encoding: chunked\r\n".utf8) }
+        if isWebSocket {
+            out.append(contentsOf: "upgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-key: ".utf8)
+            var key = [UInt8](repeating: 0, count: 16)
+            for i in 0..<16 { key[i] = UInt8.random(in: 0...255) }
+            out.append(contentsOf: Data(key).base64EncodedString().utf8)
+            out.append(contentsOf: "\r\n".utf8)
+        } else if hasBody && !hasContentLength {
+            out.append(contentsOf: "transfer-encoding: chunked\r\n".utf8)
+        }
         out.append(contentsOf: "\r\n".utf8)
         return out
     }

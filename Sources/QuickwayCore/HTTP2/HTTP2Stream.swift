@@ -34,6 +34,8 @@ final class HTTP2Stream: ResponseSink {
     var bodyBytesHeld = 0
     /// Answer bytes taken since `lastProgress` last moved.
     var takenSinceProgress = 0
+    /// After an extended CONNECT (RFC 8441) became a WebSocket: the relay's client side.
+    var tunnel: HTTP2StreamTransport?
     /// Response bytes nghttp2 has not taken yet (the window is closed or the connection's
     /// output is full). Taken lazily, given back once empty.
     let pending = ByteBuffer(capacity: 16384, lazy: true)
@@ -79,6 +81,10 @@ final class HTTP2Stream: ResponseSink {
         responseEnded = true
         self.exchange = nil
         connection.responseEnded(self, exchange)
+    }
+
+    func switchToWebSocket(_ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool {
+        connection.switchToWebSocket(self, head, of: exchange, handOff: handOff)
     }
 
     func sendAbort(of exchange: Exchange) {
