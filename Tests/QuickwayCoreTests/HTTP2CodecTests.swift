@@ -180,4 +180,16 @@ final class HTTP2CodecTests: XCTestCase {
         XCTAssertThrowsError(try fields([(":method", "CONNECT"), (":protocol", "h3"), (":scheme", "https"), (":path", "/"),
                                          (":authority", "a")]).http1Head(hasBody: true))
     }
+
+    func testAClientsOwnWebSocketKeyIsNotASecondKey() throws {
+        // Over HTTP/2 the key is the gateway's; a client's would give the backend and the
+        // gateway's accept check two keys to read.
+        let f = fields([(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/chat"),
+                        (":authority", "api.test"), ("sec-websocket-version", "13"),
+                        ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")])
+        let h = try parsed(try f.http1Head(hasBody: true))
+        let keys = h.fields.filter { h.string($0.name).lowercased() == "sec-websocket-key" }
+        XCTAssertEqual(keys.count, 1)
+        XCTAssertNotEqual(h.string(keys[0].value), "dGhlIHNhbXBsZSBub25jZQ==")
+    }
 }

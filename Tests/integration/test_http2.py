@@ -252,14 +252,7 @@ def frames(data):
 
 def goaway_code(data):
     """The error code of the first GOAWAY frame (type 7) in a byte stream, or None."""
-    i = 0
-    while i + 9 <= len(data):
-        length = int.from_bytes(data[i:i + 3], "big")
-        ftype = data[i + 3]
-        if ftype == 7 and i + 9 + 8 <= len(data):
-            return int.from_bytes(data[i + 13:i + 17], "big")
-        i += 9 + length
-    return None
+    return next((int.from_bytes(p[4:8], "big") for t, _, _, p in frames(data) if t == 7 and len(p) >= 8), None)
 
 
 def rss_kb(pid):
@@ -456,15 +449,11 @@ def test_malformed_requests_get_a_400_on_their_stream(env):
         _, data = read_all_until_close(s, timeout=1.5)
         dec = hpack.Decoder()
         statuses = {}
-        i = 0
-        while i + 9 <= len(data):
-            length = int.from_bytes(data[i:i + 3], "big")
-            if data[i + 3] == 1:   # HEADERS
-                sid = int.from_bytes(data[i + 5:i + 9], "big") & 0x7FFFFFFF
-                statuses[sid] = dict(dec.decode(data[i + 9:i + 9 + length]))[":status"]
-            elif data[i + 3] == 3:
-                statuses.setdefault(int.from_bytes(data[i + 5:i + 9], "big") & 0x7FFFFFFF, "reset")
-            i += 9 + length
+        for ftype, _, sid, payload in frames(data):
+            if ftype == 1:   # HEADERS
+                statuses[sid] = dict(dec.decode(payload))[":status"]
+            elif ftype == 3:   # RST_STREAM
+                statuses.setdefault(sid, "reset")
         assert statuses.get(1) == "400", statuses       # :authority and host differ
         assert statuses.get(3) in ("400", "reset"), statuses   # CONNECT
         assert statuses.get(5) == "400", statuses       # an encoded dot segment, as for HTTP/1.1
@@ -618,12 +607,7 @@ def test_a_window_never_opened_holds_no_memory_and_is_reset(env):
             if not b:
                 break
             data += b
-            resets, i = 0, 0
-            while i + 9 <= len(data):
-                length = int.from_bytes(data[i:i + 3], "big")
-                if data[i + 3] == 3:
-                    resets += 1
-                i += 9 + length
+            resets = sum(1 for f in frames(data) if f[0] == 3)
         assert resets >= 10, f"{resets} of 10 stuck streams reset"
     finally:
         s.close()

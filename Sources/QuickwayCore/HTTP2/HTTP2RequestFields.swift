@@ -53,27 +53,26 @@ struct HTTP2RequestFields {
         listBytes += name.count + value.count + 32
         if refusal != nil { return }
         if listBytes > maxListBytes { refusal = .tooLarge; lines = []; cookies = []; return }
-        guard Self.isValue(value) else { return refuse("a header value holds a control character") }
+        guard value.allSatisfy(HTTPSyntax.isFieldValueByte) else { return refuse("a header value holds a control character") }
         if name.first == UInt8(ascii: ":") {
             guard lines.isEmpty && cookies.isEmpty && host.isEmpty else { return refuse("a pseudo-header follows a regular one") }
-            switch String(decoding: name, as: UTF8.self) {
-            case ":method":
+            if Self.named(name, ":method") {
                 guard method.isEmpty, !value.isEmpty, value.allSatisfy(HTTPSyntax.isTokenChar) else { return refuse("bad :method") }
                 method = Array(value)
-            case ":path":
+            } else if Self.named(name, ":path") {
                 // Visible ASCII only: it becomes the request line's target.
                 guard path.isEmpty, !value.isEmpty, value.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return refuse("bad :path") }
                 path = Array(value)
-            case ":authority":
+            } else if Self.named(name, ":authority") {
                 guard authority.isEmpty, value.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return refuse("bad :authority") }
                 authority = Array(value)
-            case ":scheme":
+            } else if Self.named(name, ":scheme") {
                 guard !sawScheme else { return refuse("two :scheme fields") }
                 sawScheme = true
-            case ":protocol":
+            } else if Self.named(name, ":protocol") {
                 guard connectProtocol.isEmpty, value.elementsEqual("websocket".utf8) else { return refuse("unsupported :protocol") }
                 connectProtocol = Array(value)
-            default:
+            } else {
                 return refuse("unknown pseudo-header \(String(decoding: name, as: UTF8.self))")
             }
             return
@@ -82,25 +81,27 @@ struct HTTP2RequestFields {
         guard !name.isEmpty, name.allSatisfy({ HTTPSyntax.isTokenChar($0) && !($0 >= 0x41 && $0 <= 0x5A) }) else {
             return refuse("a header name is not a lower-case token")
         }
-        switch String(decoding: name, as: UTF8.self) {
-        case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+        if Self.named(name, "connection") || Self.named(name, "keep-alive") || Self.named(name, "proxy-connection")
+            || Self.named(name, "transfer-encoding") || Self.named(name, "upgrade") {
             return refuse("connection-specific header field \(String(decoding: name, as: UTF8.self))")
-        case "te":
+        } else if Self.named(name, "te") {
             guard value.elementsEqual("trailers".utf8) else { return refuse("te other than trailers") }
             return
-        case "host":
+        } else if Self.named(name, "host") {
             guard host.isEmpty, value.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return refuse("bad or repeated host") }
             host = Array(value)
             return
-        case "cookie":
+        } else if Self.named(name, "cookie") {
             // RFC 9113 8.2.3: split cookie fields are joined with "; " for HTTP/1.1.
             if !cookies.isEmpty { cookies.append(contentsOf: "; ".utf8) }
             cookies.append(contentsOf: value)
             return
-        case "content-length":
+        } else if Self.named(name, "sec-websocket-key") {
+            // Not used over HTTP/2 (RFC 8441 5): the gateway writes its own for the
+            // backend, and a client's would be a second key read two ways.
+            return
+        } else if Self.named(name, "content-length") {
             hasContentLength = true
-        default:
-            break
         }
         lines.append(contentsOf: name)
         lines.append(contentsOf: ": ".utf8)
@@ -158,10 +159,9 @@ struct HTTP2RequestFields {
         return out
     }
 
-    /// Field values: HTAB, visible ASCII, space, obs-text; no CR, LF, NUL or other controls.
-    static func isValue(_ v: UnsafeRawBufferPointer) -> Bool {
-        for b in v where (b < 0x20 && b != 0x09) || b == 0x7F { return false }
-        return true
+    /// A (lower-case) field name equals a literal; no String is built per field.
+    @inline(__always) private static func named(_ name: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
+        HTTPSyntax.equalsLowercase(name, 0..<name.count, literal)
     }
 
     private static func equalsIgnoringCase(_ a: [UInt8], _ b: [UInt8]) -> Bool {

@@ -89,6 +89,12 @@ struct HTTP2ResponseFields {
     }
 
     private mutating func add(_ name: StaticString, decimal: Int) {
-        add(name, Array(String(decimal).utf8))
+        let start = bytes.count
+        bytes.append(contentsOf: UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+        let mid = bytes.count
+        var v = max(0, decimal)
+        repeat { bytes.append(UInt8(ascii: "0") + UInt8(v % 10)); v /= 10 } while v > 0
+        bytes[mid...].reverse()
+        fields.append((start..<mid, mid..<bytes.count))
     }
 }

@@ -62,16 +62,6 @@ final class TLSTransport: ByteTransport {
 
     var inputIsFull: Bool { input.readableBytes > readAheadLimit }
 
-    /// The protocol ALPN selected ("" when none).
-    var negotiatedProtocol: String {
-        guard let ssl else { return "" }
-        var p: UnsafePointer<UInt8>?
-        var n: UInt32 = 0
-        SSL_get0_alpn_selected(ssl, &p, &n)
-        guard let p, n > 0 else { return "" }
-        return String(decoding: UnsafeBufferPointer(start: p, count: Int(n)), as: UTF8.self)
-    }
-
     var isTLS: Bool { true }
 
     /// ALPN chose `h2`.
