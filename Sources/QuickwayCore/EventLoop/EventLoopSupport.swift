@@ -1,19 +1,19 @@
 import Glibc
 import CLibevent
 
-/// libevent set-up shared by every loop: thread support (so another thread may
-/// `event_active` a loop's control event) and a base with the epoll changelist on,
-/// which batches `epoll_ctl` calls (measured +12-20%, DESIGN.md).
+/// libevent set-up shared by every loop: a base with the epoll changelist on, which
+/// batches `epoll_ctl` calls (measured +12-20%, DESIGN.md), and without a lock: each base
+/// is used by its own loop thread only (other threads wake a worker through its eventfd,
+/// `Worker.wake`), so libevent's mutex around every event operation is pure cost.
 enum EventLoopSupport {
     private static let initialize: Void = {
-        evthread_use_pthreads()
         signal(SIGPIPE, SIG_IGN)
     }()
 
     static func makeBase() -> OpaquePointer {
         _ = initialize
         let cfg = event_config_new()
-        event_config_set_flag(cfg, Int32(EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST.rawValue))
+        event_config_set_flag(cfg, Int32(EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST.rawValue | EVENT_BASE_FLAG_NOLOCK.rawValue))
         let base = event_base_new_with_config(cfg)!
         event_config_free(cfg)
         return base

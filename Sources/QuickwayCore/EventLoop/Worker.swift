@@ -5,8 +5,10 @@ import Foundation
 
 /// One event-loop thread: its `event_base`, its own listening socket on the shared port
 /// (`SO_REUSEPORT`), its connections, and (for the proxy) its libcurl multi handle.
-/// Nothing here is touched from another thread except through `requestDrain()`, which
-/// wakes the loop with `event_active` on its control event.
+/// Nothing here is touched from another thread except through `post`, `install` and
+/// `requestDrain()`, which wake the loop by writing to its eventfd (`wakeFD`). The base has
+/// no lock (`EventLoopSupport.makeBase`): every libevent call on it is made on the loop
+/// thread, or before the loop thread starts.
 ///
 /// `@unchecked Sendable`: a worker is created on one thread and runs on its own. Its
 /// loop-side state is touched only on the loop thread; the entry points other threads
@@ -30,6 +32,9 @@ final class Worker: @unchecked Sendable {
     private var acceptPaused = false
     private var sweepEvent: OpaquePointer?
     private var controlEvent: OpaquePointer?
+    /// The eventfd other threads write to wake the loop (`wake()`); read by `control()`.
+    /// Closed under `pendingLock` once the loop has ended.
+    private var wakeFD: Int32 = -1
     private var drainDeadlineEvent: OpaquePointer?
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
     /// Set by another thread to ask for a graceful stop (read on the loop). An allocated
@@ -65,6 +70,8 @@ final class Worker: @unchecked Sendable {
         self.maxConnections = maxConnections
         self.stats = WorkerStats(routeCount: routeCount)
         base = EventLoopSupport.makeBase()
+        wakeFD = qw_wake_fd()
+        guard wakeFD >= 0 else { throw ListeningSocket.Failure(description: "eventfd() for \(name): \(String(cString: strerror(errno)))") }
         // Request ids: a random per-process prefix, the worker id, a counter.
         let seed = UInt64.random(in: 0..<(1 << 48))
         requestIdPrefix = Array(String(seed, radix: 16).utf8) + Array("-\(id)-".utf8)
@@ -101,7 +108,15 @@ final class Worker: @unchecked Sendable {
         defer { pendingLock.unlock() }
         guard !loopClosed else { return }
         mailbox.append(work)
-        event_active(controlEvent, EV_READ, 0)
+        wake()
+    }
+
+    /// Makes the loop run `control()` soon. Any thread; the caller holds `pendingLock`
+    /// (so the eventfd is still open). A write of 1 to an eventfd is atomic and cannot
+    /// block short of 2^64 - 2 unread wake-ups.
+    private func wake() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
     }
 
     /// Hands the loop a new handler (a reloaded config) from any thread; the loop
@@ -111,7 +126,7 @@ final class Worker: @unchecked Sendable {
         defer { pendingLock.unlock() }
         guard !loopClosed else { return }
         pendingHandler = h
-        event_active(controlEvent, EV_READ, 0)
+        wake()
     }
 
     /// Starts the loop on a new thread.
@@ -126,7 +141,7 @@ final class Worker: @unchecked Sendable {
         sweepEvent = event_new(base, -1, Int16(EV_PERSIST), workerSweepCallback, me)
         var tv = EventLoopSupport.timeval(millis: 250)
         event_add(sweepEvent, &tv)
-        controlEvent = event_new(base, -1, Int16(EV_PERSIST), workerControlCallback, me)
+        controlEvent = event_new(base, wakeFD, Int16(EV_READ | EV_PERSIST), workerControlCallback, me)
         event_add(controlEvent, nil)
         let thread = Thread { [self] in
             event_base_dispatch(base)
@@ -153,7 +168,7 @@ final class Worker: @unchecked Sendable {
         qw_flag_store(drainFlag, 1)
         pendingLock.lock()
         defer { pendingLock.unlock() }
-        if !loopClosed { event_active(controlEvent, EV_READ, 0) }
+        if !loopClosed { wake() }
     }
 
     /// Frees the worker's own events and its event base once the loop has ended (loop
@@ -162,6 +177,7 @@ final class Worker: @unchecked Sendable {
         pendingLock.lock()
         loopClosed = true
         mailbox.removeAll()
+        if wakeFD >= 0 { close(wakeFD); wakeFD = -1 }
         pendingLock.unlock()
         for e in [listenEvent, tlsListenEvent, sweepEvent, controlEvent, drainDeadlineEvent] { if let e { event_free(e) } }
         listenEvent = nil; tlsListenEvent = nil; sweepEvent = nil; controlEvent = nil; drainDeadlineEvent = nil
@@ -285,6 +301,8 @@ final class Worker: @unchecked Sendable {
     }
 
     fileprivate func control() {
+        var count: UInt64 = 0
+        _ = read(wakeFD, &count, 8)   // resets the eventfd (it is non-blocking)
         pendingLock.lock()
         if let h = pendingHandler { handler = h; pendingHandler = nil }
         let work = mailbox

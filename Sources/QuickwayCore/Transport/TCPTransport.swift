@@ -28,13 +28,16 @@ final class TCPTransport {
     let input = ByteBuffer(capacity: 4096, lazy: true)
     let output = ByteBuffer(capacity: 4096, lazy: true)
     /// Reading stops while `input` holds more than this (the codec resumes it).
-    var readAheadLimit: Int
+    /// This and the flags below are loop-thread values no access of which spans a call
+    /// that could reach them again: exempt from run-time exclusivity checks (as in
+    /// `ByteBuffer`), which cost more than the rest of a read.
+    @exclusivity(unchecked) var readAheadLimit: Int
     unowned(unsafe) var user: TransportUser?
     private let events: SocketEvents
     var writeStalledSince: Int64 { events.writeStalledSince }
     /// Lingering close: what the client still sends is read and dropped.
-    private var discarding = false
-    private(set) var closed = false
+    @exclusivity(unchecked) private var discarding = false
+    @exclusivity(unchecked) private(set) var closed = false
 
     init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int) {
         self.fd = fd
@@ -140,10 +143,12 @@ final class TCPTransport {
     }
 }
 
+// Called without a retain: the codec holds the transport until after `close()` frees
+// these events, and a closed codec waits in the worker's `retired` list for the next sweep.
 private let transportReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<TCPTransport>.fromOpaque(arg!).takeUnretainedValue().readNow()
+    Unmanaged<TCPTransport>.fromOpaque(arg!)._withUnsafeGuaranteedRef { $0.readNow() }
 }
 
 private let transportWriteCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<TCPTransport>.fromOpaque(arg!).takeUnretainedValue().flush()
+    Unmanaged<TCPTransport>.fromOpaque(arg!)._withUnsafeGuaranteedRef { $0.flush() }
 }

@@ -27,34 +27,48 @@ enum WebSocketRelayLimits {
 /// One side of a relayed WebSocket connection: its transport, the parser of the frames
 /// it sends, and where its closing handshake stands. Reports its transport's events to
 /// the relay. Loop thread only.
+///
+/// The state below opts out of Swift's run-time exclusivity checks: it is touched by the
+/// loop thread only, and no access spans a call that could reach it again (the parser
+/// calls nothing outside itself). Those checks were a fifth of the relay's instructions
+/// per message (callgrind, BENCHMARKS.md "WebSocket").
 final class WebSocketEndpoint: TransportUser {
     let transport: ByteTransport
+    /// The transport's buffers (the transport keeps them for its life), held here so the
+    /// hot path reads them without a call through the protocol and a retain.
+    unowned(unsafe) let input: ByteBuffer
+    unowned(unsafe) let output: ByteBuffer
     /// The client side (its frames are masked; the gateway pings it).
     let isClient: Bool
-    var parser: WebSocketFrameParser
-    unowned(unsafe) var relay: WebSocketRelay?
+    @exclusivity(unchecked) var parser: WebSocketFrameParser
+    /// The relay that owns this endpoint (set by `start()`). Unretained, and called
+    /// without a retain: the relay outlives its endpoints' callbacks (a closed relay
+    /// stays in the worker's `retired` list until the next sweep).
+    var relay: Unmanaged<WebSocketRelay>?
     /// A data frame to this side is partly written: control frames to it wait in
     /// `pendingControl` until it ends (they may go between frames, not inside one).
-    var midFrame = false
+    @exclusivity(unchecked) var midFrame = false
     var pendingControl: [UInt8] = []
     /// The current data frame from this side is forwarded (the other side takes data).
-    var forwardingFrame = false
+    @exclusivity(unchecked) var forwardingFrame = false
     /// Its header, until the first payload bytes passed the parser's checks: a frame
     /// that fails them (bad UTF-8) within what is buffered is not begun on the other
     /// side, which can then get a clean close frame.
-    var heldHeader: WebSocketFrameHeader?
-    var closeSent = false
-    var closeReceived = false
+    @exclusivity(unchecked) var heldHeader: WebSocketFrameHeader?
+    @exclusivity(unchecked) var closeSent = false
+    @exclusivity(unchecked) var closeReceived = false
     /// Reading stopped: the other side's output is over the high-water mark.
-    var readingPaused = false
+    @exclusivity(unchecked) var readingPaused = false
     /// It broke the protocol: its input is ignored from then on.
-    var failed = false
+    @exclusivity(unchecked) var failed = false
     /// Its transport is closed.
-    var gone = false
-    var pumping = false
+    @exclusivity(unchecked) var gone = false
+    @exclusivity(unchecked) var pumping = false
 
     init(transport: ByteTransport, isClient: Bool, parser: WebSocketFrameParser) {
         self.transport = transport
+        input = transport.input
+        output = transport.output
         self.isClient = isClient
         self.parser = parser
     }
@@ -62,9 +76,9 @@ final class WebSocketEndpoint: TransportUser {
     /// Its part of the closing handshake is over (or it cannot take part any more).
     var isDone: Bool { gone || (closeSent && (closeReceived || failed)) }
 
-    func transportReadable(peerClosed: Bool) { relay?.readable(self, peerClosed: peerClosed) }
-    func transportDrained() { relay?.drained(self) }
-    func transportClosed() { relay?.closed(self) }
+    func transportReadable(peerClosed: Bool) { relay?._withUnsafeGuaranteedRef { $0.readable(self, peerClosed: peerClosed) } }
+    func transportDrained() { relay?._withUnsafeGuaranteedRef { $0.drained(self) } }
+    func transportClosed() { relay?._withUnsafeGuaranteedRef { $0.closed(self) } }
 }
 
 /// A WebSocket connection after its `101`, between the client and the backend: it
@@ -129,8 +143,8 @@ final class WebSocketRelay: ClientConnection {
     /// Takes over both transports: sends what is written (the `101`), then relays what
     /// either side already sent.
     func start() {
-        client.relay = self
-        backend.relay = self
+        client.relay = Unmanaged.passUnretained(self)
+        backend.relay = Unmanaged.passUnretained(self)
         client.transport.user = client
         backend.transport.user = backend
         stats.connectionOpened(route: routeSlot)
@@ -156,14 +170,14 @@ final class WebSocketRelay: ClientConnection {
     private func pump(_ from: WebSocketEndpoint) {
         guard !from.pumping, !ended else { return }
         let to = other(from)
-        let input = from.transport.input
+        let input = from.input
         guard !from.gone else { return }
         if from.failed || from.closeReceived {
             input.clear()   // nothing after a close or a violation is read
             return
         }
         from.pumping = true
-        let out = to.transport.output
+        let out = to.output
         let inbound = from.isClient
         loop: while !ended {
             if !to.gone && out.readableBytes >= WebSocketRelayLimits.outputHighWater {
@@ -257,13 +271,13 @@ final class WebSocketRelay: ClientConnection {
     private func send(_ to: WebSocketEndpoint, _ opcode: UInt8, _ payload: [UInt8]) {
         guard !to.gone, !to.closeSent else { return }
         let frame = WebSocketFrame.encode(opcode: opcode, payload: payload, mask: to.isClient ? nil : UInt32.random(in: 0...UInt32.max))
-        if to.midFrame { to.pendingControl.append(contentsOf: frame) } else { to.transport.output.append(frame) }
+        if to.midFrame { to.pendingControl.append(contentsOf: frame) } else { to.output.append(frame) }
         if opcode == WebSocketOpcode.close { to.closeSent = true }
         if !to.pumping { flush(to) }
     }
 
     private func flush(_ e: WebSocketEndpoint) {
-        if !e.gone && !e.transport.output.isEmpty { e.transport.flush() }
+        if !e.gone && !e.output.isEmpty { e.transport.flush() }
     }
 
     func drained(_ e: WebSocketEndpoint) {
@@ -276,24 +290,31 @@ final class WebSocketRelay: ClientConnection {
         }
     }
 
-    /// A frame header re-encoded (shortest length form, same bits and mask).
+    /// A frame header re-encoded (shortest length form, same bits and mask), written
+    /// straight into `out` (at most 14 bytes).
     static func appendHeader(_ h: WebSocketFrameHeader, to out: ByteBuffer) {
-        out.append(byte: (h.fin ? 0x80 : 0) | h.rsv | h.opcode)
+        let space = out.writableSpace(atLeast: 14)
+        space[0] = (h.fin ? 0x80 : 0) | h.rsv | h.opcode
         let m: UInt8 = h.mask == nil ? 0 : 0x80
+        var n = 2
         if h.length < 126 {
-            out.append(byte: m | UInt8(h.length))
+            space[1] = m | UInt8(h.length)
         } else if h.length <= 0xFFFF {
-            out.append(byte: m | 126)
-            out.append(byte: UInt8(h.length >> 8))
-            out.append(byte: UInt8(h.length & 0xFF))
+            space[1] = m | 126
+            space[2] = UInt8(h.length >> 8)
+            space[3] = UInt8(h.length & 0xFF)
+            n = 4
         } else {
-            out.append(byte: m | 127)
-            for s in stride(from: 56, through: 0, by: -8) { out.append(byte: UInt8((h.length >> UInt64(s)) & 0xFF)) }
+            space[1] = m | 127
+            for k in 0..<8 { space[2 + k] = UInt8(truncatingIfNeeded: h.length >> UInt64(56 - 8 * k)) }
+            n = 10
         }
         if let k = h.mask {
-            out.append(byte: UInt8(k >> 24)); out.append(byte: UInt8((k >> 16) & 0xFF))
-            out.append(byte: UInt8((k >> 8) & 0xFF)); out.append(byte: UInt8(k & 0xFF))
+            space[n] = UInt8(k >> 24); space[n + 1] = UInt8((k >> 16) & 0xFF)
+            space[n + 2] = UInt8((k >> 8) & 0xFF); space[n + 3] = UInt8(k & 0xFF)
+            n += 4
         }
+        out.didWrite(n)
     }
 
     // MARK: closing
