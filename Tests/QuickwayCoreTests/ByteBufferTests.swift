@@ -28,4 +28,28 @@ final class ByteBufferTests: XCTestCase {
         b.appendHex(0); b.append(byte: 0x20); b.appendHex(0x1f2e)
         XCTAssertEqual(String(decoding: Array(b.readable), as: UTF8.self), "0 7 10 99 12345 \(Int.max) 0 1f2e")
     }
+
+    func testPooledStorageComesFromThePoolAndGoesBack() {
+        let pool = BufferPool(blockSize: 4096, maxFree: 2)
+        let a = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
+        let b = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
+        a.append(Array("x".utf8))
+        let block = a.readable.baseAddress
+        a.consume(1)
+        a.releaseStorage()
+        XCTAssertEqual(pool.freeCount, 1, "an emptied buffer gives its block to the pool")
+        b.append(Array("y".utf8))
+        XCTAssertEqual(pool.freeCount, 0)
+        XCTAssertEqual(b.readable.baseAddress, block, "the next buffer takes the same block, not a new one")
+        // A buffer that grew past the block size frees its storage instead.
+        b.append([UInt8](repeating: 1, count: 8000))
+        b.consume(b.readableBytes)
+        b.releaseStorage()
+        XCTAssertEqual(pool.freeCount, 0)
+        // At most maxFree blocks are kept.
+        let c = (0..<3).map { _ in ByteBuffer(capacity: 4096, lazy: true, pool: pool) }
+        for x in c { x.append(byte: 1) }
+        for x in c { x.consume(1); x.releaseStorage() }
+        XCTAssertEqual(pool.freeCount, 2)
+    }
 }

@@ -48,7 +48,8 @@ final class HTTP1ConnectionTests: XCTestCase {
         let (worker, handler) = (loop.worker, handler!)
         connection = loop.onLoop {
             worker.setHandler(handler)
-            let transport = TCPTransport(fd: server, peer: "127.0.0.9", base: worker.base, readAheadLimit: 16384 + 65536)
+            let transport = TCPTransport(fd: server, peer: "127.0.0.9", base: worker.base, readAheadLimit: 16384 + 65536,
+                                         pool: worker.bufferPool)
             return HTTP1Connection(transport: transport, worker: worker)
         }
     }
@@ -91,6 +92,23 @@ final class HTTP1ConnectionTests: XCTestCase {
     }
 
     private func count(_ s: String, _ of: String) -> Int { s.components(separatedBy: of).count - 1 }
+
+    /// Issue 17: a kept-alive connection holds no buffer memory once its answer is sent;
+    /// both 4 KiB blocks are back in the worker's pool at once, not at the next sweep.
+    func testBuffersGoBackToThePoolAsSoonAsTheAnswerIsSent() {
+        let (c, pool) = (connection!, loop.worker.bufferPool)
+        let before = loop.onLoop { pool.freeCount }
+        write("GET /one HTTP/1.1\nHost: a\n\n")
+        _ = read { $0.hasSuffix("/one") }
+        // No waiting: the blocks went back before the answer's last byte left (the
+        // sweep, every 250 ms, would only catch what was left over).
+        XCTAssertEqual(loop.onLoop { pool.freeCount }, before + 2)
+        XCTAssertEqual(loop.onLoop { c.transport.input.heldBytes + c.transport.output.heldBytes }, 0)
+        // The next request takes them again.
+        write("GET /two HTTP/1.1\nHost: a\n\n")
+        _ = read { $0.hasSuffix("/two") }
+        XCTAssertEqual(loop.onLoop { pool.freeCount }, before + 2)
+    }
 
     func testPipelinedRequestsAreAnsweredInOrder() {
         write("GET /one HTTP/1.1\nHost: a\n\nGET /two HTTP/1.1\nHost: a\n\nGET /three HTTP/1.1\nHost: a\n\n")

@@ -51,7 +51,7 @@ final class PipelineTests: XCTestCase {
         return loop.onLoop {
             let sink = RecordingSink()
             let ex = Exchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: Array("test".utf8),
-                              clientAddress: "127.0.0.9", clientAddressBytes: Array("127.0.0.9".utf8))
+                              clientAddress: "127.0.0.9")
             ex.handler = pipeline
             if let (code, message) = pipeline.preflight(ex) { ex.respondError(code, message) } else { pipeline.handle(ex) }
             return (ex, sink)

@@ -20,6 +20,8 @@ final class Worker: @unchecked Sendable {
     let base: OpaquePointer
     let limits: LimitsConfig
     let stats: WorkerStats
+    /// The free 4 KiB blocks its connections' buffers take while they have bytes in flight.
+    let bufferPool = BufferPool()
     private(set) var handler: RequestHandler!
     private let listenAddress: ListenAddress
     private let maxConnections: Int
@@ -226,9 +228,9 @@ final class Worker: @unchecked Sendable {
             let c: ClientConnection
             if tls, let context = tlsContext {
                 c = HTTP1Connection(transport: TLSTransport(fd: fd, peer: peer, base: base, context: context, stats: stats,
-                                                            readAheadLimit: readAhead), worker: self)
+                                                            readAheadLimit: readAhead, pool: bufferPool), worker: self)
             } else {
-                c = HTTP1Connection(transport: TCPTransport(fd: fd, peer: peer, base: base, readAheadLimit: readAhead), worker: self)
+                c = HTTP1Connection(transport: TCPTransport(fd: fd, peer: peer, base: base, readAheadLimit: readAhead, pool: bufferPool), worker: self)
             }
             connections[ObjectIdentifier(c)] = c
         }

@@ -114,6 +114,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     }
 
     func transportDrained() {
+        if exchange == nil && phase == .head { output.releaseStorage() }
         if let drained = onDrained {
             onDrained = nil
             drained()
@@ -156,6 +157,10 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 }
                 if input.isEmpty {
                     parser.reset()
+                    // Between requests: the input block goes back to the worker's pool
+                    // now (the output's when it has been sent, `transportDrained`), so an
+                    // idle kept-alive connection holds no buffer memory.
+                    input.releaseStorage()
                     deadline = Clock.coarseMillis() + worker.limits.clientIdleTimeoutMillis
                     transport.enableReading()
                     return
@@ -215,7 +220,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 
     private func start(_ head: HTTPRequestHead) {
         let ex = Exchange(head: head, sink: self, requestId: worker.requestId(from: head),
-                          clientAddress: transport.peer, clientAddressBytes: transport.peerBytes)
+                          clientAddress: transport.peer)
         ex.overTLS = transport.isTLS
         exchange = ex
         phase = .responding
@@ -420,9 +425,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     }
 
     func checkDeadline(_ now: Int64) {
-        // Idle between requests: hold no buffer memory (thousands of kept-alive
-        // connections would otherwise hold 8 KiB each). At most once a sweep, so a busy
-        // connection rarely takes its buffers again.
+        // Idle between requests: hold no buffer memory (they are normally given back
+        // when the last answer is sent; this catches what was left, e.g. after a drain
+        // that resumed reading).
         if phase == .head && input.isEmpty && output.isEmpty && !processing {
             transport.releaseIdleBuffers()
         }

@@ -363,7 +363,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         }
         guard case let .head(head, _) = parsed else { return refuse(s, .badRequest, "malformed request") }
         let ex = Exchange(head: head, sink: s, requestId: worker.requestId(from: head),
-                          clientAddress: transport.peer, clientAddressBytes: transport.peerBytes)
+                          clientAddress: transport.peer)
         ex.overTLS = transport.isTLS
         s.exchange = ex
         if head.droppedUnderscoreFields > 0 { worker.stats.underscoreHeadersDropped(head.droppedUnderscoreFields) }
@@ -626,7 +626,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// connection slot) for its timers and drain.
     func switchToWebSocket(_ s: HTTP2Stream, _ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool {
         guard streams[s.id] === s, !s.requestEnded, !s.responseStarted, !closing else { return false }
-        let t = HTTP2StreamTransport(stream: s, peer: transport.peer, peerBytes: transport.peerBytes, isTLS: transport.isTLS)
+        let t = HTTP2StreamTransport(stream: s, peer: transport.peer, isTLS: transport.isTLS)
         let relay = WebSocketRelay(clientTransport: t, worker: worker, handOff: handOff)
         guard worker.addConnection(relay) else { return false }
         var h = head

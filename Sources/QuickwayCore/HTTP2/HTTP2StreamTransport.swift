@@ -9,7 +9,6 @@ final class HTTP2StreamTransport: ByteTransport {
     let input = ByteBuffer(capacity: 4096, lazy: true)
     let output: ByteBuffer
     let peer: String
-    let peerBytes: [UInt8]
     let isTLS: Bool
     unowned(unsafe) var user: TransportUser?
     private unowned let stream: HTTP2Stream
@@ -21,11 +20,10 @@ final class HTTP2StreamTransport: ByteTransport {
     /// (the stream's window is refilled as DATA arrives, so this is the bound).
     static let inputLimit = 1 << 20
 
-    init(stream: HTTP2Stream, peer: String, peerBytes: [UInt8], isTLS: Bool) {
+    init(stream: HTTP2Stream, peer: String, isTLS: Bool) {
         self.stream = stream
         output = stream.pending
         self.peer = peer
-        self.peerBytes = peerBytes
         self.isTLS = isTLS
     }
 

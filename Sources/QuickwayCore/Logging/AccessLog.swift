@@ -161,7 +161,8 @@ struct AccessLogEntry {
         if let ex = exchange {
             ex.requestId.withUnsafeBytes { Self.appendJSONString($0, out) }
             out.append(",\"client\":")
-            ex.clientAddressBytes.withUnsafeBytes { Self.appendJSONString($0, out) }
+            var client = ex.clientAddress   // an IPv4 address is inline: no heap copy
+            client.withUTF8 { Self.appendJSONString(UnsafeRawBufferPointer($0), out) }
             out.append(",\"method\":")
             ex.head.withBytes { raw in
                 Self.appendJSONString(UnsafeRawBufferPointer(rebasing: raw[ex.head.method]), out)

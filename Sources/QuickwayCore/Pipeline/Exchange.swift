@@ -20,8 +20,6 @@ final class Exchange {
     let requestId: [UInt8]
     let startNanos: UInt64
     let clientAddress: String
-    /// The client's address as bytes (shared with the transport).
-    let clientAddressBytes: [UInt8]
     /// The client came over TLS: `X-Forwarded-Proto: https`, and its cached answers are
     /// kept apart from plain-HTTP ones (a backend may write the scheme into them).
     var overTLS = false
@@ -57,12 +55,11 @@ final class Exchange {
     /// the exchange ends: the one cancellation signal goes to it.
     private(set) var owner: ExchangeOwner?
 
-    init(head: HTTPRequestHead, sink: ResponseSink, requestId: [UInt8], clientAddress: String, clientAddressBytes: [UInt8]) {
+    init(head: HTTPRequestHead, sink: ResponseSink, requestId: [UInt8], clientAddress: String) {
         self.head = head
         self.sink = sink
         self.requestId = requestId
         self.clientAddress = clientAddress
-        self.clientAddressBytes = clientAddressBytes
         self.startNanos = Clock.monotonicNanos()
         isHeadRequest = head.methodIs("HEAD")
     }

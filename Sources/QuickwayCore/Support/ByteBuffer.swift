@@ -22,13 +22,21 @@ public final class ByteBuffer {
     @exclusivity(unchecked) private(set) var readIndex = 0
     @exclusivity(unchecked) private(set) var writeIndex = 0
     private let initialCapacity: Int
+    /// Where storage of exactly the pool's block size comes from and goes back to
+    /// (a worker's connection buffers); nil: malloc and free. Unretained: the worker owns
+    /// the pool and outlives its connections, whose buffers give their storage back when
+    /// they close (`ByteTransport.discardBuffers`), so a buffer never reaches the pool
+    /// after the worker is gone.
+    private unowned(unsafe) let pool: BufferPool?
     /// A stand-in address for a buffer without storage (never written, never freed, so
     /// sharing it between threads is safe).
     nonisolated(unsafe) private static let noStorage = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
 
-    /// `lazy`: take no memory until the first write.
-    public init(capacity: Int = 4096, lazy: Bool = false) {
+    /// `lazy`: take no memory until the first write. `pool`: take first storage from it
+    /// (when `capacity` is its block size) and give it back on release.
+    public init(capacity: Int = 4096, lazy: Bool = false, pool: BufferPool? = nil) {
         initialCapacity = max(capacity, 64)
+        self.pool = pool
         if lazy {
             self.capacity = 0
             base = Self.noStorage
@@ -38,12 +46,16 @@ public final class ByteBuffer {
         }
     }
 
-    deinit { if capacity > 0 { free(base) } }
+    deinit { if capacity > 0 { freeStorage() } }
+
+    private func freeStorage() {
+        if let pool, capacity == pool.blockSize { pool.give(base) } else { free(base) }
+    }
 
     /// Gives the memory back if nothing is buffered; the next write takes it again.
     public func releaseStorage() {
         guard capacity > 0, readIndex == writeIndex else { return }
-        free(base)
+        freeStorage()
         base = Self.noStorage
         capacity = 0
         readIndex = 0
@@ -60,29 +72,37 @@ public final class ByteBuffer {
     public var readable: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base + readIndex, count: readableBytes) }
 
     /// Makes room for at least `count` more bytes at the write position and returns it.
+    /// The common case (room already there) is a compare; the rest is `makeRoom`.
+    @inline(__always)
     public func writableSpace(atLeast count: Int) -> UnsafeMutableRawBufferPointer {
+        if capacity - writeIndex < count { makeRoom(count) }
+        return UnsafeMutableRawBufferPointer(start: base + writeIndex, count: capacity - writeIndex)
+    }
+
+    /// Takes storage (the first time, or after `releaseStorage`), slides unread bytes to
+    /// the front, or grows, until `count` bytes fit after the write position.
+    @inline(never)
+    private func makeRoom(_ count: Int) {
         if capacity == 0 {
             var first = initialCapacity
             while first < count { first *= 2 }
-            base = malloc(first)!
+            if let pool, first == pool.blockSize { base = pool.take() } else { base = malloc(first)! }
             capacity = first
+            return
+        }
+        if readIndex > 0 {
+            // Slide unread bytes to the front before growing.
+            let n = readableBytes
+            if n > 0 { memmove(base, base + readIndex, n) }
+            readIndex = 0
+            writeIndex = n
         }
         if capacity - writeIndex < count {
-            if readIndex > 0 {
-                // Slide unread bytes to the front before growing.
-                let n = readableBytes
-                if n > 0 { memmove(base, base + readIndex, n) }
-                readIndex = 0
-                writeIndex = n
-            }
-            if capacity - writeIndex < count {
-                var newCapacity = capacity * 2
-                while newCapacity - writeIndex < count { newCapacity *= 2 }
-                base = realloc(base, newCapacity)!
-                capacity = newCapacity
-            }
+            var newCapacity = capacity * 2
+            while newCapacity - writeIndex < count { newCapacity *= 2 }
+            base = realloc(base, newCapacity)!
+            capacity = newCapacity
         }
-        return UnsafeMutableRawBufferPointer(start: base + writeIndex, count: capacity - writeIndex)
     }
 
     /// Records that `count` bytes were written into `writableSpace`.

@@ -1,49 +1,53 @@
 import CLibevent
 
 /// The libevent read and write events of one client socket, which of them is armed, and
-/// how long the write side has waited for the kernel. Owned by a transport
+/// how long the write side has waited for the kernel. Held inline by its transport
 /// (`TCPTransport`, `TLSTransport`), which frees them at close. Loop thread only.
 ///
-/// A class, not a struct: a mutating call on a struct stored in the transport is a
-/// checked exclusive access of the transport's property each time (measured: about 400
-/// instructions per request), while the transport holds a class in a `let`.
-final class SocketEvents {
+/// A struct stored in the transport under `@exclusivity(unchecked)`: no call on it can
+/// reach the transport's `events` again, and a separate object would cost a heap block
+/// per connection and the run-time exclusivity checks about 400 instructions per request.
+/// The socket, base and owner are read back from the read event rather than kept twice.
+struct SocketEvents {
     private var read: OpaquePointer?
+    /// Made the first time the kernel's buffer is full: most connections never need one,
+    /// and each event is 128 bytes held for the connection's life.
     private var write: OpaquePointer?
+    private var onWritable: event_callback_fn?
     private var readArmed = false
     private var writeArmed = false
     /// Coarse milliseconds since the kernel last took bytes while the write event was
     /// armed; 0 when nothing waits (`ByteTransport.writeStalledSince`).
     private(set) var writeStalledSince: Int64 = 0
 
-    init(base: OpaquePointer, fd: Int32) {
-        self.base = base
-        self.fd = fd
-    }
+    init() {}
 
-    private let base: OpaquePointer
-    private let fd: Int32
-
-    /// Creates the persistent events; the callbacks get `owner` (unretained) as their argument.
-    func create(owner: UnsafeMutableRawPointer, onReadable: event_callback_fn, onWritable: event_callback_fn) {
+    /// Creates the persistent read event (the write event waits until needed); the
+    /// callbacks get `owner` (unretained) as their argument.
+    mutating func create(base: OpaquePointer, fd: Int32, owner: UnsafeMutableRawPointer,
+                         onReadable: event_callback_fn, onWritable: event_callback_fn) {
         read = event_new(base, fd, Int16(EV_READ | EV_PERSIST), onReadable, owner)
-        write = event_new(base, fd, Int16(EV_WRITE | EV_PERSIST), onWritable, owner)
+        self.onWritable = onWritable
     }
 
-    func setReading(_ on: Bool) {
+    mutating func setReading(_ on: Bool) {
         guard let read else { return }
         if on && !readArmed { event_add(read, nil); readArmed = true }
         if !on && readArmed { event_del(read); readArmed = false }
     }
 
-    func setWriting(_ on: Bool) {
+    mutating func setWriting(_ on: Bool) {
+        if on && write == nil, let read, let onWritable {
+            write = event_new(event_get_base(read), event_get_fd(read), Int16(EV_WRITE | EV_PERSIST), onWritable,
+                              event_get_callback_arg(read))
+        }
         guard let write else { return }
         if on && !writeArmed { event_add(write, nil); writeArmed = true; writeStalledSince = Clock.coarseMillis() }
         if !on && writeArmed { event_del(write); writeArmed = false; writeStalledSince = 0 }
     }
 
     /// The kernel took some of the output: the stall, if any, starts again now.
-    func wroteSome() {
+    mutating func wroteSome() {
         if writeArmed { writeStalledSince = Clock.coarseMillis() }
     }
 
@@ -53,10 +57,10 @@ final class SocketEvents {
         if let read { event_active(read, EV_READ, 0) }
     }
 
-    func free() {
+    mutating func free() {
         if let read { event_free(read) }
         if let write { event_free(write) }
-        read = nil; write = nil
+        read = nil; write = nil; onWritable = nil
         readArmed = false; writeArmed = false; writeStalledSince = 0
     }
 }

@@ -23,29 +23,29 @@ protocol TransportUser: AnyObject {
 final class TCPTransport {
     let fd: Int32
     let peer: String
-    let peerBytes: [UInt8]
     /// Taken on the first byte and given back while idle (`releaseIdleBuffers`).
-    let input = ByteBuffer(capacity: 4096, lazy: true)
-    let output = ByteBuffer(capacity: 4096, lazy: true)
+    let input: ByteBuffer
+    let output: ByteBuffer
     /// Reading stops while `input` holds more than this (the codec resumes it).
     /// This and the flags below are loop-thread values no access of which spans a call
     /// that could reach them again: exempt from run-time exclusivity checks (as in
     /// `ByteBuffer`), which cost more than the rest of a read.
     @exclusivity(unchecked) var readAheadLimit: Int
     unowned(unsafe) var user: TransportUser?
-    private let events: SocketEvents
+    @exclusivity(unchecked) private var events = SocketEvents()
     var writeStalledSince: Int64 { events.writeStalledSince }
     /// Lingering close: what the client still sends is read and dropped.
     @exclusivity(unchecked) private var discarding = false
     @exclusivity(unchecked) private(set) var closed = false
 
-    init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int) {
+    /// `pool`: the worker's `BufferPool`, where the buffers' first 4 KiB come from.
+    init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int, pool: BufferPool? = nil) {
         self.fd = fd
-        events = SocketEvents(base: base, fd: fd)
+        input = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
+        output = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
         self.peer = peer
-        self.peerBytes = Array(peer.utf8)
         self.readAheadLimit = readAheadLimit
-        events.create(owner: Unmanaged.passUnretained(self).toOpaque(), onReadable: transportReadCallback, onWritable: transportWriteCallback)
+        events.create(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(), onReadable: transportReadCallback, onWritable: transportWriteCallback)
     }
 
     // MARK: reading

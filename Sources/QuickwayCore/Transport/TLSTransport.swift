@@ -20,15 +20,14 @@ import CQuickwayShims
 final class TLSTransport: ByteTransport {
     let fd: Int32
     let peer: String
-    let peerBytes: [UInt8]
-    let input = ByteBuffer(capacity: 4096, lazy: true)
-    let output = ByteBuffer(capacity: 4096, lazy: true)
+    let input: ByteBuffer
+    let output: ByteBuffer
     var readAheadLimit: Int
     unowned(unsafe) var user: TransportUser?
     private let context: TLSContext
     private let stats: WorkerStats
     private var ssl: OpaquePointer?
-    private let events: SocketEvents
+    @exclusivity(unchecked) private var events = SocketEvents()
     var writeStalledSince: Int64 { events.writeStalledSince }
     /// The codec wants reads (it may pause them while a response is pending).
     private var readingWanted = true
@@ -42,11 +41,11 @@ final class TLSTransport: ByteTransport {
     private var discarding = false
     private(set) var closed = false
 
-    init(fd: Int32, peer: String, base: OpaquePointer, context: TLSContext, stats: WorkerStats, readAheadLimit: Int) {
+    init(fd: Int32, peer: String, base: OpaquePointer, context: TLSContext, stats: WorkerStats, readAheadLimit: Int, pool: BufferPool? = nil) {
+        input = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
+        output = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
         self.fd = fd
-        events = SocketEvents(base: base, fd: fd)
         self.peer = peer
-        self.peerBytes = Array(peer.utf8)
         self.context = context
         self.stats = stats
         self.readAheadLimit = readAheadLimit
@@ -55,7 +54,7 @@ final class TLSTransport: ByteTransport {
             SSL_set_fd(ssl, fd)
             SSL_set_accept_state(ssl)
         }
-        events.create(owner: Unmanaged.passUnretained(self).toOpaque(), onReadable: tlsReadCallback, onWritable: tlsWriteCallback)
+        events.create(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(), onReadable: tlsReadCallback, onWritable: tlsWriteCallback)
         // The client speaks first (ClientHello).
         events.setReading(true)
     }
