@@ -97,6 +97,8 @@ public struct UpstreamResponseHead {
         default:
             if UpstreamRequestHeaders.isDropped(l, name) { return false }
         }
+        // One allocation for a typical head, not a regrowth every few lines.
+        if relayLines.capacity == 0 { relayLines.reserveCapacity(512) }
         relayLines.append(contentsOf: l)
         relayLines.append(0x0D)   // not `[0x0D, 0x0A]`: an array literal is a heap allocation per line
         relayLines.append(0x0A)
