@@ -34,10 +34,13 @@
 # Case "http2": HTTP/2 over TLS against nginx `ssl http2` with h2load: 1 and 100 streams per
 # connection, full and resumed handshakes (scripts/bench-http2.sh).
 #
+# Case "scaling": req/s and p99 with 1 and 2 workers and 1, 64 and 1,024 connections, against
+# nginx with as many workers (scripts/bench-scaling.sh).
+#
 # Case "websocket": echo round trips over 100 WebSocket connections against nginx proxying
 # the same backend (scripts/bench-websocket.sh).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|all]
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -81,6 +84,9 @@ fi
 if [ "$CASE" = websocket ]; then
   # 100 connections unless --connections says otherwise (64 is the HTTP cases' default).
   exec scripts/bench-websocket.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$([ "$CONNS" = 64 ] && echo 100 || echo "$CONNS")"
+fi
+if [ "$CASE" = scaling ]; then
+  exec scripts/bench-scaling.sh --rounds "$ROUNDS" --duration "$DURATION"
 fi
 if [ "$CASE" = tls ]; then
   exec scripts/bench-tls.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"

@@ -137,8 +137,13 @@ private let upstreamConnectionWriteCallback: @convention(c) (Int32, Int16, Unsaf
 /// Idle keep-alive connections per upstream IP, for one worker. Most recently used
 /// first out (the least likely to have been closed by the upstream). At most
 /// `maxIdlePerMember` per IP; idle longer than `idleTimeoutMillis`, closed.
+///
+/// The cap is as high as the client connections a worker commonly serves at once: each
+/// in-flight request holds its own upstream connection, and one turned away at `put` is
+/// a new connection (through libcurl) for a later request. At 256, 1,024 busy client
+/// connections halved a worker's req/s (`scripts/bench.sh --case scaling`, BENCHMARKS.md).
 final class UpstreamPool {
-    static let maxIdlePerMember = 256
+    static let maxIdlePerMember = 1024
     static let idleTimeoutMillis: Int64 = 60_000
     private var idle: [ObjectIdentifier: [UpstreamConnection]] = [:]
 
