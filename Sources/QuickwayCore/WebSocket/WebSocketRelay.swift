@@ -239,8 +239,13 @@ final class WebSocketRelay: ClientConnection {
             }
         }
         from.pumping = false
-        flush(to)
-        flush(from)
+        deferFlush(to)
+        deferFlush(from)
+    }
+
+    /// Relayed frames go out once the loop turn's reads are done (`Worker.deferFlush`).
+    private func deferFlush(_ e: WebSocketEndpoint) {
+        if !e.gone && !e.output.isEmpty { worker.deferFlush(e.transport) }
     }
 
     private func control(_ from: WebSocketEndpoint, _ opcode: UInt8, _ payload: [UInt8]) {
