@@ -384,14 +384,26 @@ final class Worker: @unchecked Sendable {
             return Array(head.bytes[r])
         }
         requestCounter &+= 1
-        var out = [UInt8]()
-        out.reserveCapacity(requestIdPrefix.count + 20)
-        out.append(contentsOf: requestIdPrefix)
-        var v = requestCounter
-        let start = out.count
-        repeat { out.append(UInt8(ascii: "0") + UInt8(v % 10)); v /= 10 } while v > 0
-        out[start...].reverse()
-        return out
+        let v = requestCounter
+        var digits = 1
+        var rest = v / 10
+        while rest > 0 { digits += 1; rest /= 10 }
+        let prefix = requestIdPrefix
+        let total = prefix.count + digits
+        // Written in place: one allocation, no growth, no slice copy (this runs per request).
+        return [UInt8](unsafeUninitializedCapacity: total) { buf, count in
+            prefix.withUnsafeBufferPointer { p in
+                _ = UnsafeMutableBufferPointer(rebasing: buf[0..<p.count]).initialize(from: p)
+            }
+            var x = v
+            var i = total
+            repeat {
+                i -= 1
+                buf[i] = UInt8(ascii: "0") + UInt8(x % 10)
+                x /= 10
+            } while x > 0
+            count = total
+        }
     }
 
     var connectionCount: Int { connections.count }
