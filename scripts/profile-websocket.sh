@@ -4,7 +4,8 @@
 # C load generator's clients and its echo backend (scripts/bench_ws_load.c); after a
 # 3 s warm-up, instrumentation is on for a 10 s run of 10 connections sending 64-byte
 # messages. Prints instructions per round trip (each message crosses the relay twice)
-# and the top functions. QW_BIN=path profiles another build.
+# and the top functions. QW_BIN=path profiles another build; KEEP_CALLGRIND=file keeps
+# callgrind's output (for callgrind_annotate --tree=caller).
 # Usage: scripts/profile-websocket.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,7 @@ callgrind_control -d "$VG" >/dev/null
 for _ in $(seq 50); do ls "$WORK"/cg.out* >/dev/null 2>&1 && break; sleep 0.2; done
 sleep 1
 f=$(ls -t "$WORK"/cg.out* | head -1)
+[ -n "${KEEP_CALLGRIND:-}" ] && cp "$f" "$KEEP_CALLGRIND"
 total=$(callgrind_annotate "$f" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | awk '{gsub(",","",$1); print $1}')
 msgs=$(python3 -c "import sys; print(int(float(sys.argv[1].split()[0]) * 10))" "$out")
 echo "$msgs round trips; $((total / msgs)) user-space instructions per round trip"

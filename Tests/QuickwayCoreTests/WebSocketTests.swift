@@ -15,6 +15,9 @@ final class WebSocketFrameParserTests: XCTestCase {
         return out
     }
 
+    /// How many frames `run` got as one `dataFrame` event.
+    var wholeFrames = 0
+
     enum Seen: Equatable {
         case data(op: UInt8, fin: Bool, rsv: UInt8, payload: [UInt8])
         case control(UInt8, [UInt8])
@@ -51,6 +54,10 @@ final class WebSocketFrameParserTests: XCTestCase {
                     }
                 case .dataEnd:
                     seen.append(.data(op: header!.opcode, fin: header!.fin, rsv: header!.rsv, payload: payload))
+                case let .dataFrame(h, r, _):
+                    wholeFrames += 1
+                    let pl = buffer[r].enumerated().map { i, b in h.mask.map { b ^ WebSocketFrameHeader.maskByte($0, UInt64(i)) } ?? b }
+                    seen.append(.data(op: h.opcode, fin: h.fin, rsv: h.rsv, payload: pl))
                 case let .control(op, pl): seen.append(.control(op, pl))
                 }
                 buffer.removeFirst(used)
@@ -86,6 +93,39 @@ final class WebSocketFrameParserTests: XCTestCase {
             .data(op: 1, fin: true, rsv: 0, payload: []),
             .control(8, [0x03, 0xE8] + Array("bye".utf8)),
         ])
+    }
+
+    /// A data frame all in the input comes as one event, with the range of its payload
+    /// and whether it ends its message; one cut short comes in pieces.
+    func testWholeFrameIsOneEvent() throws {
+        let bytes = frame(2, [1, 2, 3], fin: false) + frame(0, [4], fin: true) + frame(9, [5])
+        var p = WebSocketFrameParser(expectMasked: true, maxMessageBytes: 100)
+        var events: [WebSocketFrameParser.Event] = []
+        var at = 0
+        while true {
+            let (e, used) = try bytes.withUnsafeBytes { try p.next(UnsafeRawBufferPointer(rebasing: $0[at...])) }
+            if e == .needMore { break }
+            events.append(e)
+            at += used
+        }
+        let h1 = WebSocketFrameHeader(fin: false, rsv: 0, opcode: 2, mask: 0x1234_5678, length: 3)
+        let h2 = WebSocketFrameHeader(fin: true, rsv: 0, opcode: 0, mask: 0x1234_5678, length: 1)
+        // Ranges are relative to each call's input, which starts at the frame.
+        XCTAssertEqual(events, [.dataFrame(h1, 6..<9, messageEnd: false), .dataFrame(h2, 6..<7, messageEnd: true), .control(opcode: 9, payload: [5])])
+        XCTAssertEqual(at, bytes.count)
+
+        wholeFrames = 0
+        _ = run(bytes, cuts: [])
+        XCTAssertEqual(wholeFrames, 2)
+        wholeFrames = 0
+        _ = run(bytes, cuts: [7])
+        XCTAssertEqual(wholeFrames, 1, "the first frame is cut inside its payload; the second comes whole")
+        wholeFrames = 0
+        _ = run(bytes, cuts: Array(0...bytes.count))
+        XCTAssertEqual(wholeFrames, 0)
+        // A whole text frame is checked before it is handed out.
+        XCTAssertEqual(run(frame(1, [0x61, 0xC0, 0x80]), cuts: []), [.violation(1007)])
+        XCTAssertEqual(run(frame(1, [0x61, 0xE2], fin: true), cuts: []), [.violation(1007)])
     }
 
     func testSixtyFourBitLengthAndServerFrames() {

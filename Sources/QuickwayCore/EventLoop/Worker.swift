@@ -37,8 +37,9 @@ final class Worker: @unchecked Sendable {
     /// Runs `flushDeferred` once the I/O callbacks of the current loop turn are done
     /// (activated on demand; libevent runs it after the events already active).
     private var flushEvent: OpaquePointer?
-    /// Transports whose output waits for `flushDeferred` (`deferFlush`).
-    private var pendingFlush: [any ByteTransport] = []
+    /// Transports whose output waits for `flushDeferred` (`deferFlush`), each retained
+    /// until it is flushed. Loop thread only.
+    private let pendingFlush = DeferredFlushList()
     /// The eventfd other threads write to wake the loop (`wake()`); read by `control()`.
     /// Closed under `pendingLock` once the loop has ended.
     private var wakeFD: Int32 = -1
@@ -189,7 +190,7 @@ final class Worker: @unchecked Sendable {
         pendingLock.unlock()
         for e in [listenEvent, tlsListenEvent, sweepEvent, controlEvent, drainDeadlineEvent, flushEvent] { if let e { event_free(e) } }
         listenEvent = nil; tlsListenEvent = nil; sweepEvent = nil; controlEvent = nil; drainDeadlineEvent = nil; flushEvent = nil
-        pendingFlush.removeAll()
+        pendingFlush.removeAll()   // not sent: the loop is over
         if listenFD >= 0 { close(listenFD); listenFD = -1 }
         if tlsListenFD >= 0 { close(tlsListenFD); tlsListenFD = -1 }
         event_base_free(base)
@@ -314,20 +315,11 @@ final class Worker: @unchecked Sendable {
     /// the others ready, instead of being woken once per send (the WebSocket relay, where
     /// a frame in means a frame out). Loop thread.
     func deferFlush(_ t: any ByteTransport) {
-        pendingFlush.append(t)
-        if pendingFlush.count == 1, let flushEvent { event_active(flushEvent, EV_TIMEOUT, 0) }
+        if pendingFlush.append(t), let flushEvent { event_active(flushEvent, EV_TIMEOUT, 0) }
     }
 
     fileprivate func flushDeferred() {
-        var i = 0
-        // A flush may defer more (a drained side resumes the other): those are appended
-        // and sent in this same pass.
-        while i < pendingFlush.count {
-            let t = pendingFlush[i]
-            i += 1
-            if !t.closed && !t.output.isEmpty { t.flush() }
-        }
-        pendingFlush.removeAll(keepingCapacity: true)
+        pendingFlush.flushAll()
     }
 
     fileprivate func control() {

@@ -27,7 +27,10 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     enum Phase { case head, body, responding, closing }
 
     let transport: Transport
-    unowned let worker: Worker
+    /// `unowned(unsafe)`: the worker outlives everything on its loop (its thread holds it
+    /// until the loop has ended and its connections are closed), and a checked `unowned`
+    /// costs an atomic retain and release at each use.
+    unowned(unsafe) let worker: Worker
     private var parser: HTTPRequestParser
     private var decoder: HTTPBodyDecoder?
     private(set) var exchange: Exchange?

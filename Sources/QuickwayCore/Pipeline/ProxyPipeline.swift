@@ -24,7 +24,10 @@ final class SharedStages: @unchecked Sendable {
 ///
 /// Runs on its worker's loop.
 final class ProxyPipeline: RequestHandler {
-    unowned let worker: Worker
+    /// `unowned(unsafe)`: the worker outlives everything on its loop (its thread holds it
+    /// until the loop has ended and its connections are closed), and a checked `unowned`
+    /// costs an atomic retain and release at each use.
+    unowned(unsafe) let worker: Worker
     let routes: RouteSnapshot
     let stages: [RequestStage]
     let answerStages: [AnswerStage]

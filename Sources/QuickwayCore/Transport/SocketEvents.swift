@@ -14,7 +14,9 @@ struct SocketEvents {
     /// and each event is 128 bytes held for the connection's life.
     private var write: OpaquePointer?
     private var onWritable: event_callback_fn?
-    private var readArmed = false
+    /// `EV_ET` on both events (libevent refuses to mix the two modes on one socket).
+    private var edgeTriggered = false
+    private(set) var readArmed = false
     private var writeArmed = false
     /// Coarse milliseconds since the kernel last took bytes while the write event was
     /// armed; 0 when nothing waits (`ByteTransport.writeStalledSince`).
@@ -24,9 +26,17 @@ struct SocketEvents {
 
     /// Creates the persistent read event (the write event waits until needed); the
     /// callbacks get `owner` (unretained) as their argument.
+    ///
+    /// `edgeTriggered`: the kernel reports a socket once per arrival of data (or of room
+    /// to write) instead of at every loop turn while it stays readable, which spares it
+    /// re-polling every ready socket at each `epoll_wait` (as nginx does). The owner must
+    /// then read until a short read, `EAGAIN` or end of stream, or resume reading itself
+    /// (`activateRead`) when it stopped before; arming an event (`event_add`) makes the
+    /// kernel report what is already there.
     mutating func create(base: OpaquePointer, fd: Int32, owner: UnsafeMutableRawPointer,
-                         onReadable: event_callback_fn, onWritable: event_callback_fn) {
-        read = event_new(base, fd, Int16(EV_READ | EV_PERSIST), onReadable, owner)
+                         onReadable: event_callback_fn, onWritable: event_callback_fn, edgeTriggered: Bool = false) {
+        self.edgeTriggered = edgeTriggered
+        read = event_new(base, fd, Int16(EV_READ | EV_PERSIST | (edgeTriggered ? EV_ET : 0)), onReadable, owner)
         self.onWritable = onWritable
     }
 
@@ -38,7 +48,7 @@ struct SocketEvents {
 
     mutating func setWriting(_ on: Bool) {
         if on && write == nil, let read, let onWritable {
-            write = event_new(event_get_base(read), event_get_fd(read), Int16(EV_WRITE | EV_PERSIST), onWritable,
+            write = event_new(event_get_base(read), event_get_fd(read), Int16(EV_WRITE | EV_PERSIST | (edgeTriggered ? EV_ET : 0)), onWritable,
                               event_get_callback_arg(read))
         }
         guard let write else { return }

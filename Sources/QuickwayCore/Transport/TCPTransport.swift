@@ -1,5 +1,6 @@
 import Glibc
 import CLibevent
+import CQuickwayShims
 
 /// What a transport reports to the codec above it. Loop thread only.
 protocol TransportUser: AnyObject {
@@ -37,6 +38,10 @@ final class TCPTransport {
     /// Lingering close: what the client still sends is read and dropped.
     @exclusivity(unchecked) private var discarding = false
     @exclusivity(unchecked) private(set) var closed = false
+    /// The last read stopped at the read-ahead bound, not at an empty socket: with
+    /// edge-triggered events no new report comes for what is left, so `enableReading`
+    /// resumes it.
+    @exclusivity(unchecked) private var readPending = false
 
     /// `pool`: the worker's `BufferPool`, where the buffers' first 4 KiB come from.
     init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int, pool: BufferPool? = nil) {
@@ -45,46 +50,66 @@ final class TCPTransport {
         output = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
         self.peer = peer
         self.readAheadLimit = readAheadLimit
-        events.create(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(), onReadable: transportReadCallback, onWritable: transportWriteCallback)
+        events.create(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(), onReadable: transportReadCallback,
+                      onWritable: transportWriteCallback, edgeTriggered: true)
     }
 
     // MARK: reading
 
-    /// Reads what the kernel has (up to the read-ahead limit) and tells the user.
+    /// Reads what the kernel has (up to the read-ahead limit) and tells the user. Reads
+    /// until the socket is empty (a short read or `EAGAIN`), as edge-triggered events need.
     func readNow() {
         var peerClosed = false
+        readPending = false
         while !closed {
             if discarding {
                 let space = input.writableSpace(atLeast: 4096)
-                let n = recv(fd, space.baseAddress, space.count, 0)
-                if n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) { close(); return }
+                let n = qw_recv(fd, space.baseAddress, space.count)
+                if n == 0 || (n < 0 && -n != EAGAIN && -n != EINTR) { close(); return }
                 if n < 0 { return }
                 continue
             }
             // Read only a bounded amount ahead: the rest stays in the kernel and wakes
             // us again once the codec has used what is buffered.
-            if input.readableBytes > readAheadLimit { break }
+            if input.readableBytes > readAheadLimit { readPending = true; break }
             let space = input.writableSpace(atLeast: 4096)
-            let n = recv(fd, space.baseAddress, space.count, 0)
+            let n = qw_recv(fd, space.baseAddress, space.count)
             if n > 0 {
                 input.didWrite(n)
-                if n < space.count { break }
+                if n < space.count { break }   // the socket is empty (new data is a new edge)
                 continue
             }
             if n == 0 { peerClosed = true; break }
-            if errno == EINTR { continue }
-            if errno == EAGAIN || errno == EWOULDBLOCK { break }
+            let e = Int32(-n)
+            if e == EINTR { continue }
+            if e == EAGAIN || e == EWOULDBLOCK { break }
             close()
             return
         }
-        if !closed { user?.transportReadable(peerClosed: peerClosed) }
+        guard !closed else { return }
+        user?.transportReadable(peerClosed: peerClosed)
+        // Stopped at the bound with data left in the socket: an edge-triggered event does
+        // not report it again, so, as a level-triggered one would, come back next turn
+        // while reading is on (the user may have used the input by now).
+        if readPending && !closed && events.readArmed {
+            readPending = false
+            events.activateRead()
+        }
     }
 
     /// Whether `input` is at its read-ahead limit (reading would stop).
     var inputIsFull: Bool { input.readableBytes > readAheadLimit }
 
+    /// Arming the event makes the kernel report data already waiting; if it is armed and
+    /// the last read stopped at the bound, the read is run again on this loop turn.
     func enableReading() {
-        if !closed { events.setReading(true) }
+        guard !closed else { return }
+        if !events.readArmed {
+            events.setReading(true)
+        } else if readPending {
+            readPending = false
+            events.activateRead()
+        }
     }
 
     func disableReading() {
@@ -99,14 +124,14 @@ final class TCPTransport {
         guard !closed else { return }
         while !output.isEmpty {
             let r = output.readable
-            let n = send(fd, r.baseAddress, r.count, Int32(MSG_NOSIGNAL))
+            let n = qw_send(fd, r.baseAddress, r.count, Int32(MSG_NOSIGNAL))
             if n > 0 {
                 output.consume(n)
                 events.wroteSome()
                 continue
             }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if n == -Int(EINTR) { continue }
+            if n == -Int(EAGAIN) || n == -Int(EWOULDBLOCK) {
                 events.setWriting(true)
                 return
             }

@@ -1,3 +1,4 @@
+import CQuickwayShims
 import CLibevent
 import Glibc
 
@@ -50,16 +51,16 @@ final class UpstreamConnection {
 
     private func flush() -> Int32 {
         while outputOffset < output.count {
-            let n = output.withUnsafeBytes { b in
-                Glibc.send(fd, b.baseAddress! + outputOffset, b.count - outputOffset, Int32(MSG_NOSIGNAL))
+            let n = output.withUnsafeBytes { b in   // the count or -errno
+                qw_send(fd, b.baseAddress! + outputOffset, b.count - outputOffset, Int32(MSG_NOSIGNAL))
             }
             if n > 0 { outputOffset += n; wroteAny = true; continue }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if n == -Int(EINTR) { continue }
+            if n == -Int(EAGAIN) || n == -Int(EWOULDBLOCK) {
                 event_add(writeEvent, nil)
                 return 0
             }
-            return n < 0 ? errno : EPIPE
+            return n < 0 ? Int32(-n) : EPIPE
         }
         output = []
         outputOffset = 0

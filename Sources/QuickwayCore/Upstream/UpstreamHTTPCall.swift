@@ -1,3 +1,4 @@
+import CQuickwayShims
 import Glibc
 
 /// One plain-HTTP upstream call, framed by us on a pooled connection that libcurl made
@@ -173,14 +174,14 @@ final class UpstreamHTTPCall: UpstreamCall {
     func connectionReadable(_ c: UpstreamConnection) {
         guard !done, c === connection else { return }
         let buffer = client.readBuffer
-        let n = recv(c.fd, buffer.baseAddress, buffer.count, 0)
+        let n = qw_recv(c.fd, buffer.baseAddress, buffer.count)   // the count or -errno
         if n > 0 {
             receivedAny = true
             consume(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
         } else if n == 0 {
             ended(error: nil)
-        } else if errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR {
-            ended(error: errno)
+        } else if n != -Int(EAGAIN) && n != -Int(EWOULDBLOCK) && n != -Int(EINTR) {
+            ended(error: Int32(-n))
         }
     }
 

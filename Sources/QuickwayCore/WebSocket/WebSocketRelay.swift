@@ -35,9 +35,11 @@ enum WebSocketRelayLimits {
 final class WebSocketEndpoint: TransportUser {
     let transport: ByteTransport
     /// The transport's buffers (the transport keeps them for its life), held here so the
-    /// hot path reads them without a call through the protocol and a retain.
-    unowned(unsafe) let input: ByteBuffer
-    unowned(unsafe) let output: ByteBuffer
+    /// hot path reads them without a call through the protocol. Strong `let`s: read from
+    /// an endpoint the caller holds, they are borrowed without a retain (an
+    /// `unowned(unsafe)` field is copied, with a retain, at each read).
+    let input: ByteBuffer
+    let output: ByteBuffer
     /// The client side (its frames are masked; the gateway pings it).
     let isClient: Bool
     @exclusivity(unchecked) var parser: WebSocketFrameParser
@@ -48,7 +50,7 @@ final class WebSocketEndpoint: TransportUser {
     /// A data frame to this side is partly written: control frames to it wait in
     /// `pendingControl` until it ends (they may go between frames, not inside one).
     @exclusivity(unchecked) var midFrame = false
-    var pendingControl: [UInt8] = []
+    @exclusivity(unchecked) var pendingControl: [UInt8] = []
     /// The current data frame from this side is forwarded (the other side takes data).
     @exclusivity(unchecked) var forwardingFrame = false
     /// Its header, until the first payload bytes passed the parser's checks: a frame
@@ -104,13 +106,19 @@ final class WebSocketEndpoint: TransportUser {
 /// Ownership: the worker's table holds the relay; the relay holds both endpoints, which
 /// hold their transports. Loop thread only.
 final class WebSocketRelay: ClientConnection {
-    unowned let worker: Worker
+    /// `unowned(unsafe)`: the worker outlives everything on its loop (its thread holds it
+    /// until the loop has ended and its connections are closed), and a checked `unowned`
+    /// costs an atomic retain and release at each use.
+    unowned(unsafe) let worker: Worker
     let config: WebSocketConfig
     let client: WebSocketEndpoint
     let backend: WebSocketEndpoint
     private let stats: WebSocketStats
     private let routeSlot: Int
-    private var lastMessage: Int64
+    /// When the last whole message went either way (coarse ms). This and `ended` are
+    /// loop-thread values touched by no re-entrant call: exempt from run-time
+    /// exclusivity checks, like the endpoint's state.
+    @exclusivity(unchecked) private var lastMessage: Int64
     private var nextPing: Int64
     /// When the unanswered heartbeat ping went out (0: none outstanding).
     private var pingSentAt: Int64 = 0
@@ -121,7 +129,7 @@ final class WebSocketRelay: ClientConnection {
     /// Set once closing began: whatever is still open then is cut off.
     private var closingDeadline: Int64 = 0
     private var cutting = false
-    private var ended = false
+    @exclusivity(unchecked) private var ended = false
 
     init(clientTransport: ByteTransport, worker: Worker, handOff h: WebSocketHandOff) {
         self.worker = worker
@@ -151,8 +159,8 @@ final class WebSocketRelay: ClientConnection {
         stats.connectionOpened(route: routeSlot)
         client.transport.enableReading()
         backend.transport.enableReading()
-        pump(backend)
-        pump(client)
+        pump(backend, to: client)
+        pump(client, to: backend)
         flush(client)
         if worker.isDraining { drain() }
     }
@@ -166,11 +174,15 @@ final class WebSocketRelay: ClientConnection {
         if peerClosed && !from.gone { from.transport.close() }
     }
 
-    /// Relays the frames buffered from `from` until they run out, the other side's
-    /// output is full, or `from` is closed or fails.
     private func pump(_ from: WebSocketEndpoint) {
+        // Both sides passed as they are stored: borrowed by the callee, not retained.
+        if from === client { pump(client, to: backend) } else { pump(backend, to: client) }
+    }
+
+    /// Relays the frames buffered from `from` to `to` (the other side) until they run
+    /// out, `to`'s output is full, or `from` is closed or fails.
+    private func pump(_ from: WebSocketEndpoint, to: WebSocketEndpoint) {
         guard !from.pumping, !ended else { return }
-        let to = other(from)
         let input = from.input
         guard !from.gone else { return }
         if from.failed || from.closeReceived {
@@ -199,6 +211,17 @@ final class WebSocketRelay: ClientConnection {
             case .needMore:
                 input.consume(used)
                 break loop
+            case let .dataFrame(h, r, messageEnd):
+                // A whole frame (the usual case): `to` cannot be mid-frame here, since
+                // only this side's frames go to it, so nothing waits in its `pendingControl`.
+                if !to.gone && !to.closeSent {
+                    Self.appendHeader(h, to: out)
+                    out.append(UnsafeRawBufferPointer(rebasing: input.readable[r]))
+                    stats.bytes(inbound: inbound, r.count)
+                    if messageEnd { stats.message(inbound: inbound) }
+                }
+                input.consume(used)
+                if messageEnd { lastMessage = Clock.coarseMillis() }
             case .dataHeader(let h):
                 input.consume(used)
                 from.forwardingFrame = !to.gone && !to.closeSent
@@ -244,8 +267,9 @@ final class WebSocketRelay: ClientConnection {
     }
 
     /// Relayed frames go out once the loop turn's reads are done (`Worker.deferFlush`).
+    /// The worker is reached without a retain (it outlives its connections).
     private func deferFlush(_ e: WebSocketEndpoint) {
-        if !e.gone && !e.output.isEmpty { worker.deferFlush(e.transport) }
+        if !e.gone && !e.output.isEmpty { Unmanaged.passUnretained(worker)._withUnsafeGuaranteedRef { $0.deferFlush(e.transport) } }
     }
 
     private func control(_ from: WebSocketEndpoint, _ opcode: UInt8, _ payload: [UInt8]) {

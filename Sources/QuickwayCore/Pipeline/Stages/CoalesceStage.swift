@@ -3,7 +3,10 @@
 /// most `coalesce_wait`. Range and conditional requests make their own calls.
 final class CoalesceStage: RequestStage {
     private let flights: FlightTable
-    private unowned let worker: Worker
+    /// `unowned(unsafe)`: the worker outlives everything on its loop (its thread holds it
+    /// until the loop has ended and its connections are closed), and a checked `unowned`
+    /// costs an atomic retain and release at each use.
+    private unowned(unsafe) let worker: Worker
     var needsBody: Bool { true }
 
     init(flights: FlightTable, worker: Worker) {
