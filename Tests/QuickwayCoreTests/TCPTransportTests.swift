@@ -11,7 +11,7 @@ final class TCPTransportTests: XCTestCase {
         var transport: TCPTransport?
         var consume = true
         var total = 0
-        func transportReadable(peerClosed: Bool) {
+        override func transportReadable(peerClosed: Bool) {
             guard let t = transport else { return }
             if consume {
                 total += t.input.readableBytes
@@ -20,8 +20,6 @@ final class TCPTransportTests: XCTestCase {
                 t.disableReading()
             }
         }
-        func transportDrained() {}
-        func transportClosed() {}
     }
 
     private func pair() -> (server: Int32, client: Int32) {

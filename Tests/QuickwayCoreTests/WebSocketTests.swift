@@ -128,6 +128,38 @@ final class WebSocketFrameParserTests: XCTestCase {
         XCTAssertEqual(run(frame(1, [0x61, 0xE2], fin: true), cuts: []), [.violation(1007)])
     }
 
+    /// The short path for whole one-frame messages (taken only when a frame is all in the
+    /// input) and the general path (byte by byte, it never is) agree on random frame
+    /// sequences: valid and broken ones, text with valid and invalid UTF-8, masked and not,
+    /// fragmented, reserved bits, control frames, lengths around the 7-bit limit.
+    func testWholeMessagePathAgreesWithTheGeneralPath() {
+        var seed: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func rnd(_ n: Int) -> Int {
+            seed = seed &* 6364136223846793005 &+ 1442695040888963407
+            return Int((seed >> 33) % UInt64(n))
+        }
+        let texts: [[UInt8]] = [Array("ok".utf8), Array("héllo".utf8), [0x61, 0xE2], [0xC0, 0x80], [0xED, 0xA0, 0x80], []]
+        var shortPathUsed = 0
+        for _ in 0..<300 {
+            var bytes: [UInt8] = []
+            for _ in 0..<(1 + rnd(4)) {
+                let op: UInt8 = [0, 1, 2, 2, 1, 3, 8, 9, 10][rnd(9)]
+                var payload: [UInt8]
+                if op == 1 || rnd(4) == 0 { payload = texts[rnd(texts.count)] } else { payload = (0..<[0, 1, 5, 64, 125, 126, 130][rnd(7)]).map { _ in UInt8(rnd(256)) } }
+                if op == 8 { payload = rnd(2) == 0 ? [0x03, 0xE8] : [] }
+                let rsv: UInt8 = [0, 0, 0, 0x40, 0x10][rnd(5)]
+                bytes += frame(op, payload, fin: rnd(5) != 0, rsv: rsv, mask: rnd(8) == 0 ? nil : UInt32(truncatingIfNeeded: rnd(1 << 30)))
+            }
+            for deflate in [false, true] {
+                wholeFrames = 0
+                let whole = run(bytes, cuts: [], deflate: deflate, max: 100)
+                shortPathUsed += wholeFrames
+                XCTAssertEqual(whole, run(bytes, cuts: Array(0...bytes.count), deflate: deflate, max: 100), "\(bytes)")
+            }
+        }
+        XCTAssertGreaterThan(shortPathUsed, 100, "the sequences exercise the whole-frame path")
+    }
+
     func testSixtyFourBitLengthAndServerFrames() {
         let big = [UInt8](repeating: 0x42, count: 70_000)
         let bytes = frame(2, big, mask: nil)

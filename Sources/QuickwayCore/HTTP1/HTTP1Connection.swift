@@ -64,6 +64,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         output = transport.output
         parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
                                    allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
+        super.init()
         transport.user = self
         transport.enableReading()
         // A TLS handshake gets the header timeout: a client trickling its ClientHello is
@@ -75,7 +76,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 
     func readNow() { transport.readNow() }
 
-    func transportReadable(peerClosed: Bool) {
+    override func transportReadable(peerClosed: Bool) {
         if phase == .closing { return }
         if peerClosed {
             // The client hung up (or half-closed): abandon anything pending.
@@ -116,7 +117,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         }
     }
 
-    func transportDrained() {
+    override func transportDrained() {
         if exchange == nil && phase == .head { output.releaseStorage() }
         if let drained = onDrained {
             onDrained = nil
@@ -128,7 +129,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         }
     }
 
-    func transportClosed() {
+    override func transportClosed() {
         if let ex = exchange {
             exchange = nil
             worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)

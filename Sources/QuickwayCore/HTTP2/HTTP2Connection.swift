@@ -119,6 +119,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         input = transport.input
         output = transport.output
         idleSince = Clock.coarseMillis()
+        super.init()
         transport.user = self
         session = makeSession()
         worker.stats.http2ConnectionOpened()
@@ -186,13 +187,13 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     func readNow() { transport.readNow() }
 
-    func transportReadable(peerClosed: Bool) {
+    override func transportReadable(peerClosed: Bool) {
         if transport.closed { return }
         receive()
         if peerClosed && !transport.closed { closeNow() }
     }
 
-    func transportDrained() {
+    override func transportDrained() {
         if readPaused && !closing {
             readPaused = false
             transport.enableReading()
@@ -202,7 +203,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         if !pumping { pump() }
     }
 
-    func transportClosed() {
+    override func transportClosed() {
         closing = true
         var open = streams
         for (id, s) in detached { open[id] = s }

@@ -2,15 +2,18 @@ import Glibc
 import CLibevent
 import CQuickwayShims
 
-/// What a transport reports to the codec above it. Loop thread only.
-protocol TransportUser: AnyObject {
+/// What a transport reports to the codec above it: each codec (HTTP/1.1, HTTP/2, a
+/// WebSocket relay's side) subclasses it. A class rather than a protocol so that a
+/// transport can hold its user as `Unmanaged` and call it without a retain and release
+/// per event (an existential cannot be held that way). Loop thread only.
+class TransportUser {
     /// New bytes are in `transport.input`; `peerClosed` when the client hung up or
     /// half-closed (the codec abandons what is pending).
-    func transportReadable(peerClosed: Bool)
+    func transportReadable(peerClosed: Bool) {}
     /// Everything written to `transport.output` has been sent.
-    func transportDrained()
+    func transportDrained() {}
     /// The socket is closed (by the codec, or after a read or write error).
-    func transportClosed()
+    func transportClosed() {}
 }
 
 /// The byte layer of one accepted client socket on a worker's loop: reads into `input`
@@ -32,7 +35,12 @@ final class TCPTransport {
     /// that could reach them again: exempt from run-time exclusivity checks (as in
     /// `ByteBuffer`), which cost more than the rest of a read.
     @exclusivity(unchecked) var readAheadLimit: Int
-    unowned(unsafe) var user: TransportUser?
+    /// Not retained: the user owns the transport and outlives its events.
+    private var userRef: Unmanaged<TransportUser>?
+    var user: TransportUser? {
+        get { userRef?.takeUnretainedValue() }
+        set { userRef = newValue.map { Unmanaged.passUnretained($0) } }
+    }
     @exclusivity(unchecked) private var events = SocketEvents()
     var writeStalledSince: Int64 { events.writeStalledSince }
     /// Lingering close: what the client still sends is read and dropped.
@@ -87,7 +95,7 @@ final class TCPTransport {
             return
         }
         guard !closed else { return }
-        user?.transportReadable(peerClosed: peerClosed)
+        userRef?._withUnsafeGuaranteedRef { $0.transportReadable(peerClosed: peerClosed) }
         // Stopped at the bound with data left in the socket: an edge-triggered event does
         // not report it again, so, as a level-triggered one would, come back next turn
         // while reading is on (the user may have used the input by now).
@@ -143,7 +151,7 @@ final class TCPTransport {
             shutdown(fd, Int32(SHUT_WR))
             return
         }
-        user?.transportDrained()
+        userRef?._withUnsafeGuaranteedRef { $0.transportDrained() }
     }
 
     // MARK: closing

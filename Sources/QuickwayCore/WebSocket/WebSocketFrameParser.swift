@@ -68,6 +68,13 @@ public struct WebSocketFrameParser: Sendable {
 
     /// The next event from `input` and how many of its bytes were used.
     public mutating func next(_ input: UnsafeRawBufferPointer) throws(WebSocketViolation) -> (Event, Int) {
+        if frame == nil {
+            if input.isEmpty { return (.needMore, 0) }
+            if headerBytes.isEmpty && !messageOpen,
+               let whole = try Self.wholeMessage(input, expectMasked: expectMasked, maxMessageBytes: maxMessageBytes) {
+                return whole
+            }
+        }
         var i = 0
         while true {
             guard let h = frame else {
@@ -127,6 +134,37 @@ public struct WebSocketFrameParser: Sendable {
             offset += UInt64(take)
             return (.dataPayload(i..<(i + take)), i + take)
         }
+    }
+
+    /// The usual case on its own short path: a whole message in one frame (FIN, no
+    /// reserved bits, text or binary, a 7-bit length, masked as the side must), all in
+    /// `input`, and within the size limit. Nil when `input` does not start with one (the
+    /// general path then reads it). Leaves no state behind: the message begins and ends
+    /// here, so the caller may take it only with nothing else half-read.
+    @inline(__always)
+    private static func wholeMessage(_ input: UnsafeRawBufferPointer, expectMasked: Bool,
+                                     maxMessageBytes: UInt64) throws(WebSocketViolation) -> (Event, Int)? {
+        guard input.count >= 2 else { return nil }
+        let b0 = input[0], b1 = input[1]
+        let op = b0 & 0x0F
+        let length = Int(b1 & 0x7F)
+        let masked = b1 & 0x80 != 0
+        let start = masked ? 6 : 2
+        guard b0 & 0xF0 == 0x80, op == WebSocketOpcode.binary || op == WebSocketOpcode.text, length < 126,
+              masked == expectMasked, UInt64(length) <= maxMessageBytes, input.count - start >= length else { return nil }
+        var mask: UInt32?
+        if masked { mask = UInt32(input[2]) << 24 | UInt32(input[3]) << 16 | UInt32(input[4]) << 8 | UInt32(input[5]) }
+        if op == WebSocketOpcode.text {
+            var utf8 = UTF8Validator()
+            var ok = true
+            for j in 0..<length {
+                let b = mask.map { input[start + j] ^ WebSocketFrameHeader.maskByte($0, UInt64(j)) } ?? input[start + j]
+                if !utf8.feed(b) { ok = false; break }
+            }
+            if !ok || !utf8.isComplete { throw WebSocketViolation(WebSocketCloseCode.invalidPayload, "text message is not valid UTF-8") }
+        }
+        let h = WebSocketFrameHeader(fin: true, rsv: 0, opcode: op, mask: mask, length: UInt64(length))
+        return (.dataFrame(h, start..<(start + length), messageEnd: true), start + length)
     }
 
     /// Checks the next payload bytes of data frame `h` (the UTF-8 of a text message,

@@ -78,9 +78,9 @@ final class WebSocketEndpoint: TransportUser {
     /// Its part of the closing handshake is over (or it cannot take part any more).
     var isDone: Bool { gone || (closeSent && (closeReceived || failed)) }
 
-    func transportReadable(peerClosed: Bool) { relay?._withUnsafeGuaranteedRef { $0.readable(self, peerClosed: peerClosed) } }
-    func transportDrained() { relay?._withUnsafeGuaranteedRef { $0.drained(self) } }
-    func transportClosed() { relay?._withUnsafeGuaranteedRef { $0.closed(self) } }
+    override func transportReadable(peerClosed: Bool) { relay?._withUnsafeGuaranteedRef { $0.readable(self, peerClosed: peerClosed) } }
+    override func transportDrained() { relay?._withUnsafeGuaranteedRef { $0.drained(self) } }
+    override func transportClosed() { relay?._withUnsafeGuaranteedRef { $0.closed(self) } }
 }
 
 /// A WebSocket connection after its `101`, between the client and the backend: it
@@ -119,6 +119,10 @@ final class WebSocketRelay: ClientConnection {
     /// loop-thread values touched by no re-entrant call: exempt from run-time
     /// exclusivity checks, like the endpoint's state.
     @exclusivity(unchecked) private var lastMessage: Int64
+    /// A whole message went since the last sweep: `checkDeadline` moves `lastMessage` to
+    /// its time (the idle timeout is kept to the sweep's 250 ms, and the relay's path
+    /// reads no clock).
+    @exclusivity(unchecked) private var messageSeen = false
     private var nextPing: Int64
     /// When the unanswered heartbeat ping went out (0: none outstanding).
     private var pingSentAt: Int64 = 0
@@ -221,7 +225,7 @@ final class WebSocketRelay: ClientConnection {
                     if messageEnd { stats.message(inbound: inbound) }
                 }
                 input.consume(used)
-                if messageEnd { lastMessage = Clock.coarseMillis() }
+                if messageEnd { messageSeen = true }
             case .dataHeader(let h):
                 input.consume(used)
                 from.forwardingFrame = !to.gone && !to.closeSent
@@ -251,7 +255,7 @@ final class WebSocketRelay: ClientConnection {
                     }
                     if messageEnd { stats.message(inbound: inbound) }
                 }
-                if messageEnd { lastMessage = Clock.coarseMillis() }
+                if messageEnd { messageSeen = true }
             case let .control(opcode, payload):
                 input.consume(used)
                 control(from, opcode, payload)
@@ -262,6 +266,10 @@ final class WebSocketRelay: ClientConnection {
             }
         }
         from.pumping = false
+        // Buffers are held only while they hold bytes: an emptied one goes back to the
+        // worker's pool at once, so the next read (of any connection) reuses the same
+        // cache-warm block instead of each connection keeping its own cold pair.
+        input.releaseStorage()
         deferFlush(to)
         deferFlush(from)
     }
@@ -311,6 +319,7 @@ final class WebSocketRelay: ClientConnection {
     }
 
     func drained(_ e: WebSocketEndpoint) {
+        e.output.releaseStorage()   // sent: back to the pool (see `pump`)
         // `e` took what was written to it: the side writing to it may go on.
         let src = other(e)
         if src.readingPaused && !src.gone && !src.pumping {
@@ -449,6 +458,10 @@ final class WebSocketRelay: ClientConnection {
             Log.debug("websocket \(client.transport.peer): no pong within \(Units.formatMillis(config.heartbeatTimeoutMillis)); closing")
             goAway("no pong within \(Units.formatMillis(config.heartbeatTimeoutMillis))")
             return
+        }
+        if messageSeen {
+            messageSeen = false
+            lastMessage = now
         }
         if now - lastMessage >= config.idleTimeoutMillis {
             goAway("idle for \(Units.formatMillis(config.idleTimeoutMillis))")
