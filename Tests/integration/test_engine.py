@@ -341,6 +341,57 @@ def test_graceful_stop_finishes_requests_in_flight(backends):
     assert "stopped after" in g.logs()
 
 
+def _descriptor_tables(pid):
+    """Per thread: the targets of its open descriptors (socket:[inode], file paths)."""
+    tables = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        fds = set()
+        d = f"/proc/{pid}/task/{tid}/fd"
+        for fd in os.listdir(d):
+            try:
+                fds.add(os.readlink(f"{d}/{fd}"))
+            except OSError:
+                pass
+        tables[int(tid)] = fds
+    return tables
+
+
+def _listening_inodes(pid, port):
+    inodes = set()
+    with open(f"/proc/{pid}/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            cols = line.split()
+            if int(cols[1].split(":")[1], 16) == port and cols[3] == "0A":
+                inodes.add(f"socket:[{cols[9]}]")
+    return inodes
+
+
+def test_each_listener_lives_in_one_workers_descriptor_table_only(backends, tmp_path):
+    """Workers run with descriptor tables of their own (`DescriptorTables`): each listening
+    socket is open in its worker's table and nowhere else, so a drain's close makes the
+    kernel refuse connections at once; the access-log file is open only in the process's
+    table (its writer thread's), so a rotated file is freed when it is reopened."""
+    port, _ = backends
+    text = CONFIG.replace("{BACKEND_PORT}", str(port)).replace("{DEAD_PORT}", str(free_port("127.0.0.5")))
+    text = text.replace("{IPS}", ", ".join(BACKEND_IPS)).replace("{{", "{").replace("}}", "}")
+    log_path = str(tmp_path / "access.log")
+    g = Gateway(text.replace("admin:\n", f"log: {{ access_log: {log_path} }}\nadmin:\n", 1), workers=2)
+    try:
+        assert get(g.url("/api/x"))[0] == 200
+        pid = g.proc.pid
+        listeners = _listening_inodes(pid, g.port)
+        assert len(listeners) == 2, listeners   # one per worker (SO_REUSEPORT)
+        tables = _descriptor_tables(pid)
+        holders = {l: [tid for tid, fds in tables.items() if l in fds] for l in listeners}
+        assert all(len(h) == 1 for h in holders.values()), holders
+        owners = {h[0] for h in holders.values()}
+        assert len(owners) == 2 and pid not in owners, (owners, pid)
+        assert log_path in tables[pid], "the access log is open in the process's table"
+        assert all(log_path not in tables[t] for t in owners), "a worker keeps a copy of the access log"
+    finally:
+        assert g.stop() == 0, g.logs()
+
+
 def _refused(port):
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.5).close()

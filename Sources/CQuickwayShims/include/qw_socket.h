@@ -5,6 +5,8 @@
 int qw_accept_nonblocking(int fd, struct sockaddr *addr, socklen_t *len);
 // A non-blocking, close-on-exec eventfd (a loop's wake-up from other threads), or -1.
 int qw_wake_fd(void);
+// Gives the calling thread a descriptor table of its own (a copy), or -1 with errno.
+int qw_unshare_files(void);
 
 // recv and send on a non-blocking socket as raw system calls, returning the byte count or
 // -errno. glibc's recv and send are cancellation points: in a multi-threaded process each

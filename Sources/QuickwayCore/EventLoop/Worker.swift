@@ -68,6 +68,10 @@ final class Worker: @unchecked Sendable {
     /// `cache.max_object_bytes`: answers up to this size are buffered whole (the HTTP/2
     /// codec bounds how many it has in flight per connection). Set before `start()`.
     var maxObjectBytes = 1 << 20
+    /// The loop thread takes a descriptor table of its own (`DescriptorTables`). Off only
+    /// where another thread hands the loop descriptors it opened after the start (unit
+    /// tests driving a loop with socket pairs). Set before `start()`.
+    var ownDescriptorTable = true
 
     init(id: Int, name: String, listen: ListenAddress, limits: LimitsConfig, maxConnections: Int, routeCount: Int = WorkerStats.maxRoutes,
          tlsListen: ListenAddress? = nil, tlsContext: TLSContext? = nil) throws {
@@ -152,7 +156,16 @@ final class Worker: @unchecked Sendable {
         flushEvent = event_new(base, -1, 0, workerFlushCallback, me)
         controlEvent = event_new(base, wakeFD, Int16(EV_READ | EV_PERSIST), workerControlCallback, me)
         event_add(controlEvent, nil)
+        // The loop thread takes a descriptor table of its own first (`DescriptorTables`);
+        // then the process's copies of its listeners are closed here, and its eventfd's
+        // copy at `join()`. The numbers are read now: the loop may change the fields.
+        let ownFDs = [listenFD, tlsListenFD].filter { $0 >= 0 }
+        let tableTaken = DispatchSemaphore(value: 0)
+        let wantsOwnTable = ownDescriptorTable
+        nonisolated(unsafe) var ownTable = false
         let thread = Thread { [self] in
+            if wantsOwnTable { ownTable = DescriptorTables.takeOwnTable(keeping: ownFDs) }
+            tableTaken.signal()
             event_base_dispatch(base)
             accessLog?.flush()
             // Order matters: connections still open (cut at the drain deadline) cancel
@@ -167,10 +180,22 @@ final class Worker: @unchecked Sendable {
         thread.name = name
         thread.stackSize = 4 << 20
         thread.start()
+        tableTaken.wait()
+        if ownTable {
+            DescriptorTables.releaseFromProcessTable(ownFDs)
+            processWakeFD = wakeFD   // its copy here, closed once the loop is over
+        }
     }
 
+    /// The eventfd's number in the process's table when the loop thread has a table of its
+    /// own (-1 otherwise): other threads write to this copy; `join()` closes it.
+    private var processWakeFD: Int32 = -1
+
     /// Blocks until the loop has exited.
-    func join() { finished.wait() }
+    func join() {
+        finished.wait()
+        if processWakeFD >= 0 { close(processWakeFD); processWakeFD = -1 }
+    }
 
     /// Asks the loop (from any thread) to stop accepting and finish what is in flight.
     func requestDrain() {
@@ -268,8 +293,10 @@ final class Worker: @unchecked Sendable {
     /// preface or ALPN `h2`, seen before any request). The old codec is retired like a
     /// closed connection (it may be on the stack); the slot in the budget stays taken.
     func switchToHTTP2(from old: ClientConnection, transport: any ByteTransport, peerClosed: Bool) {
-        guard let settings = http2, connections.removeValue(forKey: ObjectIdentifier(old)) != nil else { return }
-        retired.append(old)
+        // The table's reference moves to `retired`: `old` may be the only other one, and
+        // its caller (a transport calling without a retain) holds none.
+        guard let settings = http2, let removed = connections.removeValue(forKey: ObjectIdentifier(old)) else { return }
+        retired.append(removed)
         let c = HTTP2Connection(transport: transport, worker: self, settings: settings, maxObjectBytes: maxObjectBytes)
         connections[ObjectIdentifier(c)] = c
         c.start(peerClosed: peerClosed)

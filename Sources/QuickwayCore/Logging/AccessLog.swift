@@ -36,7 +36,9 @@ public final class AccessLog: @unchecked Sendable {
         switch target {
         case .stdout: return STDOUT_FILENO
         case .file(let path):
-            let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+            // Registered: workers close their copies (`DescriptorTables`), so this writer's
+            // is the only one and a rotated file is freed when it reopens.
+            let fd = DescriptorTables.register { Glibc.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644) }
             guard fd >= 0 else { throw ConfigIssue(path: "log.access_log", line: nil, message: "cannot open \(path): \(String(cString: strerror(errno)))") }
             return fd
         }
@@ -81,7 +83,7 @@ public final class AccessLog: @unchecked Sendable {
             for b in batch { writeAll(b) }
             if reopenNow, case .file = target {
                 if let newFD = try? Self.open(target) {
-                    Glibc.close(fd)
+                    DescriptorTables.close(fd)
                     fd = newFD
                     Log.info("access log reopened")
                 } else {
@@ -89,7 +91,7 @@ public final class AccessLog: @unchecked Sendable {
                 }
             }
             if stop {
-                if case .file = target { Glibc.close(fd) }
+                if case .file = target { DescriptorTables.close(fd) }
                 finished.signal()
                 return
             }

@@ -8,7 +8,12 @@ enum ListeningSocket {
         var description: String
     }
 
+    /// Registered with `DescriptorTables`: the worker that owns it keeps the only copy.
     static func open(_ address: ListenAddress, backlog: Int32 = 1024) throws -> Int32 {
+        try DescriptorTables.register { try openUnregistered(address, backlog: backlog) }
+    }
+
+    private static func openUnregistered(_ address: ListenAddress, backlog: Int32) throws -> Int32 {
         let family = address.isIPv6 ? AF_INET6 : AF_INET
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket(): \(String(cString: strerror(errno)))") }

@@ -35,7 +35,10 @@ final class TCPTransport {
     /// that could reach them again: exempt from run-time exclusivity checks (as in
     /// `ByteBuffer`), which cost more than the rest of a read.
     @exclusivity(unchecked) var readAheadLimit: Int
-    /// Not retained: the user owns the transport and outlives its events.
+    /// Not retained, and called without a retain: the user owns the transport and must
+    /// outlive each call it gets. A codec that leaves the worker's table during one (a
+    /// close, a switch to HTTP/2 or WebSocket) is moved to the worker's `retired` list
+    /// with the table's own reference, and freed only at the next sweep.
     private var userRef: Unmanaged<TransportUser>?
     var user: TransportUser? {
         get { userRef?.takeUnretainedValue() }
