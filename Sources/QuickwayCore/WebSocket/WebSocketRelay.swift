@@ -266,10 +266,6 @@ final class WebSocketRelay: ClientConnection {
             }
         }
         from.pumping = false
-        // Buffers are held only while they hold bytes: an emptied one goes back to the
-        // worker's pool at once, so the next read (of any connection) reuses the same
-        // cache-warm block instead of each connection keeping its own cold pair.
-        input.releaseStorage()
         deferFlush(to)
         deferFlush(from)
     }
@@ -319,7 +315,6 @@ final class WebSocketRelay: ClientConnection {
     }
 
     func drained(_ e: WebSocketEndpoint) {
-        e.output.releaseStorage()   // sent: back to the pool (see `pump`)
         // `e` took what was written to it: the side writing to it may go on.
         let src = other(e)
         if src.readingPaused && !src.gone && !src.pumping {
