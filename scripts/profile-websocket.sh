@@ -38,8 +38,9 @@ callgrind_control -d "$VG" >/dev/null
 for _ in $(seq 50); do ls "$WORK"/cg.out* >/dev/null 2>&1 && break; sleep 0.2; done
 sleep 1
 f=$(ls -t "$WORK"/cg.out* | head -1)
-[ -n "${KEEP_CALLGRIND:-}" ] && cp "$f" "$KEEP_CALLGRIND"
-total=$(callgrind_annotate "$f" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | awk '{gsub(",","",$1); print $1}')
+if [ -n "${KEEP_CALLGRIND:-}" ]; then cp "$f" "$KEEP_CALLGRIND"; fi
+callgrind_annotate "$f" > "$WORK/annotated.txt" 2>/dev/null   # whole (a pipe cut short fails under pipefail)
+total=$(grep -m1 "PROGRAM TOTALS" "$WORK/annotated.txt" | awk '{gsub(",","",$1); print $1}')
 msgs=$(python3 -c "import sys; print(int(float(sys.argv[1].split()[0]) * 10))" "$out")
 echo "$msgs round trips; $((total / msgs)) user-space instructions per round trip"
 echo "top functions (instr/round trip):"
