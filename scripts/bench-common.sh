@@ -92,3 +92,35 @@ write_bench_cert() {
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=bench.local" \
     -addext "subjectAltName=DNS:bench.local" -keyout "$1/key.pem" -out "$1/cert.pem" 2>/dev/null
 }
+
+# The 15 functions of callgrind output FILE with the most instructions of their own, per
+# unit of work (COUNT units): "instructions  name". Reads the whole annotation (a pipe cut
+# short would fail under pipefail). Usage: callgrind_top FILE COUNT
+callgrind_top() {
+  callgrind_annotate --inclusive=no "$1" 2>/dev/null | python3 -c "
+import re, sys
+n = int(sys.argv[1])
+rows = [m for m in (re.match(r'\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S+)', l) for l in sys.stdin) if m]
+for m in [m for m in rows if 'PROGRAM' not in m.group(2)][:15]:
+    print(f'{int(m.group(1).replace(\",\", \"\")) // n:>8,}  {m.group(2).split(\":\", 1)[-1][:90]}')
+" "$2"
+}
+
+# Quickway's config for the HTTP/2 runs: 1 worker, `tls_listen` with ALPN h2 and the
+# bench certificate in DIR, every path proxied to BACKEND (host:port), into DIR/q.yaml.
+# Usage: write_h2_quickway_conf DIR PLAIN_PORT ADMIN_PORT TLS_PORT BACKEND
+write_h2_quickway_conf() {
+  cat > "$1/q.yaml" <<CONF
+listen: 127.0.0.1:$2
+workers: 1
+admin: { listen: 127.0.0.1:$3 }
+tls_listen:
+  listen: 127.0.0.1:$4
+  certificates: [ { cert_file: $1/cert.pem, key_file: $1/key.pem } ]
+  alpn: [h2, http/1.1]
+http2: { max_concurrent_streams: 128 }
+log: { level: warn, access_log: off }
+services: { backend: { host: backend.local, port: ${5#*:}, ips: [${5%:*}] } }
+routes: [ { name: all, match: { path_prefix: / }, service: backend } ]
+CONF
+}

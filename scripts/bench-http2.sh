@@ -38,19 +38,7 @@ http { access_log off; keepalive_requests 1000000; http2_max_concurrent_streams 
     ssl_protocols TLSv1.2 TLSv1.3; ssl_session_tickets on;
     location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 CONF
-cat > "$WORK/q.yaml" <<CONF
-listen: 127.0.0.1:$P_QW
-workers: 1
-admin: { listen: 127.0.0.1:$P_QW_ADMIN }
-tls_listen:
-  listen: 127.0.0.1:$P_QW_TLS
-  certificates: [ { cert_file: $WORK/cert.pem, key_file: $WORK/key.pem } ]
-  alpn: [h2, http/1.1]
-http2: { max_concurrent_streams: 128 }
-log: { level: warn, access_log: off }
-services: { backend: { host: backend.local, port: ${BACKEND#*:}, ips: [${BACKEND%:*}] } }
-routes: [ { name: all, match: { path_prefix: / }, service: backend } ]
-CONF
+write_h2_quickway_conf "$WORK" "$P_QW" "$P_QW_ADMIN" "$P_QW_TLS" "$BACKEND"
 taskset -c 1 nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" & PIDS+=($!)
 taskset -c 0 nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" & PIDS+=($!); NGINX_MASTER=$!
 taskset -c 0 "$QW" serve --config "$WORK/q.yaml" 2>"$WORK/q.log" & PIDS+=($!); QW_PID=$!

@@ -19,19 +19,7 @@ BODY=$(python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "i
 mkdir -p "$WORK/backend"
 write_bench_cert "$WORK"
 write_backend_conf "$WORK/backend" "$BACKEND" "$BODY"
-cat > "$WORK/q.yaml" <<CONF
-listen: 127.0.0.1:$QPORT
-workers: 1
-admin: { listen: 127.0.0.1:$APORT }
-tls_listen:
-  listen: 127.0.0.1:$TPORT
-  certificates: [ { cert_file: $WORK/cert.pem, key_file: $WORK/key.pem } ]
-  alpn: [h2, http/1.1]
-http2: { max_concurrent_streams: 128 }
-log: { level: warn, access_log: off }
-services: { backend: { host: backend.local, port: ${BACKEND#*:}, ips: [${BACKEND%:*}] } }
-routes: [ { name: all, match: { path_prefix: / }, service: backend } ]
-CONF
+write_h2_quickway_conf "$WORK" "$QPORT" "$APORT" "$TPORT" "$BACKEND"
 nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" & PIDS+=($!)
 wait_up "http://$BACKEND/"
 # valgrind cannot read the release binary's DWARF 5 debug info: profile a copy without it.
@@ -52,11 +40,4 @@ callgrind_annotate "$f" > "$WORK/annotated.txt" 2>/dev/null   # whole (a pipe cu
 total=$(grep -m1 "PROGRAM TOTALS" "$WORK/annotated.txt" | awk '{gsub(",","",$1); print $1}')
 echo "$N requests; $((total / N)) user-space instructions per request (HTTP/2 over TLS, 1 stream per connection)"
 echo "top functions (instr/request):"
-callgrind_annotate --inclusive=no "$f" 2>/dev/null | grep -E "^\s*[0-9,]+ \(" | grep -v "PROGRAM TOTALS" | head -15 |
-  python3 -c "
-import re, sys
-n = int(sys.argv[1])
-for line in sys.stdin:
-    m = re.match(r'\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S+)', line)
-    if m: print(f'{int(m.group(1).replace(\",\", \"\")) // n:>8,}  {m.group(2).split(\":\", 1)[-1][:90]}')
-" "$N"
+callgrind_top "$f" "$N"

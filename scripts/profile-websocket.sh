@@ -9,6 +9,7 @@
 # Usage: scripts/profile-websocket.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-common.sh   # callgrind_top
 command -v valgrind >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
 scripts/setup.sh >/dev/null
 WORK=$(mktemp -d /tmp/qw-profile-ws.XXXXXX); PIDS=()
@@ -44,11 +45,4 @@ total=$(grep -m1 "PROGRAM TOTALS" "$WORK/annotated.txt" | awk '{gsub(",","",$1);
 msgs=$(python3 -c "import sys; print(int(float(sys.argv[1].split()[0]) * 10))" "$out")
 echo "$msgs round trips; $((total / msgs)) user-space instructions per round trip"
 echo "top functions (instr/round trip):"
-callgrind_annotate --inclusive=no "$f" 2>/dev/null | grep -E "^\s*[0-9,]+ \(" | grep -v "PROGRAM TOTALS" | head -15 |
-  python3 -c "
-import re, sys
-n = int(sys.argv[1])
-for line in sys.stdin:
-    m = re.match(r'\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S+)', line)
-    if m: print(f'{int(m.group(1).replace(\",\", \"\")) // n:>8,}  {m.group(2).split(\":\", 1)[-1][:90]}')
-" "$msgs"
+callgrind_top "$f" "$msgs"

@@ -29,6 +29,18 @@ final class TCPTransportTests: XCTestCase {
         return (fds[0], fds[1])
     }
 
+    /// A transport on `loop` for `fd`, 4 KiB read-ahead, reading for `reader`.
+    private func start(_ loop: LoopHarness, fd: Int32, reader: Reader) -> TCPTransport {
+        let worker = loop.worker
+        return loop.onLoop { () -> TCPTransport in
+            let t = TCPTransport(fd: fd, peer: "test", base: worker.base, readAheadLimit: 4096)
+            reader.transport = t
+            t.user = reader
+            t.enableReading()
+            return t
+        }
+    }
+
     private func send(_ fd: Int32, _ count: Int) {
         let bytes = [UInt8](repeating: 0x61, count: count)
         var off = 0
@@ -47,15 +59,8 @@ final class TCPTransportTests: XCTestCase {
         defer { loop.stop() }
         let p = pair()
         defer { close(p.client) }
-        let worker = loop.worker
         let reader = Reader()
-        let t = loop.onLoop { () -> TCPTransport in
-            let t = TCPTransport(fd: p.server, peer: "test", base: worker.base, readAheadLimit: 4096)
-            reader.transport = t
-            t.user = reader
-            t.enableReading()
-            return t
-        }
+        let t = start(loop, fd: p.server, reader: reader)
         send(p.client, 65_536)
         loop.wait("all 64 KiB read") { reader.total == 65_536 }
         loop.onLoop { t.close() }
@@ -68,16 +73,9 @@ final class TCPTransportTests: XCTestCase {
         defer { loop.stop() }
         let p = pair()
         defer { close(p.client) }
-        let worker = loop.worker
         let reader = Reader()
         reader.consume = false
-        let t = loop.onLoop { () -> TCPTransport in
-            let t = TCPTransport(fd: p.server, peer: "test", base: worker.base, readAheadLimit: 4096)
-            reader.transport = t
-            t.user = reader
-            t.enableReading()
-            return t
-        }
+        let t = start(loop, fd: p.server, reader: reader)
         send(p.client, 65_536)
         loop.wait("reading paused at the bound") { t.inputIsFull }
         loop.onLoop {
