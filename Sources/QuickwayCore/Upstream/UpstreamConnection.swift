@@ -23,7 +23,20 @@ final class UpstreamConnection {
     private var outputOffset = 0
     /// Some byte of the current request reached the socket (the upstream may have it).
     private(set) var wroteAny = false
-    weak var user: UpstreamHTTPCall?
+    /// The call using it, not retained. Not `weak`: a weak reference gives each call a
+    /// side table, a heap block per request. Safe because a call clears it whenever it
+    /// lets the connection go (`put`, `close`, `detach`) and in its `deinit`; a read
+    /// event retains the call for the length of the callback.
+    private var userRef: Unmanaged<UpstreamHTTPCall>?
+    var user: UpstreamHTTPCall? {
+        get { userRef?.takeUnretainedValue() }
+        set { userRef = newValue.map { Unmanaged.passUnretained($0) } }
+    }
+
+    /// Forgets `call` if it is the user (a call going away).
+    func forget(_ call: UpstreamHTTPCall) {
+        if userRef?.toOpaque() == Unmanaged.passUnretained(call).toOpaque() { userRef = nil }
+    }
     /// When it went back to the pool (coarse ms).
     var idleSince: Int64 = 0
     private(set) var isClosed = false

@@ -24,6 +24,9 @@ final class UpstreamHTTPCall: UpstreamCall {
     private(set) var head = UpstreamResponseHead()
     private var delegate: UpstreamCallDelegate?
     private var connection: UpstreamConnection?
+
+    // The connection calls its user unretained between events: never leave it pointing here.
+    deinit { connection?.forget(self) }
     private var reusedConnection = false
     private var retriedStale = false
     private var requestBytes: [UInt8] = []
