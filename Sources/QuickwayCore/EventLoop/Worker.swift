@@ -44,7 +44,7 @@ final class Worker: @unchecked Sendable {
     /// Closed under `pendingLock` once the loop has ended.
     private var wakeFD: Int32 = -1
     private var drainDeadlineEvent: OpaquePointer?
-    private var connections: [ObjectIdentifier: ClientConnection] = [:]
+    private var connections = ConnectionTable()
     /// Set by another thread to ask for a graceful stop (read on the loop). An allocated
     /// cell: the atomic helpers need a stable address, which `&storedProperty` is not.
     private let drainFlag: UnsafeMutablePointer<Int32> = {
@@ -171,7 +171,7 @@ final class Worker: @unchecked Sendable {
             // Order matters: connections still open (cut at the drain deadline) cancel
             // their upstream calls while the upstream client exists; then the client, the
             // Redis links and the probes free their events (onLoopExit); then the base.
-            for c in Array(connections.values) { c.closeNow() }
+            for c in connections.snapshot() { c.closeNow() }
             retired.removeAll()
             onLoopExit?()
             closeLoop()
@@ -265,7 +265,7 @@ final class Worker: @unchecked Sendable {
             } else {
                 c = HTTP1Connection(transport: TCPTransport(fd: fd, peer: peer, base: base, readAheadLimit: readAhead, pool: bufferPool), worker: self)
             }
-            connections[ObjectIdentifier(c)] = c
+            connections.add(c)
         }
     }
 
@@ -295,15 +295,15 @@ final class Worker: @unchecked Sendable {
     func switchToHTTP2(from old: ClientConnection, transport: any ByteTransport, peerClosed: Bool) {
         // The table's reference moves to `retired`: `old` may be the only other one, and
         // its caller (a transport calling without a retain) holds none.
-        guard let settings = http2, let removed = connections.removeValue(forKey: ObjectIdentifier(old)) else { return }
+        guard let settings = http2, let removed = connections.remove(old) else { return }
         retired.append(removed)
         let c = HTTP2Connection(transport: transport, worker: self, settings: settings, maxObjectBytes: maxObjectBytes)
-        connections[ObjectIdentifier(c)] = c
+        connections.add(c)
         c.start(peerClosed: peerClosed)
     }
 
     func connectionClosed(_ c: ClientConnection) {
-        if let removed = connections.removeValue(forKey: ObjectIdentifier(c)) {
+        if let removed = connections.remove(c) {
             retired.append(removed)
             budget?.release()
         }
@@ -319,14 +319,19 @@ final class Worker: @unchecked Sendable {
     func addConnection(_ c: ClientConnection) -> Bool {
         if connections.count >= maxConnections { return false }
         if let b = budget, !b.take() { return false }
-        connections[ObjectIdentifier(c)] = c
+        connections.add(c)
         return true
     }
 
-    func replaceConnection(_ old: ClientConnection, with new: ClientConnection) {
-        guard let removed = connections.removeValue(forKey: ObjectIdentifier(old)) else { return }
+    /// Whether `c` is in the connection table (it is from its start until it closes).
+    func holds(_ c: ClientConnection) -> Bool { connections.contains(c) }
+
+    /// False (and nothing changed) if `old` is not in the table: the caller must then not
+    /// start `new`, which nothing would hold.
+    func replaceConnection(_ old: ClientConnection, with new: ClientConnection) -> Bool {
+        guard let removed = connections.replace(old, with: new) else { return false }
         retired.append(removed)
-        connections[ObjectIdentifier(new)] = new
+        return true
     }
 
     fileprivate func sweep() {
@@ -334,7 +339,12 @@ final class Worker: @unchecked Sendable {
         accessLog?.flush(ifOlderThanMillis: 1000)
         resumeAcceptingIfRoom()
         let now = Clock.coarseMillis()
-        for c in Array(connections.values) { c.checkDeadline(now) }
+        // Last slot first, the table read afresh at each step (see `ConnectionTable`).
+        var i = connections.count - 1
+        while i >= 0 {
+            if i < connections.count { connections[i].checkDeadline(now) }
+            i -= 1
+        }
     }
 
     /// Sends `t`'s output after the other I/O callbacks of this loop turn instead of now,
@@ -365,20 +375,21 @@ final class Worker: @unchecked Sendable {
         isDraining = true
         // Connections the kernel already completed wait in the accept queue; closing the
         // listener would reset them. Take them first and serve what they already sent.
-        let known = Set(connections.keys)
+        let known = connections.count
         for _ in 0..<64 {
             let before = connections.count
             acceptReady()
             acceptReady(tls: true)
             if connections.count == before { break }
         }
-        for (key, c) in connections where !known.contains(key) { c.readNow() }
+        // Accepting removes nothing, so the new ones are the entries past `known`.
+        for c in connections.snapshot(from: known) { c.readNow() }
         if let ev = listenEvent { event_free(ev); listenEvent = nil }
         if let ev = tlsListenEvent { event_free(ev); tlsListenEvent = nil }
         close(listenFD)
         listenFD = -1
         if tlsListenFD >= 0 { close(tlsListenFD); tlsListenFD = -1 }
-        for c in Array(connections.values) { c.drain() }
+        for c in connections.snapshot() { c.drain() }
         if connections.isEmpty {
             event_base_loopexit(base, nil)
             return
@@ -392,7 +403,7 @@ final class Worker: @unchecked Sendable {
 
     fileprivate func drainDeadlineReached() {
         Log.warn("\(name): drain timeout reached with \(connections.count) connection(s) open; closing them")
-        for c in Array(connections.values) { c.closeNow() }
+        for c in connections.snapshot() { c.closeNow() }
         event_base_loopexit(base, nil)
     }
 

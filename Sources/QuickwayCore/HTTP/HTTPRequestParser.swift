@@ -20,16 +20,19 @@ public enum HTTPParseError: Error, Equatable, Sendable {
 public struct HTTPRequestParser: Sendable {
     public let maxHeadBytes: Int
     public let maxBodyBytes: Int
+    // Scan positions are 32-bit (the buffers fed are bounded by a connection's read-ahead,
+    // about 1 MiB), and the flag comes last: the parser sits inline in every HTTP/1.1
+    // connection, whose size is memory per idle connection.
+    /// How far into the current buffer the end-of-head search has got.
+    private var scanned: Int32 = 0
+    /// Where the current line starts (for spotting the empty line).
+    private var lineStart: Int32 = 0
+    /// Leading empty lines before the request line (RFC 9112 2.2 lets us skip them).
+    private var skippedPrefix: Int32 = 0
     /// Keep header lines whose names hold `_` (nginx's `underscores_in_headers`). Off by
     /// default: CGI/WSGI-style backends read `X_Foo` as `X-Foo`, so such a line could
     /// pose as a header the gateway strips or sets (`X-Quickway-Key`).
     public let allowUnderscoresInHeaders: Bool
-    /// How far into the current buffer the end-of-head search has got.
-    private var scanned = 0
-    /// Where the current line starts (for spotting the empty line).
-    private var lineStart = 0
-    /// Leading empty lines before the request line (RFC 9112 2.2 lets us skip them).
-    private var skippedPrefix = 0
 
     public init(maxHeadBytes: Int, maxBodyBytes: Int, allowUnderscoresInHeaders: Bool = false) {
         self.maxHeadBytes = maxHeadBytes
@@ -49,7 +52,10 @@ public struct HTTPRequestParser: Sendable {
     /// Looks for a complete head at the start of `buf`. Call again with the same bytes
     /// plus more when it answers `.needMore`.
     public mutating func parseHead(_ buf: UnsafeRawBufferPointer) throws(HTTPParseError) -> HeadResult {
-        var i = scanned
+        precondition(buf.count < Int(Int32.max), "a request buffer of 2 GiB")
+        var i = Int(scanned)
+        var lineStart = Int(lineStart)
+        var skippedPrefix = Int(skippedPrefix)
         let n = buf.count
         while i < n {
             let c = buf[i]
@@ -81,7 +87,9 @@ public struct HTTPRequestParser: Sendable {
             if i - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
         }
         // Re-examine a trailing CR next time, when the byte after it is there.
-        scanned = (n > 0 && buf[n - 1] == 0x0D) ? n - 1 : n
+        scanned = Int32((n > 0 && buf[n - 1] == 0x0D) ? n - 1 : n)
+        self.lineStart = Int32(lineStart)
+        self.skippedPrefix = Int32(skippedPrefix)
         if n - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
         return .needMore
     }

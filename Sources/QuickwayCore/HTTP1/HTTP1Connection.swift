@@ -26,23 +26,32 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 
     enum Phase { case head, body, responding, closing }
 
+    // Field order keeps the object small (it is most of an idle connection's memory):
+    // references and 8-byte values first, then the parser (whose last field is a flag),
+    // then the one-byte flags and the 4-byte slot packed together.
     let transport: Transport
     /// `unowned(unsafe)`: the worker outlives everything on its loop (its thread holds it
     /// until the loop has ended and its connections are closed), and a checked `unowned`
     /// costs an atomic retain and release at each use.
     unowned(unsafe) let worker: Worker
-    private var parser: HTTPRequestParser
-    private var decoder: HTTPBodyDecoder?
+    /// The transport's buffers, held directly: a computed property would retain and
+    /// release the buffer on each of the dozens of appends per response.
+    private let input: ByteBuffer
+    private let output: ByteBuffer
     private(set) var exchange: Exchange?
-    private(set) var phase = Phase.head
+    /// The request body's framing state, boxed: only a request with a body needs it, and
+    /// inline it would add 65 bytes to every connection.
+    private var bodyDecoder: BodyDecoderBox?
     /// Monotonic milliseconds after which the sweep acts; 0 for none.
     private(set) var deadline: Int64 = 0
+    /// Set by a streaming producer that paused; called once the output drained.
+    private var onDrained: (() -> Void)?
+    private var parser: HTTPRequestParser
+    private(set) var phase = Phase.head
     private var headTimerRunning = false
     private var closeAfterResponse = false
     private var processing = false
     private var needsFlush = false
-    /// Set by a streaming producer that paused; called once the output drained.
-    private var onDrained: (() -> Void)?
     /// Request parsing stopped because unread answers filled `output`; resumes on drain.
     private var awaitingDrain = false
     /// The current response's framing: chunked, and whether its body goes on the wire.
@@ -51,11 +60,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// The first bytes were checked for HTTP/2 (h2c preface, ALPN `h2`): this connection
     /// stays HTTP/1.1.
     private var protocolSettled = false
-
-    /// The transport's buffers, held directly: a computed property would retain and
-    /// release the buffer on each of the dozens of appends per response.
-    private let input: ByteBuffer
-    private let output: ByteBuffer
+    var tableSlot: Int32 = -1
 
     init(transport: Transport, worker: Worker) {
         self.worker = worker
@@ -194,22 +199,21 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                     start(head)
                 }
             case .body:
-                guard let ex = exchange, var dec = decoder else { return }
+                guard let ex = exchange, let box = bodyDecoder else { return }
                 if input.isEmpty { transport.enableReading(); return }   // see `.needMore` above
                 do {
                     let before = ex.body.count
-                    let used = try dec.decode(input.readable, into: &ex.body)
+                    let used = try box.decoder.decode(input.readable, into: &ex.body)
                     input.consume(used)
                     if ex.bodyHasher != nil && ex.body.count > before {
                         ex.body.withUnsafeBytes { ex.bodyHasher!.update(UnsafeRawBufferPointer(rebasing: $0[before...])) }
                     }
                 } catch {
-                    decoder = nil
+                    bodyDecoder = nil
                     refuse(error)
                     return
                 }
-                decoder = dec
-                if dec.isComplete {
+                if box.decoder.isComplete {
                     dispatch(ex)
                 } else {
                     deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
@@ -243,7 +247,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         if head.body == .none {
             dispatch(ex)
         } else {
-            decoder = HTTPBodyDecoder(framing: head.body, maxBodyBytes: worker.limits.maxBodyBytes)
+            bodyDecoder = BodyDecoderBox(HTTPBodyDecoder(framing: head.body, maxBodyBytes: worker.limits.maxBodyBytes))
             if case let .contentLength(n) = head.body { ex.body.reserveCapacity(n) }
             phase = .body
             deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
@@ -255,7 +259,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     }
 
     private func dispatch(_ ex: Exchange) {
-        decoder = nil
+        bodyDecoder = nil
         phase = .responding
         deadline = 0
         (ex.handler ?? worker.handler).handle(ex)
@@ -394,7 +398,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// handshake) to a `WebSocketRelay`, which takes this codec's place in the worker's
     /// table. The codec does nothing more.
     func switchToWebSocket(_ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool {
-        guard phase == .responding, !transport.closed else { return false }
+        // In the table (so the relay can take this codec's place): checked before anything
+        // is written, since after a `false` the exchange is still ours to fail.
+        guard phase == .responding, !transport.closed, worker.holds(self) else { return false }
         output.append("HTTP/1.1 101 Switching Protocols\r\n")
         if let lines = head.headerLines { output.append(lines) }
         output.append("X-Request-Id: ")
@@ -406,7 +412,8 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         phase = .closing
         deadline = 0
         let relay = WebSocketRelay(clientTransport: transport, worker: worker, handOff: handOff)
-        worker.replaceConnection(self, with: relay)
+        let replaced = worker.replaceConnection(self, with: relay)
+        precondition(replaced, "a codec checked to be in the table left it")
         relay.start()
         return true
     }
@@ -459,4 +466,11 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     }
 
     func closeNow() { transport.close() }
+}
+
+/// A request body's decoder on the heap, held by its connection only while the body
+/// arrives. Loop thread only; no access spans a call that could reach it again.
+final class BodyDecoderBox {
+    @exclusivity(unchecked) var decoder: HTTPBodyDecoder
+    init(_ decoder: HTTPBodyDecoder) { self.decoder = decoder }
 }

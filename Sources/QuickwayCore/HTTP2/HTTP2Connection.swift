@@ -64,6 +64,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     unowned(unsafe) let worker: Worker
     private let settings: HTTP2Config
     private var session: OpaquePointer?
+    var tableSlot: Int32 = -1
     private let input: ByteBuffer
     private let output: ByteBuffer
     private var streams: [Int32: HTTP2Stream] = [:]

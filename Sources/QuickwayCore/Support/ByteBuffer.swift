@@ -10,18 +10,24 @@ import Glibc
 /// back while the buffer is empty (`releaseStorage`), so an idle connection holds no
 /// buffer memory, as nginx's do not.
 ///
-/// Its four fields opt out of Swift's run-time exclusivity checks
+/// Five fields (56 bytes with the object header, a 64-byte malloc block: two per
+/// connection): without storage, `capacity` holds minus the size the next write takes
+/// first, so no separate field keeps it.
+///
+/// Its four mutable fields opt out of Swift's run-time exclusivity checks
 /// (`@exclusivity(unchecked)`): they are plain values touched by one thread, no access to
 /// them spans a call that could reach the same buffer again, and the checks cost about 80
 /// instructions per read or write of a socket (measured with callgrind, BENCHMARKS.md).
 /// Bounds and overflow checks stay on.
 public final class ByteBuffer {
-    /// Points at `noStorage` while no memory is held (capacity 0).
+    /// Points at `noStorage` while no memory is held.
     @exclusivity(unchecked) private(set) var base: UnsafeMutableRawPointer
+    /// Bytes of storage; while none is held (≤ 0), minus the size the next write takes
+    /// first: the initial capacity, after a release the pool's block size or the
+    /// released size (at most `maxRetakenBytes`).
     @exclusivity(unchecked) private(set) var capacity: Int
     @exclusivity(unchecked) private(set) var readIndex = 0
     @exclusivity(unchecked) private(set) var writeIndex = 0
-    private let initialCapacity: Int
     /// Where storage of exactly the pool's block size comes from and goes back to
     /// (a worker's connection buffers); nil: malloc and free. Unretained: the worker owns
     /// the pool and outlives its connections, whose buffers give their storage back when
@@ -35,16 +41,19 @@ public final class ByteBuffer {
     /// `lazy`: take no memory until the first write. `pool`: take first storage from it
     /// (when `capacity` is its block size) and give it back on release.
     public init(capacity: Int = 4096, lazy: Bool = false, pool: BufferPool? = nil) {
-        initialCapacity = max(capacity, 64)
+        let initial = max(capacity, 64)
         self.pool = pool
         if lazy {
-            self.capacity = 0
+            self.capacity = -initial
             base = Self.noStorage
         } else {
-            self.capacity = initialCapacity
-            base = malloc(initialCapacity)!
+            self.capacity = initial
+            base = malloc(initial)!
         }
     }
+
+    /// The most a buffer without a pool takes at once after giving its storage back.
+    static let maxRetakenBytes = 64 * 1024
 
     deinit { if capacity > 0 { freeStorage() } }
 
@@ -57,13 +66,13 @@ public final class ByteBuffer {
         guard capacity > 0, readIndex == writeIndex else { return }
         freeStorage()
         base = Self.noStorage
-        capacity = 0
+        capacity = -(pool?.blockSize ?? min(capacity, Self.maxRetakenBytes))
         readIndex = 0
         writeIndex = 0
     }
 
     /// Bytes of memory held (0 after `releaseStorage`).
-    public var heldBytes: Int { capacity }
+    public var heldBytes: Int { max(capacity, 0) }
 
     public var readableBytes: Int { writeIndex - readIndex }
     public var isEmpty: Bool { readIndex == writeIndex }
@@ -83,8 +92,8 @@ public final class ByteBuffer {
     /// the front, or grows, until `count` bytes fit after the write position.
     @inline(never)
     private func makeRoom(_ count: Int) {
-        if capacity == 0 {
-            var first = initialCapacity
+        if capacity <= 0 {
+            var first = -capacity
             while first < count { first *= 2 }
             if let pool, first == pool.blockSize { base = pool.take() } else { base = malloc(first)! }
             capacity = first

@@ -9,4 +9,6 @@ protocol ClientConnection: AnyObject {
     func drain()
     /// Closes at once; anything pending is cancelled.
     func closeNow()
+    /// Its slot in the worker's `ConnectionTable` (-1 when not in it). Set by the table only.
+    var tableSlot: Int32 { get set }
 }

@@ -9,23 +9,25 @@ import CLibevent
 /// per connection and the run-time exclusivity checks about 400 instructions per request.
 /// The socket, base and owner are read back from the read event rather than kept twice.
 struct SocketEvents {
+    // Wider fields first and the flags last: this sits inline in every transport.
+    /// Coarse milliseconds since the kernel last took bytes while the write event was
+    /// armed; 0 when nothing waits (`ByteTransport.writeStalledSince`).
+    private(set) var writeStalledSince: Int64 = 0
     private var read: OpaquePointer?
     /// Made the first time the kernel's buffer is full: most connections never need one,
-    /// and each event is 128 bytes held for the connection's life.
+    /// and each event is 128 bytes held for the connection's life. It gets the read
+    /// event's callback and argument (the callback tells the two apart by `EV_WRITE`).
     private var write: OpaquePointer?
-    private var onWritable: event_callback_fn?
     /// `EV_ET` on both events (libevent refuses to mix the two modes on one socket).
     private var edgeTriggered = false
     private(set) var readArmed = false
     private var writeArmed = false
-    /// Coarse milliseconds since the kernel last took bytes while the write event was
-    /// armed; 0 when nothing waits (`ByteTransport.writeStalledSince`).
-    private(set) var writeStalledSince: Int64 = 0
 
     init() {}
 
     /// Creates the persistent read event (the write event waits until needed); the
-    /// callbacks get `owner` (unretained) as their argument.
+    /// callback gets `owner` (unretained) as its argument, and `EV_WRITE` in its flags
+    /// when the socket can take more output (else it is a read).
     ///
     /// `edgeTriggered`: the kernel reports a socket once per arrival of data (or of room
     /// to write) instead of at every loop turn while it stays readable, which spares it
@@ -34,10 +36,9 @@ struct SocketEvents {
     /// (`activateRead`) when it stopped before; arming an event (`event_add`) makes the
     /// kernel report what is already there.
     mutating func create(base: OpaquePointer, fd: Int32, owner: UnsafeMutableRawPointer,
-                         onReadable: event_callback_fn, onWritable: event_callback_fn, edgeTriggered: Bool = false) {
+                         callback: event_callback_fn, edgeTriggered: Bool = false) {
         self.edgeTriggered = edgeTriggered
-        read = event_new(base, fd, Int16(EV_READ | EV_PERSIST | (edgeTriggered ? EV_ET : 0)), onReadable, owner)
-        self.onWritable = onWritable
+        read = event_new(base, fd, Int16(EV_READ | EV_PERSIST | (edgeTriggered ? EV_ET : 0)), callback, owner)
     }
 
     mutating func setReading(_ on: Bool) {
@@ -47,9 +48,9 @@ struct SocketEvents {
     }
 
     mutating func setWriting(_ on: Bool) {
-        if on && write == nil, let read, let onWritable {
-            write = event_new(event_get_base(read), event_get_fd(read), Int16(EV_WRITE | EV_PERSIST | (edgeTriggered ? EV_ET : 0)), onWritable,
-                              event_get_callback_arg(read))
+        if on && write == nil, let read {
+            write = event_new(event_get_base(read), event_get_fd(read), Int16(EV_WRITE | EV_PERSIST | (edgeTriggered ? EV_ET : 0)),
+                              event_get_callback(read), event_get_callback_arg(read))
         }
         guard let write else { return }
         if on && !writeArmed { event_add(write, nil); writeArmed = true; writeStalledSince = Clock.coarseMillis() }
@@ -70,7 +71,7 @@ struct SocketEvents {
     mutating func free() {
         if let read { event_free(read) }
         if let write { event_free(write) }
-        read = nil; write = nil; onWritable = nil
+        read = nil; write = nil
         readArmed = false; writeArmed = false; writeStalledSince = 0
     }
 }

@@ -61,8 +61,14 @@ final class TCPTransport {
         output = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
         self.peer = peer
         self.readAheadLimit = readAheadLimit
-        events.create(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(), onReadable: transportReadCallback,
-                      onWritable: transportWriteCallback, edgeTriggered: true)
+        events.create(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(), callback: transportEventCallback,
+                      edgeTriggered: true)
+    }
+
+    /// A transport dropped without `close()` (a WebSocket relay that never started) frees
+    /// its events; the socket stays with whoever handed it over.
+    deinit {
+        if !closed { events.free() }
     }
 
     // MARK: reading
@@ -181,10 +187,8 @@ final class TCPTransport {
 
 // Called without a retain: the codec holds the transport until after `close()` frees
 // these events, and a closed codec waits in the worker's `retired` list for the next sweep.
-private let transportReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<TCPTransport>.fromOpaque(arg!)._withUnsafeGuaranteedRef { $0.readNow() }
-}
-
-private let transportWriteCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<TCPTransport>.fromOpaque(arg!)._withUnsafeGuaranteedRef { $0.flush() }
+private let transportEventCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, what, arg in
+    Unmanaged<TCPTransport>.fromOpaque(arg!)._withUnsafeGuaranteedRef {
+        if Int32(what) & EV_WRITE != 0 { $0.flush() } else { $0.readNow() }
+    }
 }

@@ -54,7 +54,7 @@ final class TLSTransport: ByteTransport {
             SSL_set_fd(ssl, fd)
             SSL_set_accept_state(ssl)
         }
-        events.create(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(), onReadable: tlsReadCallback, onWritable: tlsWriteCallback)
+        events.create(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(), callback: tlsEventCallback)
         // The client speaks first (ClientHello).
         events.setReading(true)
     }
@@ -290,10 +290,7 @@ final class TLSTransport: ByteTransport {
 
 }
 
-private let tlsReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<TLSTransport>.fromOpaque(arg!).takeUnretainedValue().onReadable()
-}
-
-private let tlsWriteCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<TLSTransport>.fromOpaque(arg!).takeUnretainedValue().onWritable()
+private let tlsEventCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, what, arg in
+    let t = Unmanaged<TLSTransport>.fromOpaque(arg!).takeUnretainedValue()
+    if Int32(what) & EV_WRITE != 0 { t.onWritable() } else { t.onReadable() }
 }

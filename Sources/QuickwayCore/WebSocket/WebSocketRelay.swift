@@ -134,6 +134,7 @@ final class WebSocketRelay: ClientConnection {
     private var closingDeadline: Int64 = 0
     private var cutting = false
     @exclusivity(unchecked) private var ended = false
+    var tableSlot: Int32 = -1
 
     init(clientTransport: ByteTransport, worker: Worker, handOff h: WebSocketHandOff) {
         self.worker = worker
