@@ -8,7 +8,7 @@ final class RequestIdTests: XCTestCase {
         let loop = try LoopHarness()
         defer { loop.stop() }
         let worker = loop.worker
-        let ids = loop.onLoop { (1...101).map { _ in String(decoding: worker.requestId(from: nil), as: UTF8.self) } }
+        let ids = loop.onLoop { (1...101).map { _ in String(decoding: worker.newRequestId(), as: UTF8.self) } }
         let parts = ids[0].split(separator: "-")
         XCTAssertEqual(parts.count, 3, ids[0])
         XCTAssertTrue(parts[0].allSatisfy(\.isHexDigit) && !parts[0].isEmpty, ids[0])

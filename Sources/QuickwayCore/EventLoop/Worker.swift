@@ -408,11 +408,16 @@ final class Worker: @unchecked Sendable {
     }
 
     /// `X-Request-Id`: the client's own if it sent a sane one, else a new one.
-    func requestId(from head: HTTPRequestHead?) -> [UInt8] {
-        if let head, let r = head.value(of: "x-request-id"), r.count >= 1, r.count <= 128,
+    func requestId(from head: HTTPRequestHead) -> [UInt8] {
+        if let r = head.value(of: "x-request-id"), r.count >= 1, r.count <= 128,
            head.bytes[r].allSatisfy({ HTTPSyntax.isAlnum($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: ":") }) {
             return Array(head.bytes[r])
         }
+        return newRequestId()
+    }
+
+    /// A new request id: the per-process prefix and this worker's next counter value.
+    func newRequestId() -> [UInt8] {
         requestCounter &+= 1
         let v = requestCounter
         var digits = 1

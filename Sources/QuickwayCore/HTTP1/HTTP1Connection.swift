@@ -226,32 +226,39 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         }
     }
 
-    private func start(_ head: HTTPRequestHead) {
-        let ex = Exchange(head: head, sink: self, requestId: worker.requestId(from: head),
-                          clientAddress: transport.peer)
+    /// `head` is consumed: the exchange takes it without a copy, and what follows reads
+    /// it there.
+    private func start(_ head: __owned HTTPRequestHead) {
+        let requestId = worker.requestId(from: head)
+        let ex = Exchange(head: head, sink: self, requestId: requestId, clientAddress: transport.peer)
+        startExchange(ex)
+    }
+
+    /// Reads the head's scalar fields through `ex.head` (no copy of the head).
+    private func startExchange(_ ex: Exchange) {
         ex.overTLS = transport.isTLS
         exchange = ex
         phase = .responding
         deadline = 0
         worker.stats.requestStarted()
-        if head.droppedUnderscoreFields > 0 { worker.stats.underscoreHeadersDropped(head.droppedUnderscoreFields) }
-        if !head.keepAlive || worker.isDraining { closeAfterResponse = true }
+        if ex.head.droppedUnderscoreFields > 0 { worker.stats.underscoreHeadersDropped(ex.head.droppedUnderscoreFields) }
+        if !ex.head.keepAlive || worker.isDraining { closeAfterResponse = true }
         ex.handler = worker.handler
         if let (code, message) = worker.handler.preflight(ex) {
             // Answer without reading the body; the connection cannot be reused then.
             // A request refused as bad also ends the connection.
-            if head.body != .none || code == .badRequest { closeAfterResponse = true }
+            if ex.head.body != .none || code == .badRequest { closeAfterResponse = true }
             ex.respondError(code, message)
             return
         }
-        if head.body == .none {
+        if ex.head.body == .none {
             dispatch(ex)
         } else {
-            bodyDecoder = BodyDecoderBox(HTTPBodyDecoder(framing: head.body, maxBodyBytes: worker.limits.maxBodyBytes))
-            if case let .contentLength(n) = head.body { ex.body.reserveCapacity(n) }
+            bodyDecoder = BodyDecoderBox(HTTPBodyDecoder(framing: ex.head.body, maxBodyBytes: worker.limits.maxBodyBytes))
+            if case let .contentLength(n) = ex.head.body { ex.body.reserveCapacity(n) }
             phase = .body
             deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
-            if head.expectsContinue && input.isEmpty {
+            if ex.head.expectsContinue && input.isEmpty {
                 output.append("HTTP/1.1 100 Continue\r\n\r\n")
                 flushSoon()
             }
@@ -285,7 +292,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
             worker.stats.requestStarted()
             worker.requestDone(nil, status: code.status, nanos: 0)
         }
-        let id = worker.requestId(from: nil)
+        let id = worker.newRequestId()
         let body = GatewayErrorBody.json(code, message: message, requestId: String(decoding: id, as: UTF8.self))
         output.append(string: "HTTP/1.1 \(code.status) \(HTTPReason.phrase(code.status))\r\nContent-Type: application/json\r\nX-Request-Id: ")
         output.append(id)

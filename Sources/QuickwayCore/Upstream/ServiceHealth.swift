@@ -8,20 +8,24 @@ import Foundation
 public final class UpstreamMember: @unchecked Sendable {
     public let ip: String
     let connectTo: UnsafeMutablePointer<curl_slist>
+    // The state below is read and written only under its `ServiceHealth`'s lock, by
+    // methods that call out to nothing that could reach it again: exempt from run-time
+    // exclusivity checks (a dozen per proxied request; the lock is what makes it safe
+    // across threads, which those checks never did).
 
     /// Probe round trip and the backend's own time, apart (`IPLatency`).
-    var latency: IPLatency
-    var window: ErrorWindow
-    var inFlight = 0
-    var requests: Int64 = 0
-    var errors: Int64 = 0
-    var state: UpstreamState
-    var ejectedUntilMillis: Int64 = 0
-    var ejectedUntilWall: Double = 0
-    var probeFailures = 0
-    var probeSuccesses = 0
+    @exclusivity(unchecked) var latency: IPLatency
+    @exclusivity(unchecked) var window: ErrorWindow
+    @exclusivity(unchecked) var inFlight = 0
+    @exclusivity(unchecked) var requests: Int64 = 0
+    @exclusivity(unchecked) var errors: Int64 = 0
+    @exclusivity(unchecked) var state: UpstreamState
+    @exclusivity(unchecked) var ejectedUntilMillis: Int64 = 0
+    @exclusivity(unchecked) var ejectedUntilWall: Double = 0
+    @exclusivity(unchecked) var probeFailures = 0
+    @exclusivity(unchecked) var probeSuccesses = 0
     /// Left the IP list: takes no new requests; dropped once idle.
-    var removed = false
+    @exclusivity(unchecked) var removed = false
 
     init(ip: String, service: ServiceConfig, startsUp: Bool) {
         self.ip = ip
@@ -44,9 +48,10 @@ public final class UpstreamMember: @unchecked Sendable {
 public final class ServiceHealth: @unchecked Sendable {
     public let config: ServiceConfig
     private let lock = NSLock()
-    private(set) var members: [UpstreamMember] = []
-    private var selected: UpstreamMember?
-    private var rrNext = 0
+    /// Under `lock`, touched by no re-entrant call: no run-time exclusivity checks.
+    @exclusivity(unchecked) private(set) var members: [UpstreamMember] = []
+    @exclusivity(unchecked) private var selected: UpstreamMember?
+    @exclusivity(unchecked) private var rrNext = 0
     /// Where the current list came from: `config`, `url` or `cache_file`.
     private(set) var listSource = "config"
     private(set) var listRefreshedAt: Double?

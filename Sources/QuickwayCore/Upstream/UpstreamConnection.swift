@@ -10,7 +10,7 @@ import Glibc
 /// the connection dropped before anyone sends on it.
 ///
 /// Ownership: the pool holds idle connections, the call holds the one it uses; `user`
-/// is weak (the call keeps itself alive while it runs). Loop thread only.
+/// is unretained (the call keeps itself alive while it runs). Loop thread only.
 final class UpstreamConnection {
     let fd: Int32
     let memberKey: ObjectIdentifier
@@ -39,6 +39,10 @@ final class UpstreamConnection {
     }
     /// When it went back to the pool (coarse ms).
     var idleSince: Int64 = 0
+    /// Its IP's list in the pool, remembered by the pool at the first `put` (retained: a
+    /// list holds its idle connections and a connection its list, a cycle only while
+    /// the connection is idle, broken when it is taken or the pool closes it).
+    var idleList: IdleConnections?
     private(set) var isClosed = false
 
     init(fd: Int32, memberKey: ObjectIdentifier, pool: UpstreamPool, base: OpaquePointer) {
@@ -125,6 +129,7 @@ final class UpstreamConnection {
     func detach() -> Int32 {
         isClosed = true
         user = nil
+        idleList = nil
         if let e = readEvent { event_free(e); readEvent = nil }
         if let e = writeEvent { event_free(e); writeEvent = nil }
         return fd
@@ -134,6 +139,7 @@ final class UpstreamConnection {
         guard !isClosed else { return }
         isClosed = true
         user = nil
+        idleList = nil
         if let e = readEvent { event_free(e); readEvent = nil }
         if let e = writeEvent { event_free(e); writeEvent = nil }
         Glibc.close(fd)
@@ -156,17 +162,21 @@ private let upstreamConnectionWriteCallback: @convention(c) (Int32, Int16, Unsaf
 /// in-flight request holds its own upstream connection, and one turned away at `put` is
 /// a new connection (through libcurl) for a later request. At 256, 1,024 busy client
 /// connections halved a worker's req/s (`scripts/bench.sh --case scaling`, BENCHMARKS.md).
+///
+/// Each IP's list is an object the pool finds with one hash lookup per `take`, and a
+/// connection remembers it for its `put` (none): a dictionary of arrays mutated in place
+/// cost two lookups and a heap-allocated accessor frame per request (about 700
+/// instructions, `scripts/profile.sh`).
 final class UpstreamPool {
     static let maxIdlePerMember = 1024
     static let idleTimeoutMillis: Int64 = 60_000
-    private var idle: [ObjectIdentifier: [UpstreamConnection]] = [:]
+    private var byMember: [ObjectIdentifier: IdleConnections] = [:]
 
     /// The most recently used idle connection to `member`. `checkAlive`: first peek at
     /// the socket and drop connections the upstream has closed or written to unasked.
     func take(_ member: UpstreamMember, checkAlive: Bool = false) -> UpstreamConnection? {
-        let key = ObjectIdentifier(member)
-        // Mutated in place (no copy of the list).
-        while let c = idle[key]?.popLast() {
+        guard let idle = byMember[ObjectIdentifier(member)] else { return nil }
+        while let c = idle.list.popLast() {
             guard checkAlive else { return c }
             if c.isSilent { return c }
             c.close()
@@ -178,31 +188,66 @@ final class UpstreamPool {
         guard !c.isClosed else { return }
         c.user = nil
         c.resumeReading()
-        guard (idle[c.memberKey]?.count ?? 0) < Self.maxIdlePerMember else { c.close(); return }
+        let idle = idleList(of: c)
+        guard idle.list.count < Self.maxIdlePerMember else { c.close(); return }
         c.idleSince = Clock.coarseMillis()
-        idle[c.memberKey, default: []].append(c)
+        idle.list.append(c)
+    }
+
+    /// The list `c` goes back to: the one it remembers, unless the pool dropped it.
+    private func idleList(of c: UpstreamConnection) -> IdleConnections {
+        if let l = c.idleList, !l.dropped { return l }
+        let l: IdleConnections
+        if let found = byMember[c.memberKey] {
+            l = found
+        } else {
+            l = IdleConnections()
+            byMember[c.memberKey] = l
+        }
+        c.idleList = l
+        return l
     }
 
     /// Drops an idle connection the upstream closed.
     func discard(_ c: UpstreamConnection) {
-        if let i = idle[c.memberKey]?.firstIndex(where: { $0 === c }) {
-            idle[c.memberKey]?.remove(at: i)
+        if let idle = c.idleList ?? byMember[c.memberKey], let i = idle.list.firstIndex(where: { $0 === c }) {
+            idle.list.remove(at: i)
         }
         c.close()
     }
 
-    /// Closes connections idle for longer than the idle timeout.
+    /// Closes connections idle for longer than the idle timeout; forgets empty lists.
     func sweep(nowMillis: Int64) {
-        for (key, list) in idle {
-            let keep = list.filter { nowMillis - $0.idleSince < Self.idleTimeoutMillis }
-            guard keep.count != list.count else { continue }
-            for c in list where nowMillis - c.idleSince >= Self.idleTimeoutMillis { c.close() }
-            idle[key] = keep.isEmpty ? nil : keep
+        for (key, idle) in byMember {
+            if idle.list.contains(where: { nowMillis - $0.idleSince >= Self.idleTimeoutMillis }) {
+                let list = idle.list
+                idle.list = list.filter { nowMillis - $0.idleSince < Self.idleTimeoutMillis }
+                for c in list where nowMillis - c.idleSince >= Self.idleTimeoutMillis { c.close() }
+            }
+            if idle.list.isEmpty {
+                idle.dropped = true
+                byMember[key] = nil
+            }
         }
     }
 
     func closeAll() {
-        for list in idle.values { for c in list { c.close() } }
-        idle = [:]
+        let lists = byMember.values
+        byMember = [:]
+        for idle in lists {
+            idle.dropped = true
+            let list = idle.list
+            idle.list = []
+            for c in list { c.close() }
+        }
     }
+}
+
+/// One upstream IP's idle connections in one worker's pool, most recently used last.
+/// Loop thread only; no access to its fields spans a call that could reach them again.
+final class IdleConnections {
+    @exclusivity(unchecked) var list: [UpstreamConnection] = []
+    /// No longer in the pool's table (it was empty at a sweep): a connection that still
+    /// remembers it looks its IP's list up again.
+    @exclusivity(unchecked) var dropped = false
 }

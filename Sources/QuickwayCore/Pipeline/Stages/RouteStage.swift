@@ -23,8 +23,12 @@ final class RouteStage: RequestStage {
 
     func run(_ ctx: ProxyContext) -> StageResult {
         let exchange = ctx.exchange
-        let head = exchange.head
-        return head.withBytes { raw in
+        return route(ctx, exchange, exchange.head)
+    }
+
+    /// `head` is the exchange's, borrowed (a local copy would retain its arrays).
+    private func route(_ ctx: ProxyContext, _ exchange: Exchange, _ head: HTTPRequestHead) -> StageResult {
+        head.withBytes { raw in
             // The normalised path (`RequestTargetNormalizer`): `/api/%61dmin` is routed,
             // keyed and forwarded as `/api/admin`.
             let path = UnsafeRawBufferPointer(rebasing: raw[head.path])
