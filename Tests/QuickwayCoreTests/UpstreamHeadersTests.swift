@@ -79,6 +79,19 @@ final class UpstreamHeadersTests: XCTestCase {
         XCTAssertTrue(r.isChunked && r.hasTransferEncoding && !r.allowsReuse, "both framings: closed after")
     }
 
+    /// `200 OK` keeps no reason (writers put the standard phrase); any other is relayed.
+    func testReasonOf200IsKeptOnlyWhenNotTheStandardOne() {
+        func reason(_ statusLine: String) -> String {
+            var h = UpstreamResponseHead()
+            Array(statusLine.utf8).withUnsafeBytes { _ = h.feed($0) }
+            return String(decoding: h.reason, as: UTF8.self)
+        }
+        XCTAssertEqual(reason("HTTP/1.1 200 OK\r\n"), "")
+        XCTAssertEqual(reason("HTTP/1.1 200 Fine\r\n"), "Fine")
+        XCTAssertEqual(reason("HTTP/1.1 200 OKAY\r\n"), "OKAY")
+        XCTAssertEqual(reason("HTTP/1.1 201 OK\r\n"), "OK")
+    }
+
     /// Framing and reuse as RFC 9112 sections 6.3 and 9.3 define them.
     func testResponseFramingAndReuse() {
         func head(_ lines: [String]) -> UpstreamResponseHead {

@@ -312,7 +312,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         output.append("HTTP/1.1 ")
         output.appendDecimal(status)
         output.append(byte: 0x20)
-        if let reason = head.reason, reason.count > 0 { output.append(reason) } else { output.append(string: HTTPReason.phrase(status)) }
+        if let reason = head.reason, reason.count > 0 { output.append(reason) } else if status == 200 { output.append("OK") } else { output.append(string: HTTPReason.phrase(status)) }
         output.append("\r\n")
         if let lines = head.headerLines { output.append(lines) }
         output.append("X-Request-Id: ")

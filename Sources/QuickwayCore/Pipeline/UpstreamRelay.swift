@@ -21,7 +21,15 @@ final class UpstreamRelay: UpstreamCallDelegate {
     /// The answer is wanted in full (to store or share), even for a HEAD request.
     private let buffersForCache: Bool
     private var transfer: UpstreamCall?
+    /// The IP the current call went to, and the ones tried before it (a retry excludes
+    /// them all): the list is made only when a call is retried.
+    private var current: UpstreamMember?
     private var tried: [UpstreamMember] = []
+    /// What the answer needs of the call's response head, taken once when it arrives
+    /// (each read of `head` through the call's protocol copies the whole struct).
+    private var upstreamStatus = 0
+    private var upstreamReason: [UInt8] = []
+    private var upstreamLength: Int?
     private var retriesLeft: Int
     private var body: [UInt8] = []
     private var relayLines: [UInt8] = []
@@ -74,7 +82,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
     }
 
     private func send(to member: UpstreamMember) {
-        tried.append(member)
+        current = member
         exchange.upstreamAddress = member.ip
         let t = upstream.makeCall(service: service, member: member)
         transfer = t
@@ -100,8 +108,12 @@ final class UpstreamRelay: UpstreamCallDelegate {
     // MARK: UpstreamCallDelegate
 
     func upstreamHeadReceived(_ t: UpstreamCall) {
-        relayLines = t.head.linesToRelay()
-        if !exchange.isHeadRequest || buffersForCache, let n = t.head.contentLength {
+        let head = t.head
+        upstreamStatus = head.status
+        upstreamReason = head.reason
+        upstreamLength = head.contentLength
+        relayLines = head.linesToRelay()
+        if !exchange.isHeadRequest || buffersForCache, let n = upstreamLength {
             if n > maxObjectBytes { startStreaming(contentLength: n) } else { body.reserveCapacity(n) }
         }
     }
@@ -118,7 +130,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
         }
         body.append(contentsOf: bytes)
         if body.count > maxObjectBytes {
-            startStreaming(contentLength: t.head.contentLength)
+            startStreaming(contentLength: upstreamLength)
             let pending = body
             body = []
             pending.withUnsafeBytes { stream($0, t) }
@@ -163,13 +175,12 @@ final class UpstreamRelay: UpstreamCallDelegate {
                 release()
                 return
             }
-            let head = t.head
             if exchange.isHeadRequest && !buffersForCache {
                 // A plain HEAD relayed as HEAD: keep the upstream's length.
-                head.reason.withUnsafeBytes { reason in
+                upstreamReason.withUnsafeBytes { reason in
                     relayLines.withUnsafeBytes { lines in
-                        exchange.respond(status: head.status, reason: reason, headerLines: lines, body: UnsafeRawBufferPointer(start: nil, count: 0),
-                                         length: head.contentLength.map { .known($0) } ?? .unstated)
+                        exchange.respond(status: upstreamStatus, reason: reason, headerLines: lines, body: UnsafeRawBufferPointer(start: nil, count: 0),
+                                         length: upstreamLength.map { .known($0) } ?? .unstated)
                     }
                 }
                 release()
@@ -180,7 +191,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
             if buffersForCache, case .names(let names) = CacheVariant.selector(headerLines: relayLines) {
                 variant = CacheVariant(names: names, head: exchange.head, keyId: exchange.authKeyId)
             }
-            finish(.upstream(CachedResponse(status: head.status, reason: head.reason, headerLines: relayLines, body: body,
+            finish(.upstream(CachedResponse(status: upstreamStatus, reason: upstreamReason, headerLines: relayLines, body: body,
                                             receivedAt: Clock.wallSeconds(), variant: variant)))
         case .failed(let failure):
             let message = failure.message
@@ -191,6 +202,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
                 return
             }
             // Retry only while someone still wants the answer (the client, or merged waiters).
+            if let c = current, !tried.contains(where: { $0 === c }) { tried.append(c) }
             if retriesLeft > 0, failure.isConnectionError, exchange.isOpen || ctx?.flight != nil,
                let next = service.health.pick(excluding: tried) {
                 retriesLeft -= 1

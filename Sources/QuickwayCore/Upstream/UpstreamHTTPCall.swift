@@ -199,8 +199,10 @@ final class UpstreamHTTPCall: UpstreamCall {
         if !head.isComplete {
             // The head is parsed into locals and stored back once: each access to a
             // class property is a dynamic exclusivity check in the checked (-O) build.
-            var h = head
-            head = UpstreamResponseHead()   // `h` holds the only reference: appends do not copy
+            // Moved out, not copied (a copy retains its three arrays): `h` holds the only
+            // reference, so appends do not copy either.
+            var h = UpstreamResponseHead()
+            swap(&h, &head)
             var expect = expectStatusLine
             var seen = headBytes
             var failure: String?

@@ -5,6 +5,9 @@
 /// bytes, folded continuations) are dropped rather than relayed. Pure byte work.
 public struct UpstreamResponseHead {
     public private(set) var status = 0
+    /// The reason phrase; empty for `200 OK` (writers put the standard phrase for an
+    /// empty one, so nothing changes on the wire, and the commonest answer allocates no
+    /// array for it).
     public private(set) var reason: [UInt8] = []
     /// `Name: value\r\n` lines to relay.
     public private(set) var relayLines: [UInt8] = []
@@ -144,6 +147,7 @@ public struct UpstreamResponseHead {
         guard digits == 3 else { status = 0; return }
         status = code
         if i < l.count && l[i] == 0x20 { i += 1 }
+        if code == 200 && l.count - i == 2 && l[i] == UInt8(ascii: "O") && l[i + 1] == UInt8(ascii: "K") { return }
         reason = l[i...].filter { HTTPSyntax.isFieldValueByte($0) }
     }
 }

@@ -1,3 +1,4 @@
+import Glibc
 /// Forward: builds the upstream request from the normalised one
 /// (`Upstream/UpstreamRequestHeaders.swift` decides the headers) and starts the call
 /// (`Pipeline/UpstreamRelay.swift` picks the IP, relays, retries). A HEAD on a cached
@@ -16,14 +17,17 @@ final class ForwardStage: RequestStage {
 
     func run(_ ctx: ProxyContext) -> StageResult {
         let exchange = ctx.exchange
-        let route = ctx.route!
-        let head = exchange.head
+        return forward(ctx, exchange, ctx.route!, exchange.head)
+    }
+
+    /// `head` is the exchange's, borrowed (a local copy would retain its arrays).
+    private func forward(_ ctx: ProxyContext, _ exchange: Exchange, _ route: Route, _ head: HTTPRequestHead) -> StageResult {
         let hasBody = head.body != .none || head.value(of: "content-length") != nil
         let upstreamHead = exchange.isHeadRequest && ctx.plan == nil
         let request = head.withBytes { raw -> UpstreamRequest in
             let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
             return UpstreamRequest(
-                method: exchange.isHeadRequest && !upstreamHead ? Array("GET".utf8) : Array(raw[head.method]),
+                method: exchange.isHeadRequest && !upstreamHead ? Self.get : Self.method(UnsafeRawBufferPointer(rebasing: raw[head.method])),
                 isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
                 headers: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
                                                       requestId: exchange.requestId, authKeyId: exchange.authKeyId,
@@ -58,6 +62,18 @@ final class ForwardStage: RequestStage {
         let key = head.value(of: "sec-websocket-key").map { Array(head.bytes[$0]) } ?? []
         let plan = route.config.websocket.map { UpstreamRelay.WebSocketPlan(key: key, config: $0, routeSlot: route.statSlot) }
         return UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: r, maxObjectBytes: maxObjectBytes, webSocket: plan)
+    }
+
+    // The common methods as shared arrays: a request's method costs no allocation.
+    private static let get = Array("GET".utf8)
+    private static let common: [[UInt8]] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"].map { Array($0.utf8) }
+
+    /// The method's bytes: a shared array for a common one, else a copy.
+    static func method(_ m: UnsafeRawBufferPointer) -> [UInt8] {
+        for c in common where c.count == m.count && c.withUnsafeBytes({ memcmp($0.baseAddress!, m.baseAddress!, m.count) == 0 }) {
+            return c
+        }
+        return Array(m)
     }
 
     /// The target with the route's prefix removed, always starting with `/`.
