@@ -208,4 +208,18 @@ final class HTTPBodyDecoderTests: XCTestCase {
         assertDecodes("3e8\r\n" + String(repeating: "z", count: 1000) + "\r\n0\r\n\r\n", body: String(repeating: "z", count: 1000),
                       max: 1000, steps: [1, 2, 3, 5, 6, 7, 1000, 1005, 1010, 1012])
     }
+
+    /// A `Content-Length` body is taken in place, piece by piece, up to its length and
+    /// no further; other framings are not (their bytes need decoding).
+    func testDelimitedBodyIsTakenInPlaceUpToItsLength() {
+        var d = HTTPBodyDecoder(framing: .contentLength(10), maxBodyBytes: 100)
+        XCTAssertEqual(d.takeDelimited(upTo: 4), 4)
+        XCTAssertFalse(d.isComplete)
+        XCTAssertEqual(d.takeDelimited(upTo: 50), 6, "bytes past the body are not taken")
+        XCTAssertTrue(d.isComplete)
+        XCTAssertEqual(d.bodyBytes, 10)
+        XCTAssertNil(d.takeDelimited(upTo: 5))
+        var c = HTTPBodyDecoder(framing: .chunked, maxBodyBytes: 100)
+        XCTAssertNil(c.takeDelimited(upTo: 5))
+    }
 }

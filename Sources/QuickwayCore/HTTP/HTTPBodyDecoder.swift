@@ -52,6 +52,17 @@ public struct HTTPBodyDecoder: Sendable {
 
     public var isComplete: Bool { if case .done = state { return true } else { return false } }
 
+    /// For a body framed by `Content-Length`: takes up to `available` bytes of it as they
+    /// are (no framing to strip, so the caller can hand on its input without copying it)
+    /// and returns how many; nil for any other framing, or once the body is complete.
+    public mutating func takeDelimited(upTo available: Int) -> Int? {
+        guard case .length(let remaining) = state else { return nil }
+        let take = min(remaining, available)
+        bodyBytes += take
+        state = remaining == take ? .done : .length(remaining: remaining - take)
+        return take
+    }
+
     /// Consumes bytes from `input`, appending body data to `out`.
     /// Returns how many bytes were consumed; stops at the end of the body.
     public mutating func decode(_ input: UnsafeRawBufferPointer, into out: inout [UInt8]) throws(HTTPParseError) -> Int {

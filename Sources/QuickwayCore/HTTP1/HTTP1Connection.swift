@@ -46,7 +46,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     private(set) var deadline: Int64 = 0
     /// Set by a streaming producer that paused; called once the output drained.
     private var onDrained: (() -> Void)?
-    private var parser: HTTPRequestParser
+    /// Its methods call nothing that could reach the connection again: exempt from
+    /// run-time exclusivity checks (two a request, with a thread-local lookup each).
+    @exclusivity(unchecked) private var parser: HTTPRequestParser
     private(set) var phase = Phase.head
     private var headTimerRunning = false
     private var closeAfterResponse = false

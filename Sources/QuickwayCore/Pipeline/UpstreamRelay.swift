@@ -31,7 +31,9 @@ final class UpstreamRelay: UpstreamCallDelegate {
     private var upstreamReason: [UInt8] = []
     private var upstreamLength: Int?
     private var retriesLeft: Int
-    private var body: [UInt8] = []
+    /// The buffered answer. Appended to and read by calls that reach nothing that could
+    /// touch it again: exempt from run-time exclusivity checks.
+    @exclusivity(unchecked) private var body: [UInt8] = []
     private var relayLines: [UInt8] = []
     private var streaming = false
     /// The sink said `.pause`: the next piece pauses the upstream until it drains.

@@ -300,6 +300,18 @@ final class UpstreamHTTPCall: UpstreamCall {
         guard var d = decoder else { return }
         var i = 0
         while i < input.count && !d.isComplete {
+            // `Content-Length`: the body bytes are handed on where they lie.
+            if let take = d.takeDelimited(upTo: input.count - i) {
+                decoder = d
+                let piece = UnsafeRawBufferPointer(rebasing: input[i..<(i + take)])
+                i += take
+                if !deliver(piece) {
+                    unreadInput.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i...]))
+                    return
+                }
+                if done { return }
+                continue
+            }
             decoded.removeAll(keepingCapacity: true)
             let used: Int
             do {
