@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Quickway against nginx, measured the same way on both sides (issue 17's targets):
+#
+#   instructions per request  callgrind (user space), one worker, 8 keep-alive client
+#                             connections (wrk), counted after a 1 s warm-up; requests
+#                             counted by the server itself (Quickway /stats, nginx
+#                             stub_status) over the same span
+#   system calls per request  perf stat on syscalls:sys_enter_* over a wrk run of the
+#                             server running natively (not under valgrind)
+#
+# Cases: "proxy" (a GET proxied to a backend answering 1 KB JSON, upstream keep-alive:
+# Quickway's proxy route against nginx proxy_pass with `keepalive`), "cache" (a cache hit
+# against nginx `return 200` with the same 1 KB body: the floor for an answer from
+# memory). nginx runs with `master_process off` (one process, as Quickway's one worker).
+# The backend is a separate nginx on 127.0.0.2 (not profiled).
+#
+# Usage: scripts/profile-vs-nginx.sh [--case proxy|cache|both] [--seconds N]
+#   QW_BIN=path  profile another build of quickway
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CASE=both; SECONDS_RUN=6
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --case) CASE=$2; shift 2 ;;
+    --seconds) SECONDS_RUN=$2; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: scripts/profile-vs-nginx.sh [--case proxy|cache|both] [--seconds N]" >&2; exit 2 ;;
+  esac
+done
+case "$CASE" in proxy|cache|both) ;; *) echo "profile-vs-nginx: --case is proxy, cache or both" >&2; exit 2 ;; esac
+. scripts/bench-common.sh
+need_tools valgrind:valgrind nginx:nginx-light wrk:wrk perf:linux-perf
+BIN=${QW_BIN:-.build/release/quickway}
+[ -x "$BIN" ] || scripts/setup.sh >/dev/null
+WORK=$(mktemp -d /tmp/qw-profile-vs.XXXXXX); PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+BPORT=18281; QPORT=18280; APORT=18290; NPORT=18282; SPORT=18283
+BODY=$(python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item-%04d" % i} for i in range(40)]})[:1024])')
+write_backend_conf "$WORK/backend" "127.0.0.2:$BPORT" "$BODY"
+nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" & PIDS+=($!)
+cat > "$WORK/q.yaml" <<CONF
+listen: 127.0.0.1:$QPORT
+workers: 1
+admin: { listen: 127.0.0.1:$APORT }
+log: { level: warn }
+services: { b: { host: backend.local, port: $BPORT, ips: [127.0.0.2] } }
+routes:
+  - { name: cached, match: { path_prefix: /cached/ }, service: b, cache: { ttl: 1h } }
+  - { name: all, match: { path_prefix: / }, service: b }
+CONF
+# nginx: proxy on /, the same body from memory on /cached/, counters on its own port.
+mkdir -p "$WORK/nginx"
+cat > "$WORK/nginx/nginx.conf" <<CONF
+daemon off; master_process off; worker_processes 1; error_log $WORK/nginx/error.log; pid $WORK/nginx/nginx.pid;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000;
+  upstream backend { server 127.0.0.2:$BPORT; keepalive 64; }
+  server { listen 127.0.0.1:$NPORT;
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    location /cached/ { default_type application/json; return 200 '$BODY'; } }
+  server { listen 127.0.0.1:$SPORT; location / { stub_status; } } }
+CONF
+# valgrind 3.19 cannot read the DWARF of Swift 6 binaries: profile a copy without it.
+objcopy --strip-debug "$BIN" "$WORK/quickway"
+
+qw_count() { curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"]["total"])'; }
+# stub_status counts its own request too: one per call, taken off.
+nginx_count() { curl -s "http://127.0.0.1:$SPORT/" | awk 'NR==3 {print $3 - 1}'; }
+
+start_server() {   # start_server quickway|nginx [valgrind args...]: sets SRV (PID), URL base, COUNT
+  local who=$1; shift
+  if [ "$who" = quickway ]; then
+    "$@" "$WORK/quickway" serve --config "$WORK/q.yaml" 2>>"$WORK/server.log" & SRV=$!
+    BASE="http://127.0.0.1:$QPORT"; COUNT=qw_count
+  else
+    "$@" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" 2>>"$WORK/server.log" & SRV=$!
+    BASE="http://127.0.0.1:$NPORT"; COUNT=nginx_count
+  fi
+  PIDS+=("$SRV")
+}
+stop_server() { kill -INT "$SRV" 2>/dev/null || true; wait "$SRV" 2>/dev/null || true; }
+path_for() { [ "$1" = cache ] && echo /cached/item || echo /item; }
+
+# callgrind: prints "instructions_per_request requests"
+instructions() {
+  local who=$1 case=$2 url before n
+  start_server "$who" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg-$who-$case.out"
+  url="$BASE$(path_for "$case")"
+  for _ in $(seq 150); do curl -sf -o /dev/null "$url" && break; sleep 0.2; done
+  wrk -t1 -c8 -d1s "$url" >/dev/null
+  before=$($COUNT)
+  callgrind_control -i on "$SRV" >/dev/null 2>&1
+  wrk -t1 -c8 -d"${SECONDS_RUN}s" "$url" > "$WORK/wrk.txt"
+  callgrind_control -i off "$SRV" >/dev/null 2>&1
+  n=$(( $($COUNT) - before ))
+  grep -q "Non-2xx" "$WORK/wrk.txt" && { echo "profile-vs-nginx: $who answered non-2xx:" >&2; cat "$WORK/wrk.txt" >&2; }
+  stop_server
+  local total
+  total=$(callgrind_annotate "$WORK/cg-$who-$case.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  echo "$(( total / n )) $n"
+}
+
+# perf: prints "syscalls_per_request requests top-calls"
+syscalls() {
+  local who=$1 case=$2 url before n
+  start_server "$who"
+  url="$BASE$(path_for "$case")"
+  wait_up "$url"
+  wrk -t1 -c8 -d1s "$url" >/dev/null
+  before=$($COUNT)
+  perf stat -x, -e 'syscalls:sys_enter_*' -p "$SRV" -o "$WORK/perf.txt" -- sleep "$SECONDS_RUN" &
+  local perf_pid=$!
+  wrk -t1 -c8 -d"${SECONDS_RUN}s" "$url" >/dev/null
+  wait "$perf_pid" || true
+  n=$(( $($COUNT) - before ))
+  stop_server
+  python3 - "$WORK/perf.txt" "$n" <<'PY'
+import sys
+calls = {}
+for line in open(sys.argv[1]):
+    parts = line.strip().split(",")
+    if len(parts) > 2 and parts[0].isdigit() and int(parts[0]) > 0:
+        calls[parts[2].split("sys_enter_")[-1]] = int(parts[0])
+n = int(sys.argv[2])
+top = " ".join(f"{k}={v / n:.2f}" for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:6])
+print(f"{sum(calls.values()) / n:.2f} {n} {top}")
+PY
+}
+
+cases=(proxy cache); [ "$CASE" != both ] && cases=("$CASE")
+printf '%-7s %-9s %16s %12s   %s\n' case server instr/request syscalls/req "syscalls by name (per request)"
+for c in "${cases[@]}"; do
+  declare -A INSTR SYS
+  for who in quickway nginx; do
+    read -r ir _ <<<"$(instructions "$who" "$c")"
+    read -r sc _ top <<<"$(syscalls "$who" "$c")"
+    INSTR[$who]=$ir; SYS[$who]=$sc
+    printf '%-7s %-9s %16s %12s   %s\n' "$c" "$who" "$(printf "%'d" "$ir")" "$sc" "$top"
+  done
+  awk -v c="$c" -v q="${INSTR[quickway]}" -v n="${INSTR[nginx]}" -v qs="${SYS[quickway]}" -v ns="${SYS[nginx]}" \
+    'BEGIN { printf "%-7s ratio quickway/nginx: instructions %.2fx, syscalls %.2fx\n", c, q / n, qs / ns }'
+  unset INSTR SYS
+done
