@@ -58,6 +58,13 @@ public struct HTTPRequestParser: Sendable {
         var skippedPrefix = Int(skippedPrefix)
         let n = buf.count
         while i < n {
+            // Eight bytes with no LF, CR or NUL (none below 0x0E) need nothing but the
+            // size check; the head's end and its bad bytes are looked at one by one.
+            if i + 8 <= n && !HTTPSyntax.hasByte(below: 0x0E, in: buf.loadUnaligned(fromByteOffset: i, as: UInt64.self)) {
+                i += 8
+                if i - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
+                continue
+            }
             let c = buf[i]
             if c == 0x0A {
                 if i == 0 || buf[i - 1] != 0x0D { throw .badRequest("line ends in a bare LF") }
@@ -168,10 +175,8 @@ public struct HTTPRequestParser: Sendable {
             i += 1
             while i < n && (raw[i] == 0x20 || raw[i] == 0x09) { i += 1 }
             let valueStart = i
-            while i < n && raw[i] != 0x0D {
-                guard HTTPSyntax.isFieldValueByte(raw[i]) else { throw .badRequest("control character in a header value") }
-                i += 1
-            }
+            i = HTTPSyntax.fieldValueEnd(raw, from: i, to: n)
+            if i < n && raw[i] != 0x0D { throw .badRequest("control character in a header value") }
             var valueEnd = i
             while valueEnd > valueStart && (raw[valueEnd - 1] == 0x20 || raw[valueEnd - 1] == 0x09) { valueEnd -= 1 }
             guard i + 1 < n, raw[i + 1] == 0x0A else { throw .badRequest("malformed header line") }

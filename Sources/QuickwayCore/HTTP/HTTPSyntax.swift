@@ -19,6 +19,36 @@ public enum HTTPSyntax {
     @inline(__always) static func isFieldValueByte(_ c: UInt8) -> Bool {
         c == 0x09 || (c >= 0x20 && c != 0x7F)
     }
+    /// Whether any byte of `w` is below `n` (at most 128): "hasless" from Bit Twiddling
+    /// Hacks. The answer (any or none) is exact; it tests eight bytes in a few
+    /// instructions, so the scanning loops skip runs of ordinary text a word at a time.
+    @inline(__always) static func hasByte(below n: UInt8, in w: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        return (w &- ones &* UInt64(n)) & ~w & (ones &* 0x80) != 0
+    }
+
+    /// Whether any byte of `w` equals `b`.
+    @inline(__always) static func hasByte(_ b: UInt8, in w: UInt64) -> Bool {
+        hasByte(below: 1, in: w ^ (0x0101_0101_0101_0101 &* UInt64(b)))
+    }
+
+    /// The index of the first byte in `raw[from..<to]` that is not a field-value byte
+    /// (`isFieldValueByte`: a control other than tab, or DEL; CR and LF included), or
+    /// `to`. Eight bytes at a time while none of them needs a closer look.
+    @inline(__always) static func fieldValueEnd(_ raw: UnsafeRawBufferPointer, from: Int, to: Int) -> Int {
+        var i = from
+        while true {
+            while i + 8 <= to {
+                let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                if hasByte(below: 0x20, in: w) || hasByte(0x7F, in: w) { break }
+                i += 8
+            }
+            // A word that needs a look (or the tail): one byte, then words again.
+            guard i < to, isFieldValueByte(raw[i]) else { return i }
+            i += 1
+        }
+    }
+
     /// Request-target bytes: visible ASCII and obs-text only, no spaces or controls.
     @inline(__always) static func isTargetByte(_ c: UInt8) -> Bool { c > 0x20 && c != 0x7F }
 

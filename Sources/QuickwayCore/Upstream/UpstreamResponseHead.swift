@@ -56,11 +56,7 @@ public struct UpstreamResponseHead {
         var colon = 0
         while colon < l.count && HTTPSyntax.isTokenChar(l[colon]) { colon += 1 }
         guard colon > 0, colon < l.count, l[colon] == UInt8(ascii: ":") else { return false }
-        var k = colon + 1
-        while k < l.count {
-            if !HTTPSyntax.isFieldValueByte(l[k]) { return false }
-            k += 1
-        }
+        if HTTPSyntax.fieldValueEnd(l, from: colon + 1, to: l.count) != l.count { return false }
         let name = 0..<colon
         var vs = colon + 1
         while vs < l.count && (l[vs] == 0x20 || l[vs] == 0x09) { vs += 1 }
