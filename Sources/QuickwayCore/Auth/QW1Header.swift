@@ -46,35 +46,50 @@ public struct QW1Header: Equatable {
                 i += 1
             }
             fields += 1
-            func set(_ slot: inout Range<Int>?, _ label: String) -> String? {
-                if slot != nil { return "\(label) appears more than once" }
-                slot = value
-                return nil
-            }
             // Field names compared as bytes (case-sensitive), no String on this path.
-            let problem: String?
-            if Self.named(v, name, "Key") { problem = set(&key, "Key") }
-            else if Self.named(v, name, "Timestamp") { problem = set(&ts, "Timestamp") }
-            else if Self.named(v, name, "Nonce") { problem = set(&nonce, "Nonce") }
-            else if Self.named(v, name, "Signature") { problem = set(&sig, "Signature") }
-            else { problem = "unknown field \(String(decoding: v[name], as: UTF8.self))" }
-            if let problem { return .malformed(problem) }
+            if Self.named(v, name, "Key") {
+                if key != nil { return .malformed("Key appears more than once") }
+                key = value
+            } else if Self.named(v, name, "Timestamp") {
+                if ts != nil { return .malformed("Timestamp appears more than once") }
+                ts = value
+            } else if Self.named(v, name, "Nonce") {
+                if nonce != nil { return .malformed("Nonce appears more than once") }
+                nonce = value
+            } else if Self.named(v, name, "Signature") {
+                if sig != nil { return .malformed("Signature appears more than once") }
+                sig = value
+            } else {
+                return .malformed("unknown field \(String(decoding: v[name], as: UTF8.self))")
+            }
         }
         guard let key, let ts, let nonce, let sig else { return .malformed("Key, Timestamp, Nonce and Signature are all required") }
-        guard (1...64).contains(key.count), v[key].allSatisfy(isKeyByte) else { return .malformed("Key must be 1-64 characters of A-Z a-z 0-9 . _ -") }
-        guard (8...64).contains(nonce.count), v[nonce].allSatisfy(isNonceByte) else { return .malformed("Nonce must be 8-64 characters of A-Z a-z 0-9 _ -") }
-        guard sig.count == 64, v[sig].allSatisfy(isLowerHex) else { return .malformed("Signature must be 64 lower-case hex characters") }
-        guard (1...12).contains(ts.count), v[ts].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return .malformed("Timestamp must be Unix seconds") }
+        // Each value's bytes checked in a plain loop (`allSatisfy` with a function
+        // reference made an indirect call per byte).
+        guard (1...64).contains(key.count), Self.all(v, key, isKeyByte) else { return .malformed("Key must be 1-64 characters of A-Z a-z 0-9 . _ -") }
+        guard (8...64).contains(nonce.count), Self.all(v, nonce, isNonceByte) else { return .malformed("Nonce must be 8-64 characters of A-Z a-z 0-9 _ -") }
+        guard sig.count == 64, Self.all(v, sig, isLowerHex) else { return .malformed("Signature must be 64 lower-case hex characters") }
+        guard (1...12).contains(ts.count), Self.all(v, ts, { $0 >= 0x30 && $0 <= 0x39 }) else { return .malformed("Timestamp must be Unix seconds") }
         var t: Int64 = 0
         for d in v[ts] { t = t * 10 + Int64(d - 0x30) }
         return .ok(QW1Header(key: key, timestamp: t, timestampText: ts, nonce: nonce, signature: sig))
+    }
+
+    @inline(__always)
+    private static func all(_ v: UnsafeRawBufferPointer, _ r: Range<Int>, _ ok: (UInt8) -> Bool) -> Bool {
+        var i = r.lowerBound
+        while i < r.upperBound {
+            if !ok(v[i]) { return false }
+            i += 1
+        }
+        return true
     }
 
     private static func named(_ v: UnsafeRawBufferPointer, _ r: Range<Int>, _ label: StaticString) -> Bool {
         r.count == label.utf8CodeUnitCount && memcmp(v.baseAddress! + r.lowerBound, label.utf8Start, r.count) == 0
     }
 
-    static func isKeyByte(_ c: UInt8) -> Bool { HTTPSyntax.isAlnum(c) || c == UInt8(ascii: ".") || c == UInt8(ascii: "_") || c == UInt8(ascii: "-") }
-    static func isNonceByte(_ c: UInt8) -> Bool { HTTPSyntax.isAlnum(c) || c == UInt8(ascii: "_") || c == UInt8(ascii: "-") }
-    static func isLowerHex(_ c: UInt8) -> Bool { (c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66) }
+    @inline(__always) static func isKeyByte(_ c: UInt8) -> Bool { HTTPSyntax.isAlnum(c) || c == UInt8(ascii: ".") || c == UInt8(ascii: "_") || c == UInt8(ascii: "-") }
+    @inline(__always) static func isNonceByte(_ c: UInt8) -> Bool { HTTPSyntax.isAlnum(c) || c == UInt8(ascii: "_") || c == UInt8(ascii: "-") }
+    @inline(__always) static func isLowerHex(_ c: UInt8) -> Bool { (c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66) }
 }
