@@ -11,9 +11,16 @@ public enum CanonicalQuery {
     /// order (`a=1&a=2` is not `a=2&a=1` to a backend that takes the first).
     public enum Form: Sendable { case signature, cacheKey }
 
+    /// One `name=value` of a query. A struct, not a tuple: an array of tuples looks its
+    /// type up at run time on every allocation (about 300 instructions each).
+    struct Pair {
+        var name: [UInt8]
+        var value: [UInt8]
+    }
+
     public static func canonicalize(_ query: UnsafeRawBufferPointer, form: Form = .signature) -> [UInt8] {
         if query.isEmpty { return [] }
-        var pairs: [(name: [UInt8], value: [UInt8])] = []
+        var pairs: [Pair] = []
         var start = 0
         let n = query.count
         var i = 0
@@ -25,7 +32,7 @@ public enum CanonicalQuery {
                     while eq < i && query[eq] != UInt8(ascii: "=") { eq += 1 }
                     let name = (isKey ? Self.keyForm(UnsafeRawBufferPointer(rebasing: query[start..<eq])) : reencode(UnsafeRawBufferPointer(rebasing: query[start..<eq])))
                     let value = eq < i ? (isKey ? Self.keyForm(UnsafeRawBufferPointer(rebasing: query[(eq + 1)..<i])) : reencode(UnsafeRawBufferPointer(rebasing: query[(eq + 1)..<i]))) : []
-                    pairs.append((name, value))
+                    pairs.append(Pair(name: name, value: value))
                 }
                 start = i + 1
             }
