@@ -20,6 +20,59 @@ public enum CanonicalQuery {
 
     public static func canonicalize(_ query: UnsafeRawBufferPointer, form: Form = .signature) -> [UInt8] {
         if query.isEmpty { return [] }
+        // The common query is canonical as sent (`id=42`, `a=1&b=2`): one copy, none of
+        // the decoding, sorting and joining below (about 2,000 instructions a request).
+        if isCanonical(query, form: form) { return Array(query) }
+        return canonicalizeInFull(query, form: form)
+    }
+
+    /// Whether `canonicalize` would return `query` unchanged: no empty piece, each with
+    /// a `=`, nothing to decode or encode, and already in order. For the signature: one
+    /// `=` per piece, every other byte unreserved, sorted by name then value. For the
+    /// cache key: no `%`, names in order (values of one name keep theirs).
+    static func isCanonical(_ query: UnsafeRawBufferPointer, form: Form) -> Bool {
+        let n = query.count
+        var start = 0
+        var prevName = 0..<0, prevValue = 0..<0
+        var first = true
+        while start <= n {
+            var end = start
+            while end < n && query[end] != UInt8(ascii: "&") { end += 1 }
+            guard end > start else { return false }   // an empty piece is dropped
+            var eq = -1
+            for i in start..<end {
+                let c = query[i]
+                if c == UInt8(ascii: "=") {
+                    if eq < 0 { eq = i } else if form == .signature { return false }
+                } else if form == .signature ? !isUnreserved(c) : c == UInt8(ascii: "%") {
+                    return false
+                }
+            }
+            guard eq >= 0 else { return false }   // `a` would become `a=`
+            let name = start..<eq, value = (eq + 1)..<end
+            if !first {
+                let byName = compare(query, prevName, name)
+                if byName > 0 || (form == .signature && byName == 0 && compare(query, prevValue, value) > 0) { return false }
+            }
+            first = false
+            prevName = name
+            prevValue = value
+            start = end + 1
+        }
+        return true
+    }
+
+    /// Byte order of two ranges of `q` (as `lexicographicallyPrecedes`): -1, 0 or 1.
+    private static func compare(_ q: UnsafeRawBufferPointer, _ a: Range<Int>, _ b: Range<Int>) -> Int {
+        let common = min(a.count, b.count)
+        for k in 0..<common where q[a.lowerBound + k] != q[b.lowerBound + k] {
+            return q[a.lowerBound + k] < q[b.lowerBound + k] ? -1 : 1
+        }
+        return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
+    }
+
+    /// The general path: decode, re-encode, sort, join.
+    static func canonicalizeInFull(_ query: UnsafeRawBufferPointer, form: Form) -> [UInt8] {
         var pairs: [Pair] = []
         var start = 0
         let n = query.count
