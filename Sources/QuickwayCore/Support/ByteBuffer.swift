@@ -124,6 +124,8 @@ public final class ByteBuffer {
 
     public func clear() { readIndex = 0; writeIndex = 0 }
 
+    /// Inlined, like the literal and byte appends: a response head is a dozen of them.
+    @inline(__always)
     public func append(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count > 0 else { return }
         let space = writableSpace(atLeast: bytes.count)
@@ -132,10 +134,12 @@ public final class ByteBuffer {
     }
 
     public func append(_ bytes: [UInt8]) { bytes.withUnsafeBytes { append($0) } }
+    @inline(__always)
     public func append(_ s: StaticString) { append(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)) }
     /// A run-time string (labelled, so that literals take the `StaticString` overload,
     /// which copies from the binary with no String handling per call).
     public func append(string s: String) { var s = s; s.withUTF8 { append(UnsafeRawBufferPointer($0)) } }
+    @inline(__always)
     public func append(byte: UInt8) {
         let space = writableSpace(atLeast: 1)
         space[0] = byte
