@@ -41,6 +41,20 @@ public final class BufferPool {
         return malloc(blockSize)!
     }
 
+    /// A block if `size` is the block size, else nil (the caller mallocs its own).
+    @inline(__always)
+    public func take(ifBlockSized size: Int) -> UnsafeMutableRawPointer? {
+        size == blockSize ? take() : nil
+    }
+
+    /// Keeps `block` if `size` is the block size (true), else leaves it to the caller.
+    @inline(__always)
+    public func give(_ block: UnsafeMutableRawPointer, ifBlockSized size: Int) -> Bool {
+        guard size == blockSize else { return false }
+        give(block)
+        return true
+    }
+
     /// Gives back a block taken from `take()` (or any malloc'd block of `blockSize`).
     public func give(_ block: UnsafeMutableRawPointer) {
         if count < maxFree {

@@ -33,7 +33,9 @@ public final class ByteBuffer {
     /// the pool and outlives its connections, whose buffers give their storage back when
     /// they close (`ByteTransport.discardBuffers`), so a buffer never reaches the pool
     /// after the worker is gone.
-    private unowned(unsafe) let pool: BufferPool?
+    /// Held as `Unmanaged` and used through `_withUnsafeGuaranteedRef`: binding an
+    /// `unowned(unsafe)` optional (`if let pool`) retained and released it at each use.
+    private let pool: Unmanaged<BufferPool>?
     /// A stand-in address for a buffer without storage (never written, never freed, so
     /// sharing it between threads is safe).
     nonisolated(unsafe) private static let noStorage = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
@@ -42,7 +44,7 @@ public final class ByteBuffer {
     /// (when `capacity` is its block size) and give it back on release.
     public init(capacity: Int = 4096, lazy: Bool = false, pool: BufferPool? = nil) {
         let initial = max(capacity, 64)
-        self.pool = pool
+        self.pool = pool.map { Unmanaged.passUnretained($0) }
         if lazy {
             self.capacity = -initial
             base = Self.noStorage
@@ -58,7 +60,8 @@ public final class ByteBuffer {
     deinit { if capacity > 0 { freeStorage() } }
 
     private func freeStorage() {
-        if let pool, capacity == pool.blockSize { pool.give(base) } else { free(base) }
+        if let pool, pool._withUnsafeGuaranteedRef({ $0.give(base, ifBlockSized: capacity) }) { return }
+        free(base)
     }
 
     /// Gives the memory back if nothing is buffered; the next write takes it again.
@@ -66,7 +69,7 @@ public final class ByteBuffer {
         guard capacity > 0, readIndex == writeIndex else { return }
         freeStorage()
         base = Self.noStorage
-        capacity = -(pool?.blockSize ?? min(capacity, Self.maxRetakenBytes))
+        capacity = -(pool?._withUnsafeGuaranteedRef { $0.blockSize } ?? min(capacity, Self.maxRetakenBytes))
         readIndex = 0
         writeIndex = 0
     }
@@ -95,7 +98,7 @@ public final class ByteBuffer {
         if capacity <= 0 {
             var first = -capacity
             while first < count { first *= 2 }
-            if let pool, first == pool.blockSize { base = pool.take() } else { base = malloc(first)! }
+            if let pool, let block = pool._withUnsafeGuaranteedRef({ $0.take(ifBlockSized: first) }) { base = block } else { base = malloc(first)! }
             capacity = first
             return
         }

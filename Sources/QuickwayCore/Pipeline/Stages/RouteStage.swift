@@ -27,7 +27,7 @@ final class RouteStage: RequestStage {
     }
 
     /// `head` is the exchange's, borrowed (a local copy would retain its arrays).
-    private func route(_ ctx: ProxyContext, _ exchange: Exchange, _ head: HTTPRequestHead) -> StageResult {
+    private func route(_ ctx: ProxyContext, _ exchange: Exchange, _ head: borrowing HTTPRequestHead) -> StageResult {
         head.withBytes { raw in
             // The normalised path (`RequestTargetNormalizer`): `/api/%61dmin` is routed,
             // keyed and forwarded as `/api/admin`.
