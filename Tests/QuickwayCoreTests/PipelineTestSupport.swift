@@ -97,7 +97,7 @@ final class FakeCall: UpstreamCall {
             var l = line
             _ = l.withUTF8 { head.feed(UnsafeRawBufferPointer($0)) }
         }
-        d.upstreamHeadReceived(self)
+        d.upstreamHeadReceived(self, head)
         let size = max(1, (bodyBytes.count + pieces - 1) / pieces)
         held = stride(from: 0, to: bodyBytes.count, by: size).map { Array(bodyBytes[$0..<min($0 + size, bodyBytes.count)]) }
         endAfterHeld = true

@@ -109,8 +109,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
 
     // MARK: UpstreamCallDelegate
 
-    func upstreamHeadReceived(_ t: UpstreamCall) {
-        let head = t.head
+    func upstreamHeadReceived(_ t: UpstreamCall, _ head: borrowing UpstreamResponseHead) {
         upstreamStatus = head.status
         upstreamReason = head.reason
         upstreamLength = head.contentLength

@@ -35,8 +35,9 @@ protocol UpstreamCall: AnyObject {
 
 /// What an upstream call reports to whoever started it (the proxy stage).
 protocol UpstreamCallDelegate: AnyObject {
-    /// The final response head is in (`call.head`).
-    func upstreamHeadReceived(_ call: UpstreamCall)
+    /// The final response head is in (also `call.head`). Passed borrowed: a read of
+    /// `call.head` through this protocol copies the struct (its three arrays retained).
+    func upstreamHeadReceived(_ call: UpstreamCall, _ head: borrowing UpstreamResponseHead)
     /// A piece of body. Return false to pause: the same bytes are offered again after
     /// `call.resume()`.
     func upstreamBody(_ call: UpstreamCall, _ bytes: UnsafeRawBufferPointer) -> Bool

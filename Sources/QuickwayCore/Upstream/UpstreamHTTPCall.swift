@@ -291,7 +291,7 @@ final class UpstreamHTTPCall: UpstreamCall {
         } else {
             readsToClose = true
         }
-        delegate?.upstreamHeadReceived(self)
+        delegate?.upstreamHeadReceived(self, head)
     }
 
     private func consumeBody(_ input: UnsafeRawBufferPointer) {

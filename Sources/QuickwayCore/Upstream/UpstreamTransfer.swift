@@ -156,7 +156,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     fileprivate func headerLine(_ bytes: UnsafeRawBufferPointer) {
         if head.feed(bytes) {
             health.headReceived()
-            delegate?.upstreamHeadReceived(self)
+            delegate?.upstreamHeadReceived(self, head)
         }
     }
 
