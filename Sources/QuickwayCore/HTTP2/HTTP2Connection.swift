@@ -68,6 +68,18 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     private let input: ByteBuffer
     private let output: ByteBuffer
     private var streams: [Int32: HTTP2Stream] = [:]
+    /// The stream found last (`lookup`): a request's header callbacks, its data and its
+    /// response's data reads come one after another for one stream, and each would
+    /// otherwise hash its id again (a dozen lookups a request). Cleared when the stream
+    /// leaves `streams`.
+    private var lastStream: HTTP2Stream?
+
+    private func lookup(_ id: Int32) -> HTTP2Stream? {
+        if let s = lastStream, s.id == id { return s }
+        let s = streams[id]
+        if s != nil { lastStream = s }
+        return s
+    }
     /// Inside `mem_recv` or `mem_send`: sends are deferred and nothing is freed.
     private var inNghttp2 = false
     private var pumping = false
@@ -209,6 +221,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         var open = streams
         for (id, s) in detached { open[id] = s }
         streams.removeAll()
+        lastStream = nil
         detached.removeAll()
         admission.removeAll()
         writable.removeAll()
@@ -326,12 +339,12 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     }
 
     fileprivate func header(_ id: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
-        guard let s = streams[id], s.phase == .headers else { return }   // trailers are dropped
+        guard let s = lookup(id), s.phase == .headers else { return }   // trailers are dropped
         s.fields.add(name: name, value: value)
     }
 
     fileprivate func requestHeadersEnded(_ id: Int32, endStream: Bool) {
-        guard let s = streams[id] else { return }
+        guard let s = lookup(id) else { return }
         if s.phase != .headers {
             // Trailers: they end the request; their fields are not forwarded.
             if endStream { requestBodyEnded(s) }
@@ -389,8 +402,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     }
 
     fileprivate func requestData(_ id: Int32, _ data: UnsafeRawBufferPointer) {
-        if let t = streams[id]?.tunnel { return t.deliver(data, ended: false) }
-        guard let s = streams[id], s.phase == .body, let ex = s.exchange else { return }
+        if let t = lookup(id)?.tunnel { return t.deliver(data, ended: false) }
+        guard let s = lookup(id), s.phase == .body, let ex = s.exchange else { return }
         s.lastProgress = Clock.coarseMillis()
         if ex.body.count + data.count > worker.limits.maxBodyBytes {
             s.phase = .refused
@@ -443,7 +456,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     private func admit() {
         while activeStreams < maxActive, !admission.isEmpty {
             let next = admission.removeFirst()
-            guard let ex = next.exchange, streams[next.id] === next else { continue }
+            guard let ex = next.exchange, lookup(next.id) === next else { continue }
             activeStreams += 1
             next.active = true
             (ex.handler ?? worker.handler).handle(ex)
@@ -478,6 +491,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     fileprivate func streamClosed(_ id: Int32, errorCode: UInt32) {
         guard let s = streams.removeValue(forKey: id) else { return }
+        if lastStream === s { lastStream = nil }
         s.onWritable = nil
         if let t = s.tunnel {
             s.tunnel = nil
@@ -509,7 +523,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     fileprivate func frameSent(_ id: Int32, endStream: Bool) {
         // The answer is complete but the client is still sending a request we refused:
         // ask it to stop (RFC 9113 8.1, RST_STREAM with NO_ERROR).
-        if endStream, let s = streams[id], s.phase == .refused, !s.requestEnded {
+        if endStream, let s = lookup(id), s.phase == .refused, !s.requestEnded {
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_NO_ERROR.rawValue)
         }
     }
@@ -543,7 +557,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     /// nghttp2 asks for a stream's next DATA bytes (at most `length`).
     fileprivate func readBody(_ id: Int32, into buf: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
-        guard let s = streams[id] else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+        guard let s = lookup(id) else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
         let n = min(s.pending.readableBytes, length)
         if n > 0 {
             memcpy(buf, s.pending.readable.baseAddress!, n)
@@ -630,7 +644,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// the backend's socket. The relay has its own entry in the worker's table (and a
     /// connection slot) for its timers and drain.
     func switchToWebSocket(_ s: HTTP2Stream, _ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool {
-        guard streams[s.id] === s, !s.requestEnded, !s.responseStarted, !closing else { return false }
+        guard lookup(s.id) === s, !s.requestEnded, !s.responseStarted, !closing else { return false }
         let t = HTTP2StreamTransport(stream: s, peer: transport.peer, isTLS: transport.isTLS)
         let relay = WebSocketRelay(clientTransport: t, worker: worker, handOff: handOff)
         guard worker.addConnection(relay) else { return false }
@@ -657,7 +671,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     func tunnelClosed(_ s: HTTP2Stream) {
         s.tunnel = nil
         s.onWritable = nil
-        guard streams[s.id] === s, let session else { return }
+        guard lookup(s.id) === s, let session else { return }
         if !(s.responseEnded && s.pending.isEmpty) {
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_CANCEL.rawValue)
         }
@@ -808,5 +822,5 @@ private let h2ReadBody: nghttp2_data_source_read_callback = { _, streamId, buf, 
 }
 
 extension HTTP2Connection {
-    fileprivate func stream(_ id: Int32) -> HTTP2Stream? { streams[id] }
+    fileprivate func stream(_ id: Int32) -> HTTP2Stream? { lookup(id) }
 }
