@@ -53,7 +53,9 @@ struct HTTP2RequestFields {
         listBytes += name.count + value.count + 32
         if refusal != nil { return }
         if listBytes > maxListBytes { refusal = .tooLarge; lines = []; cookies = []; return }
-        guard value.allSatisfy(HTTPSyntax.isFieldValueByte) else { return refuse("a header value holds a control character") }
+        guard HTTPSyntax.fieldValueEnd(value, from: 0, to: value.count) == value.count else {
+            return refuse("a header value holds a control character")
+        }
         if name.first == UInt8(ascii: ":") {
             guard lines.isEmpty && cookies.isEmpty && host.isEmpty else { return refuse("a pseudo-header follows a regular one") }
             if Self.named(name, ":method") {
