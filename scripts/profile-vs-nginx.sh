@@ -87,6 +87,7 @@ instructions() {
   start_server "$who" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg-$who-$case.out"
   url="$BASE$(path_for "$case")"
   for _ in $(seq 150); do curl -sf -o /dev/null "$url" && break; sleep 0.2; done
+  curl -sf -o /dev/null "$url" || { echo "profile-vs-nginx: $who did not answer on $url:" >&2; tail -5 "$WORK/server.log" >&2; exit 1; }
   wrk -t1 -c8 -d1s "$url" >/dev/null
   before=$($COUNT)
   callgrind_control -i on "$SRV" >/dev/null 2>&1
