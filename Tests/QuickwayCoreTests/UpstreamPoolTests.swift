@@ -67,5 +67,10 @@ final class UpstreamPoolTests: XCTestCase {
         pool.closeAll()
         XCTAssertTrue(cs.allSatisfy(\.isClosed))
         XCTAssertNil(pool.take(a))
+        // A call that ends after the shutdown: its connection is closed, not kept.
+        let late = connection(a, pool)
+        pool.put(late)
+        XCTAssertTrue(late.isClosed)
+        XCTAssertNil(pool.take(a))
     }
 }

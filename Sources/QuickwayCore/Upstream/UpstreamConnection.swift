@@ -171,6 +171,10 @@ final class UpstreamPool {
     static let maxIdlePerMember = 1024
     static let idleTimeoutMillis: Int64 = 60_000
     private var byMember: [ObjectIdentifier: IdleConnections] = [:]
+    /// `closeAll` ran (the worker is stopping): a connection coming back is closed, not
+    /// kept in a new list that nothing would ever empty (a list and its connections hold
+    /// each other).
+    private var isClosed = false
 
     /// The most recently used idle connection to `member`. `checkAlive`: first peek at
     /// the socket and drop connections the upstream has closed or written to unasked.
@@ -187,6 +191,7 @@ final class UpstreamPool {
     func put(_ c: UpstreamConnection) {
         guard !c.isClosed else { return }
         c.user = nil
+        guard !isClosed else { c.close(); return }
         c.resumeReading()
         let idle = idleList(of: c)
         guard idle.list.count < Self.maxIdlePerMember else { c.close(); return }
@@ -232,6 +237,7 @@ final class UpstreamPool {
     }
 
     func closeAll() {
+        isClosed = true
         let lists = byMember.values
         byMember = [:]
         for idle in lists {
