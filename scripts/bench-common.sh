@@ -42,6 +42,19 @@ http { access_log off; keepalive_requests 1000000;
 CONF
 }
 
+# The head of a one-worker Quickway config proxying to service `b` on 127.0.0.2:BPORT
+# (listen, admin, log level, service); the caller appends its routes (and auth).
+# Usage: quickway_one_worker_conf QPORT APORT BPORT
+quickway_one_worker_conf() {
+  cat <<CONF
+listen: 127.0.0.1:$1
+workers: 1
+admin: { listen: 127.0.0.1:$2 }
+log: { level: warn }
+services: { b: { host: backend.local, port: $3, ips: [127.0.0.2] } }
+CONF
+}
+
 wait_up() { for _ in $(seq 150); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "bench: $1 did not come up" >&2; exit 1; }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

@@ -38,16 +38,12 @@ BPORT=18281; QPORT=18280; APORT=18290; NPORT=18282; SPORT=18283
 BODY=$(python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item-%04d" % i} for i in range(40)]})[:1024])')
 write_backend_conf "$WORK/backend" "127.0.0.2:$BPORT" "$BODY"
 nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" & PIDS+=($!)
-cat > "$WORK/q.yaml" <<CONF
-listen: 127.0.0.1:$QPORT
-workers: 1
-admin: { listen: 127.0.0.1:$APORT }
-log: { level: warn }
-services: { b: { host: backend.local, port: $BPORT, ips: [127.0.0.2] } }
+{ quickway_one_worker_conf "$QPORT" "$APORT" "$BPORT"; cat <<CONF
 routes:
   - { name: cached, match: { path_prefix: /cached/ }, service: b, cache: { ttl: 1h } }
   - { name: all, match: { path_prefix: / }, service: b }
 CONF
+} > "$WORK/q.yaml"
 # nginx: proxy on /, the same body from memory on /cached/, counters on its own port.
 mkdir -p "$WORK/nginx"
 cat > "$WORK/nginx/nginx.conf" <<CONF

@@ -25,6 +25,7 @@ for tool in valgrind nginx wrk; do
   command -v "$tool" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind nginx-light wrk >/dev/null; break; }
 done
 scripts/setup.sh >/dev/null
+. scripts/bench-common.sh
 WORK=$(mktemp -d /tmp/qw-profile.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${QW_PROFILE_KEEP:-}" ] || rm -rf "$WORK"; }
@@ -35,18 +36,14 @@ daemon off; worker_processes 1; error_log $WORK/backend-error.log; pid $WORK/bac
 events { worker_connections 1024; }
 http { access_log off; server { listen 127.0.0.2:$BPORT; location / { default_type application/json; return 200 '{"ok":true}'; } } }
 CONF
-cat > "$WORK/q.yaml" <<CONF
-listen: 127.0.0.1:$QPORT
-workers: 1
-admin: { listen: 127.0.0.1:$APORT }
-log: { level: warn }
-services: { b: { host: backend.local, port: $BPORT, ips: [127.0.0.2] } }
+{ quickway_one_worker_conf "$QPORT" "$APORT" "$BPORT"; cat <<CONF
 auth: { salt: prof-salt, keys: [ { id: prof-app, secret: prof-secret } ] }
 routes:
   - { name: signed, match: { path_prefix: /signed/ }, service: b, auth: required }
   - { name: cached, match: { path_prefix: /cached/ }, service: b, auth: off, cache: { ttl: 1h } }
   - { name: all, match: { path_prefix: / }, service: b, auth: off }
 CONF
+} > "$WORK/q.yaml"
 WRK_ARGS=("http://127.0.0.1:$QPORT/")
 [ "$CACHE" = 1 ] && WRK_ARGS=("http://127.0.0.1:$QPORT/cached/item")
 if [ "$SIGNED" = 1 ]; then

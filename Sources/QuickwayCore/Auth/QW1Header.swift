@@ -28,7 +28,6 @@ public struct QW1Header: Equatable {
         var i = sl
         var key: Range<Int>?, nonce: Range<Int>?, sig: Range<Int>?, ts: Range<Int>?
         let n = v.count
-        var fields = 0
         while true {
             while i < n && v[i] == 0x20 { i += 1 }
             if i == n { break }
@@ -45,7 +44,6 @@ public struct QW1Header: Equatable {
                 guard v[i] == UInt8(ascii: ",") else { return .malformed("fields must be separated by commas") }
                 i += 1
             }
-            fields += 1
             // Field names compared as bytes (case-sensitive), no String on this path.
             if Self.named(v, name, "Key") {
                 if key != nil { return .malformed("Key appears more than once") }

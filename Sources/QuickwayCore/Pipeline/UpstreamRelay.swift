@@ -115,7 +115,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
         upstreamLength = head.contentLength
         relayLines = head.linesToRelay()
         if !exchange.isHeadRequest || buffersForCache, let n = upstreamLength {
-            if n > maxObjectBytes { startStreaming(contentLength: n) } else { body.reserveCapacity(n) }
+            if n > maxObjectBytes { startStreaming() } else { body.reserveCapacity(n) }
         }
     }
 
@@ -131,7 +131,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
         }
         body.append(contentsOf: bytes)
         if body.count > maxObjectBytes {
-            startStreaming(contentLength: upstreamLength)
+            startStreaming()
             let pending = body
             body = []
             pending.withUnsafeBytes { stream($0, t) }
@@ -151,7 +151,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
         }
     }
 
-    private func startStreaming(contentLength: Int?) {
+    private func startStreaming() {
         streaming = true
         // Too large to store or share: merged waiters make their own calls.
         if let ctx { ctx.pipeline.answer(ctx, .streamed) }
@@ -160,10 +160,10 @@ final class UpstreamRelay: UpstreamCallDelegate {
             cancel()
             return
         }
-        guard let head = transfer?.head else { return }
-        head.reason.withUnsafeBytes { reason in
+        guard transfer != nil else { return }
+        upstreamReason.withUnsafeBytes { reason in
             relayLines.withUnsafeBytes { lines in
-                exchange.beginStream(status: head.status, reason: reason, headerLines: lines, contentLength: contentLength)
+                exchange.beginStream(status: upstreamStatus, reason: reason, headerLines: lines, contentLength: upstreamLength)
             }
         }
     }
