@@ -11,10 +11,13 @@
 # Cases: "proxy" (a GET proxied to a backend answering 1 KB JSON, upstream keep-alive:
 # Quickway's proxy route against nginx proxy_pass with `keepalive`), "cache" (a cache hit
 # against nginx `return 200` with the same 1 KB body: the floor for an answer from
-# memory). nginx runs with `master_process off` (one process, as Quickway's one worker).
-# The backend is a separate nginx on 127.0.0.2 (not profiled).
+# memory), "h2" (the proxied GET over HTTP/2 and TLS, 8 h2load connections of 1 stream
+# each: Quickway's tls_listen with ALPN h2 against nginx `listen ... ssl http2`, the same
+# ECDSA P-256 certificate). nginx runs with `master_process off` (one process, as
+# Quickway's one worker). The backend is a separate nginx on 127.0.0.2 (not profiled).
 #
-# Usage: scripts/profile-vs-nginx.sh [--case proxy|cache|both] [--seconds N]
+# Usage: scripts/profile-vs-nginx.sh [--case proxy|cache|h2|both|all] [--seconds N]
+#   both: proxy and cache; all: proxy, cache and h2
 #   QW_BIN=path  profile another build of quickway
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,22 +26,28 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --case) CASE=$2; shift 2 ;;
     --seconds) SECONDS_RUN=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "usage: scripts/profile-vs-nginx.sh [--case proxy|cache|both] [--seconds N]" >&2; exit 2 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: scripts/profile-vs-nginx.sh [--case proxy|cache|h2|both|all] [--seconds N]" >&2; exit 2 ;;
   esac
 done
-case "$CASE" in proxy|cache|both) ;; *) echo "profile-vs-nginx: --case is proxy, cache or both" >&2; exit 2 ;; esac
+case "$CASE" in proxy|cache|h2|both|all) ;; *) echo "profile-vs-nginx: --case is proxy, cache, h2, both or all" >&2; exit 2 ;; esac
 . scripts/bench-common.sh
-need_tools valgrind:valgrind nginx:nginx-light wrk:wrk perf:linux-perf
+need_tools valgrind:valgrind nginx:nginx-light wrk:wrk perf:linux-perf h2load:nghttp2-client openssl:openssl
 BIN=${QW_BIN:-.build/release/quickway}
 [ -x "$BIN" ] || scripts/setup.sh >/dev/null
 WORK=$(mktemp -d /tmp/qw-profile-vs.XXXXXX); PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
-BPORT=18281; QPORT=18280; APORT=18290; NPORT=18282; SPORT=18283
+BPORT=18281; QPORT=18280; APORT=18290; NPORT=18282; SPORT=18283; QTLS=18284; NTLS=18285
 BODY=$(python3 -c 'import json; print(json.dumps({"items": [{"id": i, "name": "item-%04d" % i} for i in range(40)]})[:1024])')
 write_backend_conf "$WORK/backend" "127.0.0.2:$BPORT" "$BODY"
 nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" & PIDS+=($!)
+write_bench_cert "$WORK"
 { quickway_one_worker_conf "$QPORT" "$APORT" "$BPORT"; cat <<CONF
+tls_listen:
+  listen: 127.0.0.1:$QTLS
+  certificates: [ { cert_file: $WORK/cert.pem, key_file: $WORK/key.pem } ]
+  alpn: [h2, http/1.1]
+http2: { max_concurrent_streams: 128 }
 routes:
   - { name: cached, match: { path_prefix: /cached/ }, service: b, cache: { ttl: 1h } }
   - { name: all, match: { path_prefix: / }, service: b }
@@ -54,6 +63,10 @@ http { access_log off; keepalive_requests 1000000;
   server { listen 127.0.0.1:$NPORT;
     location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }
     location /cached/ { default_type application/json; return 200 '$BODY'; } }
+  server { listen 127.0.0.1:$NTLS ssl http2;
+    ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3; ssl_session_tickets on; http2_max_concurrent_streams 128;
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } }
   server { listen 127.0.0.1:$SPORT; location / { stub_status; } } }
 CONF
 # valgrind 3.19 cannot read the DWARF of Swift 6 binaries: profile a copy without it.
@@ -73,24 +86,35 @@ start_server() {   # start_server quickway|nginx [valgrind args...]: sets SRV (P
     BASE="http://127.0.0.1:$NPORT"; COUNT=nginx_count
   fi
   PIDS+=("$SRV")
+  TLSBASE="https://127.0.0.1:$QTLS"; [ "$who" = nginx ] && TLSBASE="https://127.0.0.1:$NTLS"
 }
 stop_server() { kill -INT "$SRV" 2>/dev/null || true; wait "$SRV" 2>/dev/null || true; }
-path_for() { [ "$1" = cache ] && echo /cached/item || echo /item; }
+url_for() {   # url_for CASE: the URL the case loads on the started server
+  case "$1" in cache) echo "$BASE/cached/item" ;; h2) echo "$TLSBASE/item" ;; *) echo "$BASE/item" ;; esac
+}
+# load CASE URL SECONDS [OUT]: wrk with 8 connections, or for h2 h2load with 8
+# connections of 1 stream each; the report goes to OUT (default: discarded).
+load() {
+  if [ "$1" = h2 ]; then h2load -c8 -m1 -D "$3" "$2" > "${4:-/dev/null}" 2>&1
+  else wrk -t1 -c8 -d"$3s" "$2" > "${4:-/dev/null}"; fi
+}
+# ready URL: the server answers on URL (curl; -k for the bench certificate).
+ready() { curl -skf -o /dev/null "$1"; }
 
 # callgrind: prints "instructions_per_request requests"
 instructions() {
   local who=$1 case=$2 url before n
   start_server "$who" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg-$who-$case.out"
-  url="$BASE$(path_for "$case")"
-  for _ in $(seq 150); do curl -sf -o /dev/null "$url" && break; sleep 0.2; done
-  curl -sf -o /dev/null "$url" || { echo "profile-vs-nginx: $who did not answer on $url:" >&2; tail -5 "$WORK/server.log" >&2; exit 1; }
-  wrk -t1 -c8 -d1s "$url" >/dev/null
+  url=$(url_for "$case")
+  for _ in $(seq 150); do ready "$url" && break; sleep 0.2; done
+  ready "$url" || { echo "profile-vs-nginx: $who did not answer on $url:" >&2; tail -5 "$WORK/server.log" >&2; exit 1; }
+  load "$case" "$url" 1
   before=$($COUNT)
   callgrind_control -i on "$SRV" >/dev/null 2>&1
-  wrk -t1 -c8 -d"${SECONDS_RUN}s" "$url" > "$WORK/wrk.txt"
+  load "$case" "$url" "$SECONDS_RUN" "$WORK/load.txt"
   callgrind_control -i off "$SRV" >/dev/null 2>&1
   n=$(( $($COUNT) - before ))
-  grep -q "Non-2xx" "$WORK/wrk.txt" && { echo "profile-vs-nginx: $who answered non-2xx:" >&2; cat "$WORK/wrk.txt" >&2; }
+  grep -q "Non-2xx\|[1-9][0-9]* failed\|[1-9][0-9]* errored" "$WORK/load.txt" && { echo "profile-vs-nginx: $who answered non-2xx or failed:" >&2; cat "$WORK/load.txt" >&2; }
   stop_server
   local total
   total=$(callgrind_annotate "$WORK/cg-$who-$case.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
@@ -101,13 +125,14 @@ instructions() {
 syscalls() {
   local who=$1 case=$2 url before n
   start_server "$who"
-  url="$BASE$(path_for "$case")"
-  wait_up "$url"
-  wrk -t1 -c8 -d1s "$url" >/dev/null
+  url=$(url_for "$case")
+  for _ in $(seq 150); do ready "$url" && break; sleep 0.1; done
+  ready "$url" || { echo "profile-vs-nginx: $who did not answer on $url" >&2; exit 1; }
+  load "$case" "$url" 1
   before=$($COUNT)
   perf stat -x, -e 'syscalls:sys_enter_*' -p "$SRV" -o "$WORK/perf.txt" -- sleep "$SECONDS_RUN" &
   local perf_pid=$!
-  wrk -t1 -c8 -d"${SECONDS_RUN}s" "$url" >/dev/null
+  load "$case" "$url" "$SECONDS_RUN"
   wait "$perf_pid" || true
   n=$(( $($COUNT) - before ))
   stop_server
@@ -124,7 +149,7 @@ print(f"{sum(calls.values()) / n:.2f} {n} {top}")
 PY
 }
 
-cases=(proxy cache); [ "$CASE" != both ] && cases=("$CASE")
+case "$CASE" in both) cases=(proxy cache) ;; all) cases=(proxy cache h2) ;; *) cases=("$CASE") ;; esac
 printf '%-7s %-9s %16s %12s   %s\n' case server instr/request syscalls/req "syscalls by name (per request)"
 for c in "${cases[@]}"; do
   declare -A INSTR SYS

@@ -7,8 +7,13 @@
 // SSL_CTX_set_min_proto_version (a macro).
 int qw_ssl_ctx_set_min_version(SSL_CTX *ctx, int version);
 // SSL_CTX_set_mode (a macro): partial writes, moving write buffers, buffers released
-// while idle; and SSL_OP_IGNORE_UNEXPECTED_EOF (an EOF without close_notify is a close).
+// while idle; SSL_OP_IGNORE_UNEXPECTED_EOF (an EOF without close_notify is a close);
+// read-ahead (one socket read per record, not one for the header and one for the body).
 void qw_ssl_ctx_set_server_modes(SSL_CTX *ctx);
+// Empties the thread's error queue before an SSL call whose SSL_get_error will be read
+// (it must not see another connection's error), cheaply when it is already empty.
+void qw_tls_clear_error(void);
+
 // SSL_OP_NO_TICKET when `tickets` is 0.
 void qw_ssl_ctx_set_tickets(SSL_CTX *ctx, int tickets);
 

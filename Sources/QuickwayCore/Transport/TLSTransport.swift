@@ -10,7 +10,7 @@ import CQuickwayShims
 /// The handshake runs first, driven by read and write readiness; then reads decrypt into
 /// `input` (a bounded amount ahead) and `flush` encrypts `output`. OpenSSL may want to
 /// read in order to write (or the reverse): both events stay armed as OpenSSL asks, and
-/// plaintext OpenSSL has already decrypted (`SSL_pending`) is picked up when reading
+/// what OpenSSL already holds (`SSL_has_pending`: decrypted, or read ahead) is picked up when reading
 /// resumes, since no socket event would announce it.
 ///
 /// Ownership: libevent's callbacks get the transport through an unretained pointer; the
@@ -150,12 +150,13 @@ final class TLSTransport: ByteTransport {
         guard handshakeDone, !readWantsWrite, let ssl else { return }
         var peerClosed = false
         var got = 0
+        var stoppedAtBound = false
         while !closed {
-            if !discarding && inputIsFull { break }
+            if !discarding && inputIsFull { stoppedAtBound = true; break }
             let space = input.writableSpace(atLeast: 4096)
             // OpenSSL keeps one error queue per thread, which SSL_get_error reads first:
             // it must be empty before each call, or another connection's error reads as ours.
-            ERR_clear_error()
+            qw_tls_clear_error()
             let n = SSL_read(ssl, space.baseAddress, Int32(min(space.count, Int(Int32.max))))
             if n > 0 {
                 if discarding { continue }
@@ -183,6 +184,13 @@ final class TLSTransport: ByteTransport {
             return
         }
         if !closed && !discarding && (got > 0 || peerClosed) { user?.transportReadable(peerClosed: peerClosed) }
+        // Stopped at the bound with records already read from the socket (read-ahead):
+        // no socket event will announce them, so once the codec has made room, come back
+        // on the next loop turn (a codec that paused reading resumes it with
+        // `enableReading`, which looks again).
+        if stoppedAtBound && !closed && readingWanted && !readWantsWrite && !inputIsFull && SSL_has_pending(ssl) == 1 {
+            events.activateRead()
+        }
     }
 
     func enableReading() {
@@ -190,7 +198,8 @@ final class TLSTransport: ByteTransport {
         guard handshakeDone, !closed, !readWantsWrite else { return }
         armRead(true)
         // Plaintext OpenSSL already decrypted announces itself with no socket event.
-        if let ssl, SSL_pending(ssl) > 0 { events.activateRead() }
+        // With read-ahead, records read from the socket but not yet decrypted count too.
+        if let ssl, SSL_has_pending(ssl) == 1 { events.activateRead() }
     }
 
     func disableReading() {
@@ -212,7 +221,7 @@ final class TLSTransport: ByteTransport {
         guard !closed, handshakeDone, !writeWantsRead, let ssl else { return }
         while !output.isEmpty {
             let r = output.readable
-            ERR_clear_error()
+            qw_tls_clear_error()
             let n = SSL_write(ssl, r.baseAddress, Int32(min(r.count, 1 << 20)))
             if n > 0 {
                 output.consume(Int(n))

@@ -1,0 +1,131 @@
+import COpenSSL
+import Foundation
+import XCTest
+@testable import QuickwayCore
+
+/// `TLSTransport` reads with OpenSSL's read-ahead: one socket read takes as many records
+/// as have arrived, and OpenSSL keeps the ones not yet decrypted. When a read stops at
+/// the read-ahead bound, those records are in no socket, so no event announces them: the
+/// transport itself must come back for them, whether the user uses the input at once or
+/// pauses and resumes reading. A real OpenSSL client on a socket pair writes ten small
+/// records in one `send`, so that all of them arrive together.
+final class TLSTransportTests: XCTestCase {
+    /// Counts what it is given; `consume`: uses the input at once, else pauses reading.
+    final class Reader: TransportUser {
+        var transport: TLSTransport?
+        var consume = true
+        var total = 0
+        override func transportReadable(peerClosed: Bool) {
+            guard let t = transport else { return }
+            if consume {
+                total += t.input.readableBytes
+                t.input.clear()
+            } else if t.inputIsFull {
+                t.disableReading()
+            }
+        }
+    }
+
+    static let records = 10
+    static let recordBytes = 1000
+
+    /// A self-signed P-256 certificate and key, made with the openssl tool.
+    private func certificate() throws -> (cert: String, key: String) {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("qw-tls-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        addTeardownBlock { try? FileManager.default.removeItem(atPath: dir) }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                       "-days", "1", "-subj", "/CN=transport.test", "-keyout", dir + "/key.pem", "-out", dir + "/cert.pem"]
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, "openssl req failed")
+        return (dir + "/cert.pem", dir + "/key.pem")
+    }
+
+    /// The gateway's side: a TLS transport on the loop, 4 KiB read-ahead bound, reading
+    /// for `reader`.
+    private func start(_ loop: LoopHarness, fd: Int32, reader: Reader) throws -> TLSTransport {
+        let (cert, key) = try certificate()
+        let context = try TLSContext(TLSListenConfig(listen: ListenAddress(host: "127.0.0.1", port: 0),
+                                                     certificates: [.init(certFile: cert, keyFile: key, path: "tls_listen", line: nil)],
+                                                     alpn: ["http/1.1"]))
+        let worker = loop.worker
+        return loop.onLoop { () -> TLSTransport in
+            let t = TLSTransport(fd: fd, peer: "test", base: worker.base, context: context, stats: worker.stats, readAheadLimit: 4096)
+            reader.transport = t
+            t.user = reader
+            return t
+        }
+    }
+
+    /// The client's side, on this thread: a blocking handshake on `fd`, then `records`
+    /// records written into memory and sent in one `send`. Returns the client to free.
+    private func connectAndSend(_ fd: Int32) -> OpaquePointer? {
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        let ctx = SSL_CTX_new(TLS_client_method())
+        let ssl = SSL_new(ctx)
+        SSL_CTX_free(ctx)   // the SSL holds its own reference
+        SSL_set_fd(ssl, fd)
+        guard SSL_connect(ssl) == 1 else { XCTFail("handshake failed"); return ssl }
+        // From here records go into memory, so that all of them reach the socket at once.
+        let mem = BIO_new(BIO_s_mem())
+        SSL_set0_wbio(ssl, mem)
+        let payload = [UInt8](repeating: 0x61, count: Self.recordBytes)
+        for _ in 0..<Self.records {
+            XCTAssertEqual(payload.withUnsafeBytes { SSL_write(ssl, $0.baseAddress, Int32($0.count)) }, Int32(Self.recordBytes))
+        }
+        var wire = [UInt8](repeating: 0, count: 64 * 1024)
+        let n = wire.withUnsafeMutableBytes { BIO_read(mem, $0.baseAddress, Int32($0.count)) }
+        XCTAssertGreaterThan(n, Int32(Self.records * Self.recordBytes))
+        XCTAssertEqual(wire.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, Int(n), 0) }, Int(n))
+        return ssl
+    }
+
+    private func pair() -> (server: Int32, client: Int32) {
+        var fds: [Int32] = [0, 0]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
+        _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
+        return (fds[0], fds[1])
+    }
+
+    /// The user takes the input each time: the records OpenSSL read ahead past the bound
+    /// are decrypted on a later loop turn, with nothing more arriving.
+    func testRecordsReadAheadPastTheBoundAreReadWithoutANewArrival() throws {
+        let loop = try LoopHarness()
+        defer { loop.stop() }
+        let p = pair()
+        defer { close(p.client) }
+        let reader = Reader()
+        let t = try start(loop, fd: p.server, reader: reader)
+        let client = connectAndSend(p.client)
+        defer { SSL_free(client) }
+        loop.wait("all records read") { reader.total == Self.records * Self.recordBytes }
+        loop.onLoop { t.close() }
+    }
+
+    /// The user pauses reading at the bound, then uses the input and resumes: the rest,
+    /// already inside OpenSSL, is read.
+    func testPausedReadingResumesWithRecordsReadAhead() throws {
+        let loop = try LoopHarness()
+        defer { loop.stop() }
+        let p = pair()
+        defer { close(p.client) }
+        let reader = Reader()
+        reader.consume = false
+        let t = try start(loop, fd: p.server, reader: reader)
+        let client = connectAndSend(p.client)
+        defer { SSL_free(client) }
+        loop.wait("reading paused at the bound") { t.inputIsFull }
+        loop.onLoop {
+            reader.consume = true
+            reader.total += t.input.readableBytes
+            t.input.clear()
+            t.enableReading()
+        }
+        loop.wait("the rest read after resuming") { reader.total == Self.records * Self.recordBytes }
+        loop.onLoop { t.close() }
+    }
+}
