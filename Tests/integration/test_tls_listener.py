@@ -400,4 +400,3 @@ def test_a_purge_by_key_also_removes_the_tls_copy(env):
         assert json.loads(r.read())["purged"] == 1
     with tls_connect(g, client_context(ca), "api.test") as s:
         assert request(s, "/c/purge-twin")[1]["x-cache"] == "MISS"
-
