@@ -80,6 +80,37 @@ final class HTTP2CodecTests: XCTestCase {
         XCTAssertEqual(withLength.body, .contentLength(5))
     }
 
+    func testPseudoHeaderNamesAreComparedExactlyAndUpperCaseIsRefused() {
+        // RFC 9113 8.2.1: field names are lower case; a pseudo-header in another case is
+        // not one we know (8.3), so the request is malformed.
+        XCTAssertThrowsError(try fields([(":Method", "GET"), (":scheme", "https"), (":authority", "a"), (":path", "/")]).http1Head(hasBody: false))
+        XCTAssertThrowsError(try fields([(":method", "GET"), (":scheme", "https"), (":authority", "a"), (":PATH", "/")]).http1Head(hasBody: false))
+        XCTAssertTrue(fields(basic.map { $0.0 == ":method" ? ($0.0, "HEAD") : $0 }).isHeadRequest)
+        XCTAssertFalse(fields(basic.map { $0.0 == ":method" ? ($0.0, "head") : $0 }).isHeadRequest, "methods are case-sensitive")
+        XCTAssertFalse(fields(basic).isHeadRequest)
+    }
+
+    func testAWholeHeadParsesAsTheSameBytesParseInABuffer() throws {
+        let text = try fields(basic + [("accept", "*/*"), ("cookie", "a=1"), ("x-b", "2")]).http1Head(hasBody: true)
+        var p = HTTPRequestParser(maxHeadBytes: 16384, maxBodyBytes: 1 << 20)
+        guard case let .head(whole, used) = try p.parseHead(whole: text) else { return XCTFail("incomplete head") }
+        let copied = try parsed(text)
+        XCTAssertEqual(used, text.count)
+        XCTAssertEqual(whole.bytes, copied.bytes)
+        XCTAssertEqual(whole.fields.map(\.name), copied.fields.map(\.name))
+        XCTAssertEqual(whole.fields.map(\.value), copied.fields.map(\.value))
+        XCTAssertEqual(whole.target, copied.target)
+        XCTAssertEqual(whole.body, copied.body)
+        // Bytes after the head are not the head's: the head is cut out, as from a buffer.
+        var q = HTTPRequestParser(maxHeadBytes: 16384, maxBodyBytes: 1 << 20)
+        guard case let .head(prefix, n) = try q.parseHead(whole: text + Array("tail".utf8)) else { return XCTFail("incomplete head") }
+        XCTAssertEqual(n, text.count)
+        XCTAssertEqual(prefix.bytes, text)
+        // The same checks as any head: a bare LF is refused.
+        var r = HTTPRequestParser(maxHeadBytes: 16384, maxBodyBytes: 1 << 20)
+        XCTAssertThrowsError(try r.parseHead(whole: Array("GET / HTTP/1.1\nhost: a\r\n\r\n".utf8)))
+    }
+
     func testTheHeaderListLimitCountsDecodedBytesAndStopsStoring() {
         // RFC 9113 6.5.2: name + value + 32 per field.
         let f = fields(basic + (0..<100).map { ("x-h\($0)", String(repeating: "v", count: 100)) }, limit: 4096)

@@ -426,10 +426,8 @@ final class Worker: @unchecked Sendable {
         let prefix = requestIdPrefix
         let total = prefix.count + digits
         // Written in place: one allocation, no growth, no slice copy (this runs per request).
-        return [UInt8](unsafeUninitializedCapacity: total) { buf, count in
-            prefix.withUnsafeBufferPointer { p in
-                _ = UnsafeMutableBufferPointer(rebasing: buf[0..<p.count]).initialize(from: p)
-            }
+        return ByteArrays.make(capacity: total) { buf in
+            prefix.withUnsafeBytes { p in buf.baseAddress!.copyMemory(from: p.baseAddress!, byteCount: p.count) }
             var x = v
             var i = total
             repeat {
@@ -437,7 +435,7 @@ final class Worker: @unchecked Sendable {
                 buf[i] = UInt8(ascii: "0") + UInt8(x % 10)
                 x /= 10
             } while x > 0
-            count = total
+            return total
         }
     }
 

@@ -52,6 +52,21 @@ public struct HTTPRequestParser: Sendable {
     /// Looks for a complete head at the start of `buf`. Call again with the same bytes
     /// plus more when it answers `.needMore`.
     public mutating func parseHead(_ buf: UnsafeRawBufferPointer) throws(HTTPParseError) -> HeadResult {
+        try scanHead(buf, whole: nil)
+    }
+
+    /// A head that is all of `bytes` (an HTTP/2 request re-written as HTTP/1.1): checked
+    /// and parsed exactly as `parseHead` does, and `bytes` itself becomes the head's
+    /// storage instead of a copy of it.
+    public mutating func parseHead(whole bytes: [UInt8]) throws(HTTPParseError) -> HeadResult {
+        let result = bytes.withUnsafeBytes { raw in
+            Result { () throws(HTTPParseError) -> HeadResult in try scanHead(raw, whole: bytes) }
+        }
+        return try result.get()
+    }
+
+    /// `whole`: the array `buf` views, when a head that fills it may keep it.
+    private mutating func scanHead(_ buf: UnsafeRawBufferPointer, whole: [UInt8]?) throws(HTTPParseError) -> HeadResult {
         precondition(buf.count < Int(Int32.max), "a request buffer of 2 GiB")
         var i = Int(scanned)
         var lineStart = Int(lineStart)
@@ -80,7 +95,8 @@ public struct HTTPRequestParser: Sendable {
                     let start = skippedPrefix
                     reset()
                     let head = try Self.parseCompleteHead(buf, from: start, to: end, maxBody: maxBodyBytes,
-                                                         allowUnderscores: allowUnderscoresInHeaders)
+                                                         allowUnderscores: allowUnderscoresInHeaders,
+                                                         whole: start == 0 && end == n ? whole : nil)
                     return .head(head, consumed: end)
                 }
                 lineStart = i + 1
@@ -104,8 +120,8 @@ public struct HTTPRequestParser: Sendable {
     /// Parses a head known to be complete: `buf[start..<end]` ends with CRLF CRLF and
     /// contains no bare LF.
     static func parseCompleteHead(_ buf: UnsafeRawBufferPointer, from start: Int, to end: Int, maxBody: Int,
-                                  allowUnderscores: Bool = false) throws(HTTPParseError) -> HTTPRequestHead {
-        let bytes = Array(buf[start..<end])
+                                  allowUnderscores: Bool = false, whole: [UInt8]? = nil) throws(HTTPParseError) -> HTTPRequestHead {
+        let bytes = whole ?? Array(buf[start..<end])
         let result = bytes.withUnsafeBytes { raw in
             Result { () throws(HTTPParseError) -> HTTPRequestHead in
                 try parseFields(raw, bytes: bytes, maxBody: maxBody, allowUnderscores: allowUnderscores)

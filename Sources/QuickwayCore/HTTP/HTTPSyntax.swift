@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 /// Byte classes of RFC 9110/9112, as comparisons and bitmasks so the parser's inner
 /// loops are a few instructions per byte.
 public enum HTTPSyntax {
@@ -61,6 +64,13 @@ public enum HTTPSyntax {
     @inline(__always) static func lower(_ c: UInt8) -> UInt8 { (c >= 0x41 && c <= 0x5A) ? c | 0x20 : c }
 
     /// Case-insensitive comparison of bytes with a lower-case ASCII literal.
+    /// `bytes` are exactly `literal` (byte for byte: for names already known to be lower
+    /// case, as HTTP/2's are). One `memcmp`.
+    @inline(__always)
+    static func equals(_ bytes: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
+        bytes.count == literal.utf8CodeUnitCount && (bytes.count == 0 || memcmp(bytes.baseAddress!, literal.utf8Start, bytes.count) == 0)
+    }
+
     static func equalsLowercase(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ literal: StaticString) -> Bool {
         guard range.count == literal.utf8CodeUnitCount else { return false }
         let lit = literal.utf8Start

@@ -67,12 +67,12 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     var tableSlot: Int32 = -1
     private let input: ByteBuffer
     private let output: ByteBuffer
-    private var streams: [Int32: HTTP2Stream] = [:]
+    @exclusivity(unchecked) private var streams: [Int32: HTTP2Stream] = [:]
     /// The stream found last (`lookup`): a request's header callbacks, its data and its
     /// response's data reads come one after another for one stream, and each would
     /// otherwise hash its id again (a dozen lookups a request). Cleared when the stream
     /// leaves `streams`.
-    private var lastStream: HTTP2Stream?
+    @exclusivity(unchecked) private var lastStream: HTTP2Stream?
 
     private func lookup(_ id: Int32) -> HTTP2Stream? {
         if let s = lastStream, s.id == id { return s }
@@ -80,47 +80,52 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         if s != nil { lastStream = s }
         return s
     }
+    // The connection's state below is exempt from run-time exclusivity checks
+    // (`@exclusivity(unchecked)`, as in `ByteBuffer`): loop-thread values, and no access
+    // to them spans a call that could reach them again (each is read or set in place;
+    // the stream table is changed by subscript, never while it is iterated). The checks
+    // cost about 80 instructions each, a dozen times a request.
     /// Inside `mem_recv` or `mem_send`: sends are deferred and nothing is freed.
-    private var inNghttp2 = false
-    private var pumping = false
-    private var pumpNeeded = false
+    @exclusivity(unchecked) private var inNghttp2 = false
+    @exclusivity(unchecked) private var pumping = false
+    @exclusivity(unchecked) private var pumpNeeded = false
     /// Reading stopped because the output is full; resumes on drain.
-    private var readPaused = false
+    @exclusivity(unchecked) private var readPaused = false
     /// Streams whose paused producers can go on (their `pending` drained).
-    private var writable: [HTTP2Stream] = []
+    @exclusivity(unchecked) private var writable: [HTTP2Stream] = []
     /// GOAWAY sent (drain or a protocol error): closes once no stream is open.
-    private var goingAway = false
+    @exclusivity(unchecked) private var goingAway = false
     /// Closing after what is written (lingering close).
-    private var closing = false
+    @exclusivity(unchecked) private var closing = false
     private var closeDeadline: Int64 = 0
     /// When the last stream closed (idle timeout), or the connection began (preface).
-    private var idleSince: Int64
-    private var sawFirstFrame = false
+    @exclusivity(unchecked) private var idleSince: Int64
+    @exclusivity(unchecked) private var sawFirstFrame = false
     /// A GOAWAY with an error code went out (counted once as a protocol error).
     private var errorGoawaySent = false
     /// Answer bytes waiting in the streams' `pending` buffers (all streams).
-    private var pendingBytes = 0
+    @exclusivity(unchecked) private var pendingBytes = 0
     /// Request body bytes held by streams not yet answered.
-    private var requestBodyBytes = 0
+    @exclusivity(unchecked) private var requestBodyBytes = 0
     /// Streams in the pipeline whose answers are not all taken by nghttp2 yet; at most
     /// `maxActive`, the others wait in `admission` (FIFO) with their request complete.
-    private var activeStreams = 0
+    @exclusivity(unchecked) private var activeStreams = 0
     private let maxActive: Int
-    private var admission: [HTTP2Stream] = []
+    @exclusivity(unchecked) private var admission: [HTTP2Stream] = []
     /// Streams whose answer is complete on the wire (a HEAD, a 204) while their exchange
     /// still runs (the upstream body is read for the cache): kept so a close cancels them.
-    private var detached: [Int32: HTTP2Stream] = [:]
+    @exclusivity(unchecked) private var detached: [Int32: HTTP2Stream] = [:]
     /// Client resets allowed now (a token bucket: `resetBurst`, refilled `resetRatePerSecond`).
     private var resetTokens = Double(HTTP2Codec.resetBurst)
     private var resetRefilledAt = Clock.coarseMillis()
     /// The client reset streams faster than allowed: nothing more is dispatched and the
     /// session ends (GOAWAY ENHANCE_YOUR_CALM).
-    private var terminating = false
+    @exclusivity(unchecked) private var terminating = false
     /// When drain sent the shutdown notice (0: not sent); the final GOAWAY follows.
     private var shutdownNoticeAt: Int64 = 0
     /// Inside `mem_send` (its data callback may finish a stream).
-    private var sending = false
-    private var admitNeeded = false
+    @exclusivity(unchecked) private var sending = false
+    @exclusivity(unchecked) private var admitNeeded = false
 
     init(transport: any ByteTransport, worker: Worker, settings: HTTP2Config, maxObjectBytes: Int) {
         self.transport = transport
@@ -352,32 +357,34 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         }
         if terminating { s.phase = .refused; return }
         s.requestEnded = endStream
-        s.isHeadRequest = s.fields.method.elementsEqual("HEAD".utf8)
+        // Moved out: the stream holds no copy of the fields (and reading them through the
+        // class property would copy them, retaining each array).
+        var fields = HTTP2RequestFields.spent
+        swap(&fields, &s.fields)
+        s.isHeadRequest = fields.isHeadRequest
         s.lastProgress = Clock.coarseMillis()
         worker.stats.requestStarted()
         worker.stats.http2RequestStarted()
         let headBytes: [UInt8]
         do {
-            headBytes = try s.fields.http1Head(hasBody: !endStream)
+            headBytes = try fields.http1Head(hasBody: !endStream)
         } catch {
             switch error {
             case .tooLarge: return refuse(s, .headersTooLarge, "request header list is larger than \(settings.maxHeaderListBytes) bytes")
             case .malformed(let why): return refuse(s, .badRequest, "malformed HTTP/2 request: \(why)")
             }
         }
-        s.fields = HTTP2RequestFields.spent   // the stream holds no copy of the fields
         var parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
                                        allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
-        var parsed: HTTPRequestParser.HeadResult = .needMore
-        var failure: HTTPParseError?
-        headBytes.withUnsafeBytes { raw in
-            do { parsed = try parser.parseHead(raw) } catch { failure = error as? HTTPParseError ?? .badRequest("unparseable") }
-        }
-        switch failure {
-        case .headersTooLarge?: return refuse(s, .headersTooLarge, "request head is larger than \(worker.limits.maxHeaderBytes) bytes")
-        case .bodyTooLarge?: return refuse(s, .bodyTooLarge, "request body is larger than \(worker.limits.maxBodyBytes) bytes")
-        case .badRequest(let why)?: return refuse(s, .badRequest, "malformed request: \(why)")
-        case nil: break
+        let parsed: HTTPRequestParser.HeadResult
+        do {
+            parsed = try parser.parseHead(whole: headBytes)
+        } catch {
+            switch error {
+            case .headersTooLarge: return refuse(s, .headersTooLarge, "request head is larger than \(worker.limits.maxHeaderBytes) bytes")
+            case .bodyTooLarge: return refuse(s, .bodyTooLarge, "request body is larger than \(worker.limits.maxBodyBytes) bytes")
+            case .badRequest(let why): return refuse(s, .badRequest, "malformed request: \(why)")
+            }
         }
         guard case let .head(head, _) = parsed else { return refuse(s, .badRequest, "malformed request") }
         let ex = Exchange(head: head, sink: s, requestId: worker.requestId(from: head),
@@ -602,20 +609,24 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             s.responseEnded = true
             s.bodyless = true
         }
-        // nghttp2 takes `uint8_t *` but only reads (and copies) the fields.
+        // nghttp2 takes `uint8_t *` but only reads (and copies) the fields; the array of
+        // them lives on the stack for the call.
+        let count = fields.fields.count
         fields.bytes.withUnsafeBufferPointer { buf in
             let base = UnsafeMutablePointer(mutating: buf.baseAddress!)
-            var nva = fields.fields.enumerated().map { i, f in
-                nghttp2_nv(name: base + f.name.lowerBound, value: base + f.value.lowerBound,
-                           namelen: f.name.count, valuelen: f.value.count,
-                           flags: UInt8(i == fields.uniqueValueField ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue))
-            }
-            if hasBody {
-                var provider = nghttp2_data_provider()
-                provider.read_callback = h2ReadBody
-                _ = nghttp2_submit_response(session, s.id, &nva, nva.count, &provider)
-            } else {
-                _ = nghttp2_submit_response(session, s.id, &nva, nva.count, nil)
+            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: count) { nva in
+                for (i, f) in fields.fields.enumerated() {
+                    (nva.baseAddress! + i).initialize(to: nghttp2_nv(
+                        name: base + f.name.lowerBound, value: base + f.value.lowerBound, namelen: f.name.count, valuelen: f.value.count,
+                        flags: UInt8(i == fields.uniqueValueField ? NGHTTP2_NV_FLAG_NO_INDEX.rawValue : NGHTTP2_NV_FLAG_NONE.rawValue)))
+                }
+                if hasBody {
+                    var provider = nghttp2_data_provider()
+                    provider.read_callback = h2ReadBody
+                    _ = nghttp2_submit_response(session, s.id, nva.baseAddress, count, &provider)
+                } else {
+                    _ = nghttp2_submit_response(session, s.id, nva.baseAddress, count, nil)
+                }
             }
         }
         if !hasBody { deactivate(s) }

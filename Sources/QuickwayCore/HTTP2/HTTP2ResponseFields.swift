@@ -24,8 +24,8 @@ struct HTTP2ResponseFields {
         var fields: [(name: Range<Int>, value: Range<Int>)] = []
         fields.reserveCapacity(16)
         var unique = -1
-        bytes = [UInt8](unsafeUninitializedCapacity: capacity) { buffer, initialized in
-            var w = Writer(out: UnsafeMutableRawBufferPointer(buffer))
+        bytes = ByteArrays.make(capacity: capacity) { buffer in
+            var w = Writer(out: buffer)
             w.add(":status", decimal: head.status, to: &fields)
             if let lines { w.addLines(lines, to: &fields) }
             unique = fields.count
@@ -37,7 +37,7 @@ struct HTTP2ResponseFields {
             if head.status >= 200 && head.status != 204, case .known(let n) = head.length {
                 w.add("content-length", decimal: n, to: &fields)
             }
-            initialized = w.count
+            return w.count
         }
         self.fields = fields
         uniqueValueField = unique
