@@ -162,6 +162,10 @@ final class TLSTransport: ByteTransport {
                 if discarding { continue }
                 input.didWrite(Int(n))
                 got += Int(n)
+                // Nothing more inside OpenSSL: stop here rather than read the socket again
+                // only to be told `EAGAIN` (a system call per request). The event is
+                // level-triggered, so whatever the socket still holds reports itself.
+                if SSL_has_pending(ssl) == 0 { break }
                 continue
             }
             let err = SSL_get_error(ssl, n)
