@@ -23,6 +23,8 @@ final class UpstreamClient {
     private var running: Int32 = 0
     /// Plain-HTTP keep-alive connections (`UpstreamHTTPCall`).
     let pool = UpstreamPool()
+    /// The plain-HTTP calls' response deadlines (one timer for all of them).
+    let deadlines: DeadlineQueue
     /// Where plain-HTTP calls read into (one read at a time on this loop).
     let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     private var sweepEvent: OpaquePointer?
@@ -37,6 +39,7 @@ final class UpstreamClient {
     init(base: OpaquePointer) {
         _ = Self.globalInit
         self.base = base
+        deadlines = DeadlineQueue(base: base)
         multi = curl_multi_init()
         let me = Unmanaged.passUnretained(self).toOpaque()
         timerEvent = event_new(base, -1, 0, upstreamTimerCallback, me)
@@ -64,6 +67,7 @@ final class UpstreamClient {
     func shutdown() {
         runAfterCurl()
         pool.closeAll()
+        deadlines.shutdown()
         if let e = sweepEvent { event_free(e); sweepEvent = nil }
         readBuffer.deallocate()
         for h in idleHandles { curl_easy_cleanup(h) }

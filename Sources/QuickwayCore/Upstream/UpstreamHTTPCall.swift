@@ -17,7 +17,7 @@ import Glibc
 ///
 /// Ownership: keeps itself alive while running (released when it finishes or is
 /// cancelled) and holds its delegate until then. Loop thread only.
-final class UpstreamHTTPCall: UpstreamCall {
+final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     private let client: UpstreamClient
     private let service: ServiceRuntime
     let member: UpstreamMember
@@ -47,7 +47,6 @@ final class UpstreamHTTPCall: UpstreamCall {
     private var unreadInput: [UInt8] = []
     // Lifecycle.
     private var done = false
-    private var timer: LoopTimer?
     private var retainedSelf: Unmanaged<UpstreamHTTPCall>?
     /// Changed through its mutating methods, which take the service's lock and call
     /// nothing back here: exempt from run-time exclusivity checks (about 80
@@ -61,6 +60,7 @@ final class UpstreamHTTPCall: UpstreamCall {
         self.service = service
         self.member = member
         health = UpstreamHealthReport(health: service.health, member: member)
+        super.init()
     }
 
     func start(_ r: UpstreamRequest, delegate: UpstreamCallDelegate) {
@@ -71,11 +71,8 @@ final class UpstreamHTTPCall: UpstreamCall {
         idempotent = r.idempotent
         upgrading = r.webSocketUpgrade
         requestBytes = Self.requestBytes(r, authority: service.authority)
-        let timeout = service.config.responseTimeoutMillis
-        timer = LoopTimer(base: client.base, afterMillis: timeout) { [unowned self] in
-            self.timer = nil
-            self.fail(self.connection == nil ? .connectTimedOut(millis: timeout) : .responseTimedOut(millis: timeout))
-        }
+        // `timeouts.response` bounds the whole call (`deadlinePassed`).
+        client.deadlines.arm(self, afterMillis: service.config.responseTimeoutMillis)
         // A request that cannot be sent twice only goes on a pooled connection that is
         // still open and silent now (one peek), since a failure on it cannot be retried.
         // A handshake never goes on a pooled connection: after its 101 the socket is the
@@ -404,6 +401,11 @@ final class UpstreamHTTPCall: UpstreamCall {
         if let d { d.upstreamUpgraded(self, fd: fd, peer: ip, leftover: leftover) } else { _ = Glibc.close(fd) }
     }
 
+    override func deadlinePassed() {
+        let timeout = service.config.responseTimeoutMillis
+        fail(connection == nil ? .connectTimedOut(millis: timeout) : .responseTimedOut(millis: timeout))
+    }
+
     private func fail(_ kind: UpstreamFailure.Kind) {
         guard !done else { return }
         let outcome = UpstreamOutcome.failed(UpstreamFailure(kind: kind, service: service.config.name, address: member.ip))
@@ -416,8 +418,7 @@ final class UpstreamHTTPCall: UpstreamCall {
 
     private func finish(reuse: Bool) {
         done = true
-        timer?.cancel()
-        timer = nil
+        client.deadlines.disarm(self)
         if let c = connection {
             connection = nil
             if reuse && !c.hasPendingOutput { client.pool.put(c) } else { c.close() }
