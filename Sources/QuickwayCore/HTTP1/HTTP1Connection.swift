@@ -183,7 +183,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                     refuse(error)
                     return
                 }
-                switch result {
+                switch consume result {
                 case .needMore:
                     if deadline == 0 || !headTimerRunning {
                         headTimerRunning = true

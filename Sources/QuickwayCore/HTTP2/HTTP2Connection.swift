@@ -359,7 +359,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         s.requestEnded = endStream
         // Moved out: the stream holds no copy of the fields (and reading them through the
         // class property would copy them, retaining each array).
-        var fields = HTTP2RequestFields.spent
+        var fields = HTTP2RequestFields.spent()
         swap(&fields, &s.fields)
         s.isHeadRequest = fields.isHeadRequest
         s.lastProgress = Clock.coarseMillis()
@@ -376,9 +376,11 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         }
         var parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
                                        allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
-        let parsed: HTTPRequestParser.HeadResult
+        let head: HTTPRequestHead
         do {
-            parsed = try parser.parseHead(whole: headBytes)
+            // Bound straight from the result, so the head moves rather than being copied.
+            guard case let .head(h, _) = try parser.parseHead(whole: headBytes) else { return refuse(s, .badRequest, "malformed request") }
+            head = h
         } catch {
             switch error {
             case .headersTooLarge: return refuse(s, .headersTooLarge, "request head is larger than \(worker.limits.maxHeaderBytes) bytes")
@@ -386,25 +388,27 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             case .badRequest(let why): return refuse(s, .badRequest, "malformed request: \(why)")
             }
         }
-        guard case let .head(head, _) = parsed else { return refuse(s, .badRequest, "malformed request") }
-        let ex = Exchange(head: head, sink: s, requestId: worker.requestId(from: head),
-                          clientAddress: transport.peer)
+        // What is needed of the head here is read before it moves into the exchange.
+        let requestId = worker.requestId(from: head)
+        let body = head.body
+        let dropped = head.droppedUnderscoreFields
+        let ex = Exchange(head: consume head, sink: s, requestId: requestId, clientAddress: transport.peer)
         ex.overTLS = transport.isTLS
         s.exchange = ex
-        if head.droppedUnderscoreFields > 0 { worker.stats.underscoreHeadersDropped(head.droppedUnderscoreFields) }
+        if dropped > 0 { worker.stats.underscoreHeadersDropped(dropped) }
         ex.handler = worker.handler
         if let (code, message) = worker.handler.preflight(ex) {
             s.phase = .refused
             ex.respondError(code, message)
             return
         }
-        if endStream || head.body == .none {
+        if endStream || body == .none {
             // (An extended CONNECT stays open for the WebSocket's frames; its head has no body.)
             dispatch(s, ex)
         } else {
             s.phase = .body
             // The client's content-length is a claim: reserve no more than a window's worth.
-            if case let .contentLength(n) = head.body { ex.body.reserveCapacity(min(n, settings.initialWindowBytes)) }
+            if case let .contentLength(n) = body { ex.body.reserveCapacity(min(n, settings.initialWindowBytes)) }
         }
     }
 
@@ -482,7 +486,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     private func refuse(_ s: HTTP2Stream, _ code: GatewayErrorCode, _ message: String) {
         let isHead = s.isHeadRequest
         s.phase = .refused
-        s.fields = HTTP2RequestFields.spent
+        s.fields = HTTP2RequestFields.spent()
         worker.requestDone(nil, status: code.status, nanos: 0)
         let id = worker.newRequestId()
         let body = GatewayErrorBody.json(code, message: message, requestId: String(decoding: id, as: UTF8.self))

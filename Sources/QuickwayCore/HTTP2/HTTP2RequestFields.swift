@@ -58,8 +58,9 @@ struct HTTP2RequestFields {
 
     private init() { maxListBytes = 0 }
 
-    /// An empty value holding no memory, for a stream whose request was taken.
-    static let spent = HTTP2RequestFields()
+    /// An empty value holding no memory, for a stream whose request was taken (made
+    /// afresh: copying a stored one runs an outlined copy of every field).
+    @inline(__always) static func spent() -> HTTP2RequestFields { HTTP2RequestFields() }
 
     /// Adds one decoded field. Past the size limit nothing more is stored (the request is
     /// answered 431 once its headers end), so memory stays bounded.

@@ -55,6 +55,11 @@ final class Exchange {
     /// the exchange ends: the one cancellation signal goes to it.
     private(set) var owner: ExchangeOwner?
 
+    /// Runs `body` with the head borrowed in place: passing `exchange.head` as an argument
+    /// copies it (its arrays retained and released), reading it here does not.
+    @inline(__always)
+    func withHead<R>(_ body: (borrowing HTTPRequestHead) -> R) -> R { body(head) }
+
     init(head: HTTPRequestHead, sink: ResponseSink, requestId: [UInt8], clientAddress: String) {
         self.head = head
         self.sink = sink

@@ -21,7 +21,10 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     private let client: UpstreamClient
     private let service: ServiceRuntime
     let member: UpstreamMember
-    private(set) var head = UpstreamResponseHead()
+    /// Parsed in place (`consume`): a struct with three arrays, which a copy would
+    /// retain. No access to it spans a call that could reach it again (the parse is
+    /// pure), so it skips run-time exclusivity checks.
+    @exclusivity(unchecked) private(set) var head = UpstreamResponseHead()
     private var delegate: UpstreamCallDelegate?
     private var connection: UpstreamConnection?
 
@@ -198,12 +201,8 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     private func consume(_ input: UnsafeRawBufferPointer) {
         var i = 0
         if !head.isComplete {
-            // The head is parsed into locals and stored back once: each access to a
-            // class property is a dynamic exclusivity check in the checked (-O) build.
-            // Moved out, not copied (a copy retains its three arrays): `h` holds the only
-            // reference, so appends do not copy either.
-            var h = UpstreamResponseHead()
-            swap(&h, &head)
+            // Scalars are parsed into locals and stored back once (each access to a class
+            // property is a run-time check); the head is parsed in place.
             var expect = expectStatusLine
             var seen = headBytes
             var failure: String?
@@ -222,18 +221,17 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
                 seen += lf + 1
                 if seen > Self.maxHeadBytes { break }
                 if line.isEmpty {
-                    finished = Self.feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]), into: &h, expectStatusLine: &expect, failure: &failure, switching: switching)
+                    finished = Self.feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]), into: &head, expectStatusLine: &expect, failure: &failure, switching: switching)
                 } else {
                     line.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i..<end]))
                     let l = line
                     line.removeAll(keepingCapacity: true)
-                    finished = l.withUnsafeBytes { Self.feedLine($0, into: &h, expectStatusLine: &expect, failure: &failure, switching: switching) }
+                    finished = l.withUnsafeBytes { Self.feedLine($0, into: &head, expectStatusLine: &expect, failure: &failure, switching: switching) }
                 }
                 if failure != nil { break }
                 i = end
                 if finished { break }
             }
-            head = h
             expectStatusLine = expect
             headBytes = seen
             if seen > Self.maxHeadBytes { return fail(.headTooLarge(bytes: Self.maxHeadBytes)) }
@@ -290,7 +288,13 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         } else {
             readsToClose = true
         }
-        delegate?.upstreamHeadReceived(self, head)
+        // Lent without a copy: moved out for the call and back (a class property passed
+        // borrowed is copied, its arrays retained). Meanwhile `head` reads as empty; the
+        // only way back here during the call is a cancel or a failure, which need none of it.
+        var h = UpstreamResponseHead()
+        swap(&h, &head)
+        delegate?.upstreamHeadReceived(self, h)
+        swap(&h, &head)
     }
 
     private func consumeBody(_ input: UnsafeRawBufferPointer) {

@@ -17,11 +17,11 @@ final class ForwardStage: RequestStage {
 
     func run(_ ctx: ProxyContext) -> StageResult {
         let exchange = ctx.exchange
-        return forward(ctx, exchange, ctx.route!, exchange.head)
+        return exchange.withHead { forward(ctx, exchange, ctx.route!, $0) }
     }
 
     /// `head` is the exchange's, borrowed (a local copy would retain its arrays).
-    private func forward(_ ctx: ProxyContext, _ exchange: Exchange, _ route: Route, _ head: HTTPRequestHead) -> StageResult {
+    private func forward(_ ctx: ProxyContext, _ exchange: Exchange, _ route: Route, _ head: borrowing HTTPRequestHead) -> StageResult {
         let hasBody = head.body != .none || head.value(of: "content-length") != nil
         let upstreamHead = exchange.isHeadRequest && ctx.plan == nil
         let request = head.withBytes { raw -> UpstreamRequest in

@@ -23,7 +23,7 @@ final class RouteStage: RequestStage {
 
     func run(_ ctx: ProxyContext) -> StageResult {
         let exchange = ctx.exchange
-        return route(ctx, exchange, exchange.head)
+        return exchange.withHead { route(ctx, exchange, $0) }
     }
 
     /// `head` is the exchange's, borrowed (a local copy would retain its arrays).
