@@ -10,17 +10,20 @@ import XCTest
 /// pauses and resumes reading. A real OpenSSL client on a socket pair writes ten small
 /// records in one `send`, so that all of them arrive together.
 final class TLSTransportTests: XCTestCase {
-    /// Counts what it is given; `consume`: uses the input at once, else pauses reading.
+    /// Counts what it is given; `consume`: uses the input at once, else pauses reading
+    /// at the bound (unless `leaveReadingOn`: a user that neither uses the input nor
+    /// pauses, as a codec awaiting an answer with requests queued).
     final class Reader: TransportUser {
         var transport: TLSTransport?
         var consume = true
+        var leaveReadingOn = false
         var total = 0
         override func transportReadable(peerClosed: Bool) {
             guard let t = transport else { return }
             if consume {
                 total += t.input.readableBytes
                 t.input.clear()
-            } else if t.inputIsFull {
+            } else if t.inputIsFull && !leaveReadingOn {
                 t.disableReading()
             }
         }
@@ -63,7 +66,7 @@ final class TLSTransportTests: XCTestCase {
 
     /// The client's side, on this thread: a blocking handshake on `fd`, then `records`
     /// records written into memory and sent in one `send`. Returns the client to free.
-    private func connectAndSend(_ fd: Int32) -> OpaquePointer? {
+    private func connectAndSend(_ fd: Int32, records: Int = TLSTransportTests.records) -> OpaquePointer? {
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
         let ctx = SSL_CTX_new(TLS_client_method())
         let ssl = SSL_new(ctx)
@@ -74,12 +77,12 @@ final class TLSTransportTests: XCTestCase {
         let mem = BIO_new(BIO_s_mem())
         SSL_set0_wbio(ssl, mem)
         let payload = [UInt8](repeating: 0x61, count: Self.recordBytes)
-        for _ in 0..<Self.records {
+        for _ in 0..<records {
             XCTAssertEqual(payload.withUnsafeBytes { SSL_write(ssl, $0.baseAddress, Int32($0.count)) }, Int32(Self.recordBytes))
         }
-        var wire = [UInt8](repeating: 0, count: 64 * 1024)
+        var wire = [UInt8](repeating: 0, count: 256 * 1024)
         let n = wire.withUnsafeMutableBytes { BIO_read(mem, $0.baseAddress, Int32($0.count)) }
-        XCTAssertGreaterThan(n, Int32(Self.records * Self.recordBytes))
+        XCTAssertGreaterThan(n, Int32(records * Self.recordBytes))
         XCTAssertEqual(wire.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, Int(n), 0) }, Int(n))
         return ssl
     }
@@ -126,6 +129,44 @@ final class TLSTransportTests: XCTestCase {
             t.enableReading()
         }
         loop.wait("the rest read after resuming") { reader.total == Self.records * Self.recordBytes }
+        loop.onLoop { t.close() }
+    }
+
+    /// CPU time this process has used, in seconds.
+    private func cpuSeconds() -> Double {
+        var u = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &u)
+        return Double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + Double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6
+    }
+
+    /// The user leaves reading on with its input full while the socket still holds
+    /// records: the level-triggered event would report the socket on every loop turn, and
+    /// each turn would find no room. The transport stops listening instead (no busy loop)
+    /// until the user makes room and asks again.
+    func testAFullInputWithReadingLeftOnDoesNotSpinTheLoop() throws {
+        let loop = try LoopHarness()
+        defer { loop.stop() }
+        let p = pair()
+        defer { close(p.client) }
+        let reader = Reader()
+        reader.consume = false
+        reader.leaveReadingOn = true
+        let t = try start(loop, fd: p.server, reader: reader)
+        let records = 64   // 64 KB: far past the 4 KiB bound, all in the socket at once
+        let client = connectAndSend(p.client, records: records)
+        defer { SSL_free(client) }
+        loop.wait("the input full") { t.inputIsFull }
+        let before = cpuSeconds()
+        usleep(500_000)
+        let used = cpuSeconds() - before
+        XCTAssertLessThan(used, 0.2, "the loop used \(used) s of CPU in 0.5 s with nothing to do")
+        loop.onLoop {
+            reader.consume = true
+            reader.total += t.input.readableBytes
+            t.input.clear()
+            t.enableReading()
+        }
+        loop.wait("the rest read after making room") { reader.total == records * Self.recordBytes }
         loop.onLoop { t.close() }
     }
 }

@@ -91,9 +91,12 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
             return
         }
         if !protocolSettled && choseHTTP2(peerClosed: peerClosed) { return }
-        // While a response is pending, read no further than the read-ahead bound.
+        // While a response is pending, read no further than the read-ahead bound: checked
+        // before and after `process`, which may start one with the input still full (a
+        // level-triggered TLS event would otherwise report the socket every loop turn).
         if phase == .responding && transport.inputIsFull { transport.disableReading() }
         process()
+        if phase == .responding && !transport.closed && transport.inputIsFull { transport.disableReading() }
     }
 
     /// Before the first request: a client that picked `h2` by ALPN, or opens with the

@@ -648,7 +648,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     func responseEnded(_ s: HTTP2Stream, _ exchange: Exchange) {
         worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
         releaseBody(s, exchange)
-        if detached.removeValue(forKey: s.id) != nil { return }
+        if !detached.isEmpty && detached.removeValue(forKey: s.id) != nil { return }   // (no hashing when empty)
         dataAvailable(s, pumpNow: true)
     }
 
@@ -699,7 +699,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     func responseAborted(_ s: HTTP2Stream, _ exchange: Exchange) {
         worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
         releaseBody(s, exchange)
-        if detached.removeValue(forKey: s.id) != nil { return }
+        if !detached.isEmpty && detached.removeValue(forKey: s.id) != nil { return }   // (no hashing when empty)
         pendingBytes -= s.pending.readableBytes
         s.pending.clear()
         if let session { nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_INTERNAL_ERROR.rawValue) }

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 /// A response head as HTTP/2 header fields: `:status`, the head's `Name: value` lines
 /// with lower-case names, the gateway's own fields (`x-request-id`, `x-cache`, `age`) and
 /// `content-length` when the length is known. Fields that mean nothing in HTTP/2
@@ -83,27 +86,32 @@ struct HTTP2ResponseFields {
         /// The head's `Name: value` lines: names lower-cased, values trimmed, the fields
         /// that mean nothing in HTTP/2 and any `content-length` left out.
         mutating func addLines(_ lines: UnsafeRawBufferPointer, to fields: inout [(name: Range<Int>, value: Range<Int>)]) {
-            var i = 0
+            guard let base = lines.baseAddress else { return }
             let n = lines.count
+            let dest = out.baseAddress!
+            var i = 0
             while i < n {
-                var end = i
-                while end < n && lines[end] != 0x0A { end += 1 }
+                // Line and name ends found with memchr, bytes copied through pointers: a
+                // byte-at-a-time walk with bounds checks was ~300 instructions a line.
+                let end = memchr(base + i, 0x0A, n - i).map { UnsafeRawPointer($0) - base } ?? n
                 var lineEnd = end
-                if lineEnd > i && lines[lineEnd - 1] == 0x0D { lineEnd -= 1 }
-                var colon = i
-                while colon < lineEnd && lines[colon] != UInt8(ascii: ":") { colon += 1 }
+                if lineEnd > i && base.load(fromByteOffset: lineEnd - 1, as: UInt8.self) == 0x0D { lineEnd -= 1 }
+                let colon = memchr(base + i, Int32(UInt8(ascii: ":")), lineEnd - i).map { UnsafeRawPointer($0) - base } ?? lineEnd
                 if colon < lineEnd && colon > i {
                     var vStart = colon + 1
-                    while vStart < lineEnd && (lines[vStart] == 0x20 || lines[vStart] == 0x09) { vStart += 1 }
+                    while vStart < lineEnd, case let c = base.load(fromByteOffset: vStart, as: UInt8.self), c == 0x20 || c == 0x09 { vStart += 1 }
                     var vEnd = lineEnd
-                    while vEnd > vStart && (lines[vEnd - 1] == 0x20 || lines[vEnd - 1] == 0x09) { vEnd -= 1 }
-                    let name = UnsafeRawBufferPointer(rebasing: lines[i..<colon])
+                    while vEnd > vStart, case let c = base.load(fromByteOffset: vEnd - 1, as: UInt8.self), c == 0x20 || c == 0x09 { vEnd -= 1 }
+                    let name = UnsafeRawBufferPointer(start: base + i, count: colon - i)
                     if !HTTP2ResponseFields.isDropped(name) {
                         let start = count
                         precondition(count + name.count <= out.count)
-                        for b in name { out[count] = HTTPSyntax.lower(b); count += 1 }
+                        for k in 0..<name.count {
+                            dest.storeBytes(of: HTTPSyntax.lower(base.load(fromByteOffset: i + k, as: UInt8.self)), toByteOffset: start + k, as: UInt8.self)
+                        }
+                        count += name.count
                         let mid = count
-                        copy(UnsafeRawBufferPointer(rebasing: lines[vStart..<vEnd]))
+                        copy(UnsafeRawBufferPointer(start: base + vStart, count: vEnd - vStart))
                         fields.append((start..<mid, mid..<count))
                     }
                 }

@@ -194,6 +194,11 @@ final class TLSTransport: ByteTransport {
         // `enableReading`, which looks again).
         if stoppedAtBound && !closed && readingWanted && !readWantsWrite && !inputIsFull && SSL_has_pending(ssl) == 1 {
             events.activateRead()
+        } else if stoppedAtBound && got == 0 && !closed && inputIsFull {
+            // Nothing new for the codec and no room: the level-triggered event would report
+            // the socket again at once, every loop turn. Stop listening until the codec
+            // makes room and asks again (`enableReading`).
+            armRead(false)
         }
     }
 
@@ -274,7 +279,12 @@ final class TLSTransport: ByteTransport {
 
     func closeAfterWriting() {
         discarding = true
-        if handshakeDone { armRead(true) }
+        if handshakeDone {
+            armRead(true)
+            // What OpenSSL already read ahead (a close_notify, say) announces itself with
+            // no socket event.
+            if let ssl, SSL_has_pending(ssl) == 1 { events.activateRead() }
+        }
         flush()
     }
 
