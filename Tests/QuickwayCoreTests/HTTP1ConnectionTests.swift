@@ -110,6 +110,38 @@ final class HTTP1ConnectionTests: XCTestCase {
         XCTAssertEqual(loop.onLoop { pool.freeCount }, before + 2)
     }
 
+    /// Issue 17: once its answer is sent, a kept-alive connection holds no buffer objects
+    /// either: both go back to the worker as spares (the worker's stand-in, empty and
+    /// never written, takes their place) and the next request takes them again, so an
+    /// idle connection holds no buffer at all and a busy one allocates none.
+    func testAnIdleConnectionHoldsNoBufferObjectsAndTheNextRequestTakesSpares() {
+        let (c, pool, h) = (connection!, loop.worker.bufferPool, handler!)
+        // Before any byte: nothing taken.
+        XCTAssertTrue(loop.onLoop { c.transport.input === pool.idleStandIn && c.transport.output === pool.idleStandIn })
+        write("GET /one HTTP/1.1\nHost: a\n\n")
+        _ = read { $0.hasSuffix("/one") }
+        loop.wait("both buffers given back") { c.transport.input.isStandIn && c.transport.output.isStandIn }
+        let spares = loop.onLoop { pool.spareObjectCount }
+        XCTAssertGreaterThanOrEqual(spares, 2)
+        // A pending request holds buffers of its own.
+        loop.onLoop { h.answerAtOnce = false }
+        write("GET /two HTTP/1.1\nHost: a\n\n")
+        loop.wait("the request is with the handler") { h.exchanges.count == 2 }
+        XCTAssertFalse(loop.onLoop { c.transport.input.isStandIn || c.transport.output.isStandIn })
+        XCTAssertEqual(loop.onLoop { pool.spareObjectCount }, spares - 2, "taken from the spares, not allocated")
+        loop.onLoop { h.exchanges[1].respond(status: 200, contentType: "text/plain", body: Array("/two".utf8)) }
+        let got = read { $0.hasSuffix("/two") }
+        XCTAssertTrue(got.hasPrefix("HTTP/1.1 200 OK\r\n"), got)
+        loop.wait("given back again") { c.transport.input.isStandIn && pool.spareObjectCount == spares }
+        // The stand-in took nothing on the way.
+        XCTAssertTrue(loop.onLoop { pool.idleStandIn.isEmpty && pool.idleStandIn.heldBytes == 0 })
+        // Pipelined requests after an idle spell are all answered.
+        loop.onLoop { h.answerAtOnce = true }
+        write("GET /three HTTP/1.1\nHost: a\n\nGET /four HTTP/1.1\nHost: a\n\n")
+        let more = read { $0.hasSuffix("/four") }
+        XCTAssertEqual(count(more, "HTTP/1.1 200 OK\r\n"), 2)
+    }
+
     func testPipelinedRequestsAreAnsweredInOrder() {
         write("GET /one HTTP/1.1\nHost: a\n\nGET /two HTTP/1.1\nHost: a\n\nGET /three HTTP/1.1\nHost: a\n\n")
         let got = read { $0.hasSuffix("/three") }

@@ -35,9 +35,11 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// costs an atomic retain and release at each use.
     unowned(unsafe) let worker: Worker
     /// The transport's buffers, held directly: a computed property would retain and
-    /// release the buffer on each of the dozens of appends per response.
-    private let input: ByteBuffer
-    private let output: ByteBuffer
+    /// release the buffer on each of the dozens of appends per response. Idle for a
+    /// sweep, the transport drops them for the worker's stand-in (`checkDeadline`); they
+    /// are taken again when bytes arrive (`transportReadable`).
+    @exclusivity(unchecked) private var input: ByteBuffer
+    @exclusivity(unchecked) private var output: ByteBuffer
     private(set) var exchange: Exchange?
     /// The request body's framing state, boxed: only a request with a body needs it, and
     /// inline it would add 65 bytes to every connection.
@@ -84,6 +86,11 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     func readNow() { transport.readNow() }
 
     override func transportReadable(peerClosed: Bool) {
+        if input !== transport.input {
+            // New buffers after an idle spell.
+            input = transport.input
+            output = transport.output
+        }
         if phase == .closing { return }
         if peerClosed {
             // The client hung up (or half-closed): abandon anything pending.
@@ -128,7 +135,10 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     }
 
     override func transportDrained() {
-        if exchange == nil && phase == .head { output.releaseStorage() }
+        if exchange == nil && phase == .head {
+            output.releaseStorage()
+            if !processing { dropBuffersIfIdle() }
+        }
         if let drained = onDrained {
             onDrained = nil
             drained()
@@ -175,6 +185,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                     // now (the output's when it has been sent, `transportDrained`), so an
                     // idle kept-alive connection holds no buffer memory.
                     input.releaseStorage()
+                    dropBuffersIfIdle()
                     deadline = Clock.coarseMillis() + worker.limits.clientIdleTimeoutMillis
                     transport.enableReading()
                     return
@@ -311,6 +322,10 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     // MARK: responses out (ResponseSink)
 
     func sendHead(_ head: ResponseHead, of exchange: Exchange) {
+        // Held once for the call: each use of the (variable) property would retain and
+        // release it. Safe if the transport drops it meanwhile: a buffer still referred
+        // to is never kept as a spare.
+        let output = self.output
         let status = head.status
         responseCarriesBody = HTTPSyntax.responseHasBody(toHead: exchange.isHeadRequest, status: status)
         responseChunked = false
@@ -362,6 +377,10 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     }
 
     func sendBody(_ bytes: UnsafeRawBufferPointer, of exchange: Exchange) -> BodyWrite {
+        // Held once for the call: each use of the (variable) property would retain and
+        // release it. Safe if the transport drops it meanwhile: a buffer still referred
+        // to is never kept as a spare.
+        let output = self.output
         if responseCarriesBody && bytes.count > 0 {
             if responseChunked {
                 output.appendHex(bytes.count)
@@ -447,12 +466,28 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         transport.closeAfterWriting()
     }
 
+    /// Between requests with nothing buffered either way: the buffer objects go back to
+    /// the worker (an idle connection then holds none), the worker's stand-in taking
+    /// their place here and in the transport until bytes arrive. This codec lets go of
+    /// them first, so that the pool keeps them only if nothing else refers to them.
+    private func dropBuffersIfIdle() {
+        guard phase == .head, exchange == nil, onDrained == nil, !input.isStandIn, input.isEmpty, output.isEmpty,
+              input.heldBytes == 0, output.heldBytes == 0, !transport.closed else { return }
+        // The worker's stand-in (its pool's): this codec lets go first.
+        let standIn = worker.bufferPool.idleStandIn
+        guard input.isDrawing(from: worker.bufferPool) else { return }
+        input = standIn
+        output = standIn
+        transport.dropIdleBuffers()
+    }
+
     func checkDeadline(_ now: Int64) {
         // Idle between requests: hold no buffer memory (they are normally given back
         // when the last answer is sent; this catches what was left, e.g. after a drain
         // that resumed reading).
         if phase == .head && input.isEmpty && output.isEmpty && !processing {
             transport.releaseIdleBuffers()
+            dropBuffersIfIdle()
         }
         // A client that takes none of its answer for `client_idle_timeout` (nginx's
         // send_timeout) is cut off: it would hold its output, and a paused upstream

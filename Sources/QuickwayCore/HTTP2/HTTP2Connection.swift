@@ -134,6 +134,9 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         // Answers up to `max_object_bytes` are buffered whole before they are handed over,
         // so this many in the pipeline at once stay within the budget.
         maxActive = max(4, min(settings.maxConcurrentStreams, HTTP2Codec.connectionBudget / max(1, maxObjectBytes)))
+        // Held for the connection's life: never the idle stand-in (only the HTTP/1.1
+        // codec drops a transport's buffers).
+        transport.takeOwnBuffers()
         input = transport.input
         output = transport.output
         idleSince = Clock.coarseMillis()

@@ -78,6 +78,10 @@ final class HTTP2StreamTransport: ByteTransport {
         stream.connection.tunnelOutput(stream)
     }
 
+    /// A stream's buffers stay while the stream does (nothing to drop).
+    func dropIdleBuffers() {}
+    func takeOwnBuffers() {}
+
     func close() {
         guard !closed else { return }
         closed = true

@@ -35,7 +35,19 @@ public final class ByteBuffer {
     /// after the worker is gone.
     /// Held as `Unmanaged` and used through `_withUnsafeGuaranteedRef`: binding an
     /// `unowned(unsafe)` optional (`if let pool`) retained and released it at each use.
-    private let pool: Unmanaged<BufferPool>?
+    /// (A `var` only so that a pool can name itself in its stand-in, `attachStandIn`.)
+    @exclusivity(unchecked) private var pool: Unmanaged<BufferPool>?
+    /// `capacity` of a worker's stand-in for the buffers of idle connections
+    /// (`BufferPool.idleStandIn`): it never takes memory, and a write into it stops the
+    /// process (`makeRoom`) rather than land where another connection could read it.
+    static let standInCapacity = Int.min
+
+    /// The worker's stand-in for dropped buffers (see `standInCapacity`).
+    var isStandIn: Bool { capacity == Self.standInCapacity }
+
+    /// The pool this buffer takes its blocks from (a stand-in's: the pool it stands in for).
+    var poolObject: BufferPool? { pool?.takeUnretainedValue() }
+
     /// A stand-in address for a buffer without storage (never written, never freed, so
     /// sharing it between threads is safe).
     nonisolated(unsafe) private static let noStorage = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
@@ -53,6 +65,23 @@ public final class ByteBuffer {
             base = malloc(initial)!
         }
     }
+
+    /// A stand-in for the buffers idle connections have dropped; its pool names itself
+    /// with `attachStandIn` (unretained: the pool holds its stand-in).
+    init(standInFor pool: BufferPool?) {
+        self.pool = pool.map { Unmanaged.passUnretained($0) }
+        capacity = Self.standInCapacity
+        base = Self.noStorage
+    }
+
+    func attachStandIn(to pool: BufferPool) {
+        precondition(isStandIn)
+        self.pool = Unmanaged.passUnretained(pool)
+    }
+
+    /// Draws its blocks from `p` (compared without a retain).
+    @inline(__always)
+    func isDrawing(from p: BufferPool) -> Bool { pool?.toOpaque() == Unmanaged.passUnretained(p).toOpaque() }
 
     /// The most a buffer without a pool takes at once after giving its storage back.
     static let maxRetakenBytes = 64 * 1024
@@ -95,6 +124,7 @@ public final class ByteBuffer {
     /// the front, or grows, until `count` bytes fit after the write position.
     @inline(never)
     private func makeRoom(_ count: Int) {
+        precondition(capacity != Self.standInCapacity, "a write into the stand-in for an idle connection's buffers")
         if capacity <= 0 {
             var first = -capacity
             while first < count { first *= 2 }

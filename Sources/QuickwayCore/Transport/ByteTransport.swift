@@ -33,6 +33,14 @@ protocol ByteTransport: AnyObject {
     func closeAfterWriting()
     /// Closes at once (then `transportClosed`). Idempotent.
     func close()
+    /// Idle (both buffers empty and holding no memory): drops the two buffer objects
+    /// too, the worker's stand-in taking their place, so an idle connection holds no
+    /// buffer at all. New objects are made when bytes arrive, before the user hears of
+    /// them; a codec that keeps references to the buffers takes them again then.
+    func dropIdleBuffers()
+    /// Buffers of its own (not the stand-in) from here on, for a user that keeps
+    /// references to them from the start (the HTTP/2 codec, a WebSocket relay).
+    func takeOwnBuffers()
 }
 
 extension ByteTransport {

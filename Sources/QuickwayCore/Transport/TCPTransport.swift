@@ -27,9 +27,10 @@ class TransportUser {
 final class TCPTransport {
     let fd: Int32
     let peer: String
-    /// Taken on the first byte and given back while idle (`releaseIdleBuffers`).
-    let input: ByteBuffer
-    let output: ByteBuffer
+    /// Storage taken on the first byte and given back while idle (`releaseIdleBuffers`);
+    /// the objects themselves dropped after a sweep period idle (`dropIdleBuffers`).
+    @exclusivity(unchecked) private(set) var input: ByteBuffer
+    @exclusivity(unchecked) private(set) var output: ByteBuffer
     /// Reading stops while `input` holds more than this (the codec resumes it).
     /// This and the flags below are loop-thread values no access of which spans a call
     /// that could reach them again: exempt from run-time exclusivity checks (as in
@@ -57,8 +58,9 @@ final class TCPTransport {
     /// `pool`: the worker's `BufferPool`, where the buffers' first 4 KiB come from.
     init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int, pool: BufferPool? = nil) {
         self.fd = fd
-        input = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
-        output = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
+        // With a pool, no buffer objects until bytes arrive (`takeBuffersBack`).
+        input = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
+        output = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
         self.peer = peer
         self.readAheadLimit = readAheadLimit
         events.create(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(), callback: transportEventCallback,
@@ -76,6 +78,7 @@ final class TCPTransport {
     /// Reads what the kernel has (up to the read-ahead limit) and tells the user. Reads
     /// until the socket is empty (a short read or `EAGAIN`), as edge-triggered events need.
     func readNow() {
+        if input.isStandIn { takeBuffersBack() }
         var peerClosed = false
         readPending = false
         while !closed {
@@ -190,5 +193,30 @@ final class TCPTransport {
 private let transportEventCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, what, arg in
     Unmanaged<TCPTransport>.fromOpaque(arg!)._withUnsafeGuaranteedRef {
         if Int32(what) & EV_WRITE != 0 { $0.flush() } else { $0.readNow() }
+    }
+}
+
+extension TCPTransport {
+    func dropIdleBuffers() {
+        guard !input.isStandIn, let pool = input.poolObject, input.isEmpty, output.isEmpty,
+              input.heldBytes == 0, output.heldBytes == 0 else { return }
+        var i = input, o = output
+        input = pool.idleStandIn
+        output = pool.idleStandIn
+        // Kept as spares only if nothing else refers to them (the codec let go first).
+        pool.giveBufferObject(&i)
+        pool.giveBufferObject(&o)
+    }
+
+    func takeOwnBuffers() {
+        if input.isStandIn { takeBuffersBack() }
+    }
+
+    /// Bytes are coming after an idle spell: buffers of its own again (spares from the
+    /// pool; storage is taken on the first write, as ever).
+    fileprivate func takeBuffersBack() {
+        guard let pool = input.poolObject else { return }
+        input = pool.takeBufferObject()
+        output = pool.takeBufferObject()
     }
 }

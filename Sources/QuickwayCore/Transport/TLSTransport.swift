@@ -20,8 +20,9 @@ import CQuickwayShims
 final class TLSTransport: ByteTransport {
     let fd: Int32
     let peer: String
-    let input: ByteBuffer
-    let output: ByteBuffer
+    /// As `TCPTransport`'s: storage given back while idle, objects dropped after a sweep.
+    @exclusivity(unchecked) private(set) var input: ByteBuffer
+    @exclusivity(unchecked) private(set) var output: ByteBuffer
     var readAheadLimit: Int
     unowned(unsafe) var user: TransportUser?
     private let context: TLSContext
@@ -42,8 +43,9 @@ final class TLSTransport: ByteTransport {
     private(set) var closed = false
 
     init(fd: Int32, peer: String, base: OpaquePointer, context: TLSContext, stats: WorkerStats, readAheadLimit: Int, pool: BufferPool? = nil) {
-        input = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
-        output = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
+        // With a pool, no buffer objects until bytes arrive (`takeBuffersBack`).
+        input = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
+        output = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
         self.fd = fd
         self.peer = peer
         self.context = context
@@ -148,6 +150,7 @@ final class TLSTransport: ByteTransport {
     /// waiting to write) cannot spin the codec.
     func readNow() {
         guard handshakeDone, !readWantsWrite, let ssl else { return }
+        if input.isStandIn { takeBuffersBack() }
         var peerClosed = false
         var got = 0
         var stoppedAtBound = false
@@ -316,4 +319,29 @@ final class TLSTransport: ByteTransport {
 private let tlsEventCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, what, arg in
     let t = Unmanaged<TLSTransport>.fromOpaque(arg!).takeUnretainedValue()
     if Int32(what) & EV_WRITE != 0 { t.onWritable() } else { t.onReadable() }
+}
+
+extension TLSTransport {
+    func dropIdleBuffers() {
+        guard !input.isStandIn, let pool = input.poolObject, input.isEmpty, output.isEmpty,
+              input.heldBytes == 0, output.heldBytes == 0 else { return }
+        var i = input, o = output
+        input = pool.idleStandIn
+        output = pool.idleStandIn
+        // Kept as spares only if nothing else refers to them (the codec let go first).
+        pool.giveBufferObject(&i)
+        pool.giveBufferObject(&o)
+    }
+
+    func takeOwnBuffers() {
+        if input.isStandIn { takeBuffersBack() }
+    }
+
+    /// Bytes are coming after an idle spell: buffers of its own again (spares from the
+    /// pool; storage is taken on the first write, as ever).
+    fileprivate func takeBuffersBack() {
+        guard let pool = input.poolObject else { return }
+        input = pool.takeBufferObject()
+        output = pool.takeBufferObject()
+    }
 }

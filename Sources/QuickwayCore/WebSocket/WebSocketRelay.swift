@@ -69,6 +69,9 @@ final class WebSocketEndpoint: TransportUser {
 
     init(transport: ByteTransport, isClient: Bool, parser: WebSocketFrameParser) {
         self.transport = transport
+        // Held for the relay's life: never the idle stand-in, and never dropped (only the
+        // HTTP/1.1 codec drops a transport's buffers).
+        transport.takeOwnBuffers()
         input = transport.input
         output = transport.output
         self.isClient = isClient
@@ -146,6 +149,7 @@ final class WebSocketRelay: ClientConnection {
                                    parser: WebSocketFrameParser(expectMasked: true, compressionNegotiated: h.deflate, maxMessageBytes: max))
         let up = TCPTransport(fd: h.upstreamFD, peer: h.upstreamPeer, base: worker.base, readAheadLimit: WebSocketRelayLimits.upstreamReadAhead,
                               pool: worker.bufferPool)
+        up.takeOwnBuffers()
         if !h.upstreamLeftover.isEmpty { up.input.append(h.upstreamLeftover) }
         backend = WebSocketEndpoint(transport: up, isClient: false,
                                     parser: WebSocketFrameParser(expectMasked: false, compressionNegotiated: h.deflate, maxMessageBytes: max))
