@@ -169,4 +169,43 @@ final class TLSTransportTests: XCTestCase {
         loop.wait("the rest read after making room") { reader.total == records * Self.recordBytes }
         loop.onLoop { t.close() }
     }
+
+    /// Issue 17: with the worker's pool, a TLS connection holds no buffer objects until
+    /// plaintext arrives; a read that brings none (the handshake's end) gives back what it
+    /// took, so an idle TLS connection holds none either.
+    func testATLSConnectionHoldsNoBufferObjectsUntilPlaintextArrives() throws {
+        let loop = try LoopHarness()
+        defer { loop.stop() }
+        let p = pair()
+        defer { close(p.client) }
+        let reader = Reader()
+        let (cert, key) = try certificate()
+        let context = try TLSContext(TLSListenConfig(listen: ListenAddress(host: "127.0.0.1", port: 0),
+                                                     certificates: [.init(certFile: cert, keyFile: key, path: "tls_listen", line: nil)],
+                                                     alpn: ["http/1.1"]))
+        let worker = loop.worker
+        let t = loop.onLoop { () -> TLSTransport in
+            let t = TLSTransport(fd: p.server, peer: "test", base: worker.base, context: context, stats: worker.stats,
+                                 readAheadLimit: 4096, pool: worker.bufferPool)
+            reader.transport = t
+            t.user = reader
+            return t
+        }
+        // Handshake only: no plaintext yet.
+        _ = fcntl(p.client, F_SETFL, fcntl(p.client, F_GETFL) & ~O_NONBLOCK)
+        let ctx = SSL_CTX_new(TLS_client_method())
+        let ssl = SSL_new(ctx)
+        SSL_CTX_free(ctx)
+        defer { SSL_free(ssl) }
+        SSL_set_fd(ssl, p.client)
+        XCTAssertEqual(SSL_connect(ssl), 1)
+        loop.wait("the handshake done") { t.isReady }
+        XCTAssertTrue(loop.onLoop { t.input.isStandIn && t.output.isStandIn }, "no buffer objects held after the handshake")
+        // Plaintext: buffers of its own, and every byte read.
+        let payload = [UInt8](repeating: 0x62, count: 3000)
+        XCTAssertEqual(payload.withUnsafeBytes { SSL_write(ssl, $0.baseAddress, Int32($0.count)) }, 3000)
+        loop.wait("the plaintext read") { reader.total == 3000 }
+        XCTAssertFalse(loop.onLoop { t.input.isStandIn })
+        loop.onLoop { t.close() }
+    }
 }

@@ -150,7 +150,8 @@ final class TLSTransport: ByteTransport {
     /// waiting to write) cannot spin the codec.
     func readNow() {
         guard handshakeDone, !readWantsWrite, let ssl else { return }
-        if input.isStandIn { takeBuffersBack() }
+        let tookBuffers = input.isStandIn
+        if tookBuffers { takeBuffersBack() }
         var peerClosed = false
         var got = 0
         var stoppedAtBound = false
@@ -191,6 +192,12 @@ final class TLSTransport: ByteTransport {
             return
         }
         if !closed && !discarding && (got > 0 || peerClosed) { user?.transportReadable(peerClosed: peerClosed) }
+        // Taken for a read that brought no plaintext (the handshake's end, a key update, a
+        // record cut in two): the user never heard of them, so they go back at once.
+        if tookBuffers && got == 0 && !peerClosed && !closed {
+            releaseIdleBuffers()
+            dropIdleBuffers()
+        }
         // Stopped at the bound with records already read from the socket (read-ahead):
         // no socket event will announce them, so once the codec has made room, come back
         // on the next loop turn (a codec that paused reading resumes it with
