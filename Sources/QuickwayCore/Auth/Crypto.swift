@@ -7,14 +7,14 @@ public enum Crypto {
         digest { qw_sha256(bytes.baseAddress, bytes.count, $0) }
     }
 
-    /// A 32-byte array filled by `write`. Made through `unsafeUninitializedCapacity`,
-    /// which is specialized here: `[UInt8](repeating:count:)` took the generic path and
-    /// looked the array's type up at run time (about 350 instructions a call).
+    /// A 32-byte array filled by `write`, made through `ByteArrays` (both
+    /// `[UInt8](repeating:count:)` and `unsafeUninitializedCapacity` allocate through an
+    /// unspecialized generic call, about 500 instructions).
     @inline(__always)
     static func digest(_ write: (UnsafeMutablePointer<UInt8>) -> Void) -> [UInt8] {
-        [UInt8](unsafeUninitializedCapacity: 32) { buf, count in
-            write(buf.baseAddress!)
-            count = 32
+        ByteArrays.make(capacity: 32) { buf in
+            write(buf.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            return 32
         }
     }
     public static func sha256(_ bytes: [UInt8]) -> [UInt8] { bytes.withUnsafeBytes { sha256($0) } }
@@ -31,7 +31,7 @@ public enum Crypto {
     static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     public static func hex(_ bytes: [UInt8]) -> [UInt8] {
-        [UInt8](unsafeUninitializedCapacity: bytes.count * 2) { out, count in
+        ByteArrays.make(capacity: bytes.count * 2) { out in
             bytes.withUnsafeBufferPointer { src in
                 hexDigits.withUnsafeBufferPointer { digits in
                     for (i, b) in src.enumerated() {
@@ -40,7 +40,7 @@ public enum Crypto {
                     }
                 }
             }
-            count = bytes.count * 2
+            return bytes.count * 2
         }
     }
     public static func hexString(_ bytes: [UInt8]) -> String { String(decoding: hex(bytes), as: UTF8.self) }
