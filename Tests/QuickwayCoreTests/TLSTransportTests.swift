@@ -50,14 +50,15 @@ final class TLSTransportTests: XCTestCase {
 
     /// The gateway's side: a TLS transport on the loop, 4 KiB read-ahead bound, reading
     /// for `reader`.
-    private func start(_ loop: LoopHarness, fd: Int32, reader: Reader) throws -> TLSTransport {
+    private func start(_ loop: LoopHarness, fd: Int32, reader: Reader, withPool: Bool = false) throws -> TLSTransport {
         let (cert, key) = try certificate()
         let context = try TLSContext(TLSListenConfig(listen: ListenAddress(host: "127.0.0.1", port: 0),
                                                      certificates: [.init(certFile: cert, keyFile: key, path: "tls_listen", line: nil)],
                                                      alpn: ["http/1.1"]))
         let worker = loop.worker
         return loop.onLoop { () -> TLSTransport in
-            let t = TLSTransport(fd: fd, peer: "test", base: worker.base, context: context, stats: worker.stats, readAheadLimit: 4096)
+            let t = TLSTransport(fd: fd, peer: "test", base: worker.base, context: context, stats: worker.stats, readAheadLimit: 4096,
+                                 pool: withPool ? worker.bufferPool : nil)
             reader.transport = t
             t.user = reader
             return t
@@ -179,18 +180,7 @@ final class TLSTransportTests: XCTestCase {
         let p = pair()
         defer { close(p.client) }
         let reader = Reader()
-        let (cert, key) = try certificate()
-        let context = try TLSContext(TLSListenConfig(listen: ListenAddress(host: "127.0.0.1", port: 0),
-                                                     certificates: [.init(certFile: cert, keyFile: key, path: "tls_listen", line: nil)],
-                                                     alpn: ["http/1.1"]))
-        let worker = loop.worker
-        let t = loop.onLoop { () -> TLSTransport in
-            let t = TLSTransport(fd: p.server, peer: "test", base: worker.base, context: context, stats: worker.stats,
-                                 readAheadLimit: 4096, pool: worker.bufferPool)
-            reader.transport = t
-            t.user = reader
-            return t
-        }
+        let t = try start(loop, fd: p.server, reader: reader, withPool: true)
         // Handshake only: no plaintext yet.
         _ = fcntl(p.client, F_SETFL, fcntl(p.client, F_GETFL) & ~O_NONBLOCK)
         let ctx = SSL_CTX_new(TLS_client_method())

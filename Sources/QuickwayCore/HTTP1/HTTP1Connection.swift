@@ -35,9 +35,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// costs an atomic retain and release at each use.
     unowned(unsafe) let worker: Worker
     /// The transport's buffers, held directly: a computed property would retain and
-    /// release the buffer on each of the dozens of appends per response. Idle for a
-    /// sweep, the transport drops them for the worker's stand-in (`checkDeadline`); they
-    /// are taken again when bytes arrive (`transportReadable`).
+    /// release the buffer on each of the dozens of appends per response. Between
+    /// requests they are dropped for the worker's stand-in (`dropBuffersIfIdle`) and
+    /// taken again when bytes arrive (`transportReadable`).
     @exclusivity(unchecked) private var input: ByteBuffer
     @exclusivity(unchecked) private var output: ByteBuffer
     private(set) var exchange: Exchange?

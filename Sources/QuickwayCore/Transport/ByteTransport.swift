@@ -65,3 +65,29 @@ extension TCPTransport: ByteTransport {
     var negotiatedH2: Bool { false }
     var isTLS: Bool { false }
 }
+
+/// Dropping and taking back a transport's two buffer objects (`dropIdleBuffers`,
+/// `takeOwnBuffers`), shared by the TCP and TLS transports, which hold the buffers.
+enum IdleBuffers {
+    /// Both empty and holding no memory: the pool's stand-in takes their place, and the
+    /// objects become spares if nothing else refers to them (the codec let go first).
+    @inline(__always)
+    static func drop(_ input: inout ByteBuffer, _ output: inout ByteBuffer) {
+        guard !input.isStandIn, let pool = input.poolObject, input.isEmpty, output.isEmpty,
+              input.heldBytes == 0, output.heldBytes == 0 else { return }
+        var i = input, o = output
+        input = pool.idleStandIn
+        output = pool.idleStandIn
+        pool.giveBufferObject(&i)
+        pool.giveBufferObject(&o)
+    }
+
+    /// Buffers of their own again in place of the stand-in (spares from the pool;
+    /// storage is taken on the first write, as ever).
+    @inline(__always)
+    static func takeBack(_ input: inout ByteBuffer, _ output: inout ByteBuffer) {
+        guard input.isStandIn, let pool = input.poolObject else { return }
+        input = pool.takeBufferObject()
+        output = pool.takeBufferObject()
+    }
+}

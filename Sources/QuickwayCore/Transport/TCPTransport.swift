@@ -28,7 +28,8 @@ final class TCPTransport {
     let fd: Int32
     let peer: String
     /// Storage taken on the first byte and given back while idle (`releaseIdleBuffers`);
-    /// the objects themselves dropped after a sweep period idle (`dropIdleBuffers`).
+    /// the objects themselves dropped by the HTTP/1.1 codec between requests
+    /// (`dropIdleBuffers`), the worker's stand-in taking their place until bytes arrive.
     @exclusivity(unchecked) private(set) var input: ByteBuffer
     @exclusivity(unchecked) private(set) var output: ByteBuffer
     /// Reading stops while `input` holds more than this (the codec resumes it).
@@ -58,7 +59,7 @@ final class TCPTransport {
     /// `pool`: the worker's `BufferPool`, where the buffers' first 4 KiB come from.
     init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int, pool: BufferPool? = nil) {
         self.fd = fd
-        // With a pool, no buffer objects until bytes arrive (`takeBuffersBack`).
+        // With a pool, no buffer objects until bytes arrive (`takeOwnBuffers` in `readNow`).
         input = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
         output = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
         self.peer = peer
@@ -78,7 +79,7 @@ final class TCPTransport {
     /// Reads what the kernel has (up to the read-ahead limit) and tells the user. Reads
     /// until the socket is empty (a short read or `EAGAIN`), as edge-triggered events need.
     func readNow() {
-        if input.isStandIn { takeBuffersBack() }
+        if input.isStandIn { takeOwnBuffers() }
         var peerClosed = false
         readPending = false
         while !closed {
@@ -197,26 +198,6 @@ private let transportEventCallback: @convention(c) (Int32, Int16, UnsafeMutableR
 }
 
 extension TCPTransport {
-    func dropIdleBuffers() {
-        guard !input.isStandIn, let pool = input.poolObject, input.isEmpty, output.isEmpty,
-              input.heldBytes == 0, output.heldBytes == 0 else { return }
-        var i = input, o = output
-        input = pool.idleStandIn
-        output = pool.idleStandIn
-        // Kept as spares only if nothing else refers to them (the codec let go first).
-        pool.giveBufferObject(&i)
-        pool.giveBufferObject(&o)
-    }
-
-    func takeOwnBuffers() {
-        if input.isStandIn { takeBuffersBack() }
-    }
-
-    /// Bytes are coming after an idle spell: buffers of its own again (spares from the
-    /// pool; storage is taken on the first write, as ever).
-    fileprivate func takeBuffersBack() {
-        guard let pool = input.poolObject else { return }
-        input = pool.takeBufferObject()
-        output = pool.takeBufferObject()
-    }
+    func dropIdleBuffers() { IdleBuffers.drop(&input, &output) }
+    func takeOwnBuffers() { IdleBuffers.takeBack(&input, &output) }
 }

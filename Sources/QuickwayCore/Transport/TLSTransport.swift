@@ -20,7 +20,7 @@ import CQuickwayShims
 final class TLSTransport: ByteTransport {
     let fd: Int32
     let peer: String
-    /// As `TCPTransport`'s: storage given back while idle, objects dropped after a sweep.
+    /// As `TCPTransport`'s: storage given back while idle, objects dropped between requests.
     @exclusivity(unchecked) private(set) var input: ByteBuffer
     @exclusivity(unchecked) private(set) var output: ByteBuffer
     var readAheadLimit: Int
@@ -43,7 +43,7 @@ final class TLSTransport: ByteTransport {
     private(set) var closed = false
 
     init(fd: Int32, peer: String, base: OpaquePointer, context: TLSContext, stats: WorkerStats, readAheadLimit: Int, pool: BufferPool? = nil) {
-        // With a pool, no buffer objects until bytes arrive (`takeBuffersBack`).
+        // With a pool, no buffer objects until bytes arrive (`takeOwnBuffers` in `readNow`).
         input = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
         output = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
         self.fd = fd
@@ -151,7 +151,7 @@ final class TLSTransport: ByteTransport {
     func readNow() {
         guard handshakeDone, !readWantsWrite, let ssl else { return }
         let tookBuffers = input.isStandIn
-        if tookBuffers { takeBuffersBack() }
+        if tookBuffers { takeOwnBuffers() }
         var peerClosed = false
         var got = 0
         var stoppedAtBound = false
@@ -329,26 +329,6 @@ private let tlsEventCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPoin
 }
 
 extension TLSTransport {
-    func dropIdleBuffers() {
-        guard !input.isStandIn, let pool = input.poolObject, input.isEmpty, output.isEmpty,
-              input.heldBytes == 0, output.heldBytes == 0 else { return }
-        var i = input, o = output
-        input = pool.idleStandIn
-        output = pool.idleStandIn
-        // Kept as spares only if nothing else refers to them (the codec let go first).
-        pool.giveBufferObject(&i)
-        pool.giveBufferObject(&o)
-    }
-
-    func takeOwnBuffers() {
-        if input.isStandIn { takeBuffersBack() }
-    }
-
-    /// Bytes are coming after an idle spell: buffers of its own again (spares from the
-    /// pool; storage is taken on the first write, as ever).
-    fileprivate func takeBuffersBack() {
-        guard let pool = input.poolObject else { return }
-        input = pool.takeBufferObject()
-        output = pool.takeBufferObject()
-    }
+    func dropIdleBuffers() { IdleBuffers.drop(&input, &output) }
+    func takeOwnBuffers() { IdleBuffers.takeBack(&input, &output) }
 }
