@@ -123,13 +123,19 @@ final class TLSTransportTests: XCTestCase {
         let client = connectAndSend(p.client)
         defer { SSL_free(client) }
         loop.wait("reading paused at the bound") { t.inputIsFull }
+        makeRoomAndExpectTheRest(loop, t, reader, total: Self.records * Self.recordBytes)
+    }
+
+    /// The user takes what the input holds and asks for more: every byte sent (`total`)
+    /// must then arrive, with nothing more sent. Closes the transport.
+    private func makeRoomAndExpectTheRest(_ loop: LoopHarness, _ t: TLSTransport, _ reader: Reader, total: Int) {
         loop.onLoop {
             reader.consume = true
             reader.total += t.input.readableBytes
             t.input.clear()
             t.enableReading()
         }
-        loop.wait("the rest read after resuming") { reader.total == Self.records * Self.recordBytes }
+        loop.wait("the rest read after making room") { reader.total == total }
         loop.onLoop { t.close() }
     }
 
@@ -161,14 +167,7 @@ final class TLSTransportTests: XCTestCase {
         usleep(500_000)
         let used = cpuSeconds() - before
         XCTAssertLessThan(used, 0.2, "the loop used \(used) s of CPU in 0.5 s with nothing to do")
-        loop.onLoop {
-            reader.consume = true
-            reader.total += t.input.readableBytes
-            t.input.clear()
-            t.enableReading()
-        }
-        loop.wait("the rest read after making room") { reader.total == records * Self.recordBytes }
-        loop.onLoop { t.close() }
+        makeRoomAndExpectTheRest(loop, t, reader, total: records * Self.recordBytes)
     }
 
     /// Issue 17: with the worker's pool, a TLS connection holds no buffer objects until
