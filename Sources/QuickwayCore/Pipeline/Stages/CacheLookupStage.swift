@@ -14,20 +14,25 @@ final class CacheLookupStage: RequestStage {
     func run(_ ctx: ProxyContext) -> StageResult {
         let exchange = ctx.exchange
         let routeRef = ctx.route!
-        let route = routeRef.config
-        let head = exchange.head
+        return exchange.withHead { lookup(ctx, exchange, routeRef, $0) }
+    }
+
+    /// The head borrowed and the route's settings read in place: a copy of either
+    /// (`let head = exchange.head`, `let route = routeRef.config`) retained each of its
+    /// arrays and strings, about 600 instructions a request.
+    private func lookup(_ ctx: ProxyContext, _ exchange: Exchange, _ routeRef: Route, _ head: borrowing HTTPRequestHead) -> StageResult {
         let cacheable = (head.methodIs("GET") || head.methodIs("HEAD")) && head.body == .none
-            && (route.cacheTTLMillis > 0 || route.coalesce) && !head.keptUnderscoreFields && !head.upgradeWebSocket
+            && (routeRef.config.cacheTTLMillis > 0 || routeRef.config.coalesce) && !head.keptUnderscoreFields && !head.upgradeWebSocket
         guard cacheable else {
             exchange.cacheStatus = "BYPASS"
             return .next
         }
         // On routes with `auth` an answer is shared only between callers with the same
         // verified key (or between anonymous ones).
-        let scope: CacheKey.Scope = route.auth == .off || route.sharedAcrossKeys ? .everyone
+        let scope: CacheKey.Scope = routeRef.config.auth == .off || routeRef.config.sharedAcrossKeys ? .everyone
             : exchange.authKeyId.map { .key($0) } ?? .anonymous
         let key = CacheKey.build(head: head, vary: routeRef.vary, scope: scope, overTLS: exchange.overTLS)
-        if route.cacheTTLMillis > 0, let hit = cache.lookup(key, nowMillis: Clock.monotonicMillis(), staleMillis: staleIfErrorMillis),
+        if routeRef.config.cacheTTLMillis > 0, let hit = cache.lookup(key, nowMillis: Clock.monotonicMillis(), staleMillis: staleIfErrorMillis),
            hit.fresh, hit.response.suits(head, keyId: exchange.authKeyId) {
             ctx.pipeline.respondCached(exchange, hit.response, "HIT")
             return .answered
@@ -35,7 +40,7 @@ final class CacheLookupStage: RequestStage {
         // Credentials the backend will see (`Cookie`, or an `Authorization` the gateway
         // did not verify and remove): the answer may be this caller's own.
         let credentialed = head.value(of: "cookie") != nil || (head.value(of: "authorization") != nil && exchange.authKeyId == nil)
-        ctx.plan = CachePlan(key: key, ttlMillis: route.cacheTTLMillis, allowSetCookie: route.allowSetCookie, credentialed: credentialed)
+        ctx.plan = CachePlan(key: key, ttlMillis: routeRef.config.cacheTTLMillis, allowSetCookie: routeRef.config.allowSetCookie, credentialed: credentialed)
         exchange.cacheStatus = "MISS"
         return .next
     }

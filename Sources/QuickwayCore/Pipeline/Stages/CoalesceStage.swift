@@ -16,14 +16,14 @@ final class CoalesceStage: RequestStage {
 
     func run(_ ctx: ProxyContext) -> StageResult {
         guard let plan = ctx.plan else { return .next }
-        let route = ctx.route.config
+        let route = ctx.route!   // the class: `.config` read in place, not copied
         // A conditional or partial request can get a 304 or 206 made for it alone: it
         // makes its own call rather than lead (or join) a merged one.
-        guard route.coalesce, !Self.asksForItsOwnAnswer(ctx.exchange.head) else { return .next }
+        guard route.config.coalesce, !Self.asksForItsOwnAnswer(ctx.exchange.head) else { return .next }
         // The flight holds the delivery closure until it lands; the closure holds the
         // context only weakly (a waiter that left is not kept).
         let waiter = WeakLoopBound(ctx)
-        switch flights.join(plan.key, worker: worker, maxWaiters: route.coalesceMaxWaiters, deliver: { outcome in
+        switch flights.join(plan.key, worker: worker, maxWaiters: route.config.coalesceMaxWaiters, deliver: { outcome in
             if let ctx = waiter.value { Self.deliver(outcome, to: ctx) }
         }) {
         case .leader(let flight):
@@ -31,7 +31,7 @@ final class CoalesceStage: RequestStage {
             return .next
         case let .waiter(flight, id):
             ctx.exchange.cacheStatus = "COALESCED"
-            let waitMillis = route.coalesceWaitMillis
+            let waitMillis = route.config.coalesceWaitMillis
             let flights = self.flights
             let timer = LoopTimer(base: worker.base, afterMillis: waitMillis) { [weak ctx] in
                 guard let ctx, case .flight = ctx.waiting else { return }
@@ -42,7 +42,7 @@ final class CoalesceStage: RequestStage {
             ctx.waiting = .flight(flight, id: id, timer: timer)
             return .suspended
         case .full:
-            return .refuse(.overloaded, "too many identical requests are already waiting (coalesce_max_waiters: \(route.coalesceMaxWaiters))")
+            return .refuse(.overloaded, "too many identical requests are already waiting (coalesce_max_waiters: \(route.config.coalesceMaxWaiters))")
         }
     }
 
