@@ -76,6 +76,38 @@ final class QW1Tests: XCTestCase {
         }
     }
 
+    /// Every byte value in every position class of each field, against the character
+    /// sets of spec/signature.md written out here: Key `A-Z a-z 0-9 . _ -`, Nonce
+    /// `A-Z a-z 0-9 _ -`, Signature lower-case hex, Timestamp digits. `,` and space end
+    /// a value, so those are left out (they make another field or a bad separator).
+    func testEachFieldAcceptsExactlyItsCharacterSet() {
+        let alnum = Set(Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8))
+        let allowed: [String: Set<UInt8>] = [
+            "Key": alnum.union(Array("._-".utf8)),
+            "Nonce": alnum.union(Array("_-".utf8)),
+            "Signature": Set(Array("0123456789abcdef".utf8)),
+            "Timestamp": Set(Array("0123456789".utf8)),
+        ]
+        let valid = ["Key": "app", "Nonce": "abcdefgh", "Signature": String(repeating: "a", count: 64), "Timestamp": "1700000000"]
+        for (field, chars) in allowed {
+            for b in 0...255 where b != 0x2C && b != 0x20 {
+                var values = valid.mapValues { Array($0.utf8) }
+                values[field]![1] = UInt8(b)
+                var header = Array("QW1-HMAC-SHA256 ".utf8)
+                for (k, name) in ["Key", "Timestamp", "Nonce", "Signature"].enumerated() {
+                    if k > 0 { header += Array(", ".utf8) }
+                    header += Array(name.utf8) + [UInt8(ascii: "=")] + values[name]!
+                }
+                let result = header.withUnsafeBytes { QW1Header.parse($0) }
+                if chars.contains(UInt8(b)) {
+                    guard case .ok = result else { return XCTFail("\(field) with byte \(b) should parse: \(result)") }
+                } else {
+                    guard case .malformed = result else { return XCTFail("\(field) with byte \(b) should be malformed: \(result)") }
+                }
+            }
+        }
+    }
+
     func testNonceStore() {
         let store = NonceStore(ttlMillis: 1000, capacity: 64 * 2, shardCount: 64)
         XCTAssertEqual(store.check(scope: "app", nonce: "nonce-0001", nowMillis: 0), .accepted)
@@ -107,6 +139,26 @@ final class QW1Tests: XCTestCase {
 }
 
 final class HMACTests: XCTestCase {
+    /// Equal buffers compare equal, and a single differing bit anywhere (in the words and
+    /// in the tail) makes them unequal, for every length up to 70.
+    func testConstantTimeEqualFindsEveryDifference() {
+        for len in 0...70 {
+            let a = (0..<len).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+            a.withUnsafeBytes { x in a.withUnsafeBytes { y in XCTAssertTrue(Crypto.constantTimeEqual(x, y)) } }
+            for pos in 0..<len {
+                for bit in [0, 7] {
+                    var b = a
+                    b[pos] ^= UInt8(1 << bit)
+                    a.withUnsafeBytes { x in b.withUnsafeBytes { y in
+                        XCTAssertFalse(Crypto.constantTimeEqual(x, y), "length \(len), byte \(pos), bit \(bit)")
+                    } }
+                }
+            }
+        }
+        let short: [UInt8] = [1, 2], long: [UInt8] = [1, 2, 3]
+        short.withUnsafeBytes { x in long.withUnsafeBytes { y in XCTAssertFalse(Crypto.constantTimeEqual(x, y)) } }
+    }
+
     /// RFC 4231 test case 2 and a >64-byte key (test case 6).
     func testRFC4231() {
         XCTAssertEqual(Crypto.hexString(Crypto.hmacSHA256(key: Array("Jefe".utf8), message: Array("what do ya want for nothing?".utf8))),

@@ -11,7 +11,9 @@ import Glibc
 /// `@unchecked Sendable`: its own fields are immutable after `init`; the nonce store it
 /// shares is locked per shard.
 public final class Authenticator: @unchecked Sendable {
-    struct Key {
+    /// A configured key. A class: the pending call and the verdict hold it by reference
+    /// (a struct of two strings, an array and a reference took four retains per copy).
+    final class Key {
         let id: String
         let idBytes: [UInt8]
         let disabled: Bool
@@ -19,6 +21,14 @@ public final class Authenticator: @unchecked Sendable {
         let qw1: HMACKey
         /// SigV4: the secret access key.
         let secret: String
+
+        init(id: String, disabled: Bool, qw1: HMACKey, secret: String) {
+            self.id = id
+            idBytes = Array(id.utf8)
+            self.disabled = disabled
+            self.qw1 = qw1
+            self.secret = secret
+        }
     }
 
     public let config: AuthConfig
@@ -33,7 +43,7 @@ public final class Authenticator: @unchecked Sendable {
         self.config = config
         var k: [String: Key] = [:]
         for key in config.keys {
-            k[key.id] = Key(id: key.id, idBytes: Array(key.id.utf8), disabled: key.disabled,
+            k[key.id] = Key(id: key.id, disabled: key.disabled,
                             qw1: HMACKey(QW1Signer.signingKey(secret: key.secret, salt: config.salt)), secret: key.secret)
         }
         keys = k
@@ -53,11 +63,17 @@ public final class Authenticator: @unchecked Sendable {
 
     public struct PendingAuth {
         let key: Key
-        let qw1: QW1Header?
-        let sigV4: SigV4Request?
+        let credentials: Credentials
         /// The Authorization value's range in the head.
         let value: Range<Int>
         public var keyId: String { key.id }
+    }
+
+    /// What the Authorization header said, by scheme. The SigV4 request (strings and
+    /// arrays) is boxed, so a pending QW1 call copies as plain values and one reference.
+    enum Credentials {
+        case qw1(QW1Header)
+        indirect case sigV4(SigV4Request)
     }
 
     public func checkHead(_ head: HTTPRequestHead, mode: RouteAuth, nowSeconds: Int64) -> HeadCheck {
@@ -82,7 +98,7 @@ public final class Authenticator: @unchecked Sendable {
                         return .rejected(.unknownKey, "unknown or disabled key \(String(decoding: raw[h.key], as: UTF8.self))")
                     }
                     if let problem = skewProblem(h.timestamp, now: nowSeconds) { return .rejected(.expired, problem) }
-                    return .pending(PendingAuth(key: key, qw1: h, sigV4: nil, value: value))
+                    return .pending(PendingAuth(key: key, credentials: .qw1(h), value: value))
                 }
             case .awsSigV4:
                 switch sigV4.parse(head: head, authorization: value) {
@@ -93,7 +109,7 @@ public final class Authenticator: @unchecked Sendable {
                 case .ok(let r):
                     guard let key = keys[r.accessKeyId], !key.disabled else { return .rejected(.unknownKey, "unknown or disabled key \(r.accessKeyId)") }
                     if let problem = skewProblem(r.timestamp, now: nowSeconds) { return .rejected(.expired, problem) }
-                    return .pending(PendingAuth(key: key, qw1: nil, sigV4: r, value: value))
+                    return .pending(PendingAuth(key: key, credentials: .sigV4(r), value: value))
                 }
             }
         }
@@ -157,28 +173,39 @@ public final class Authenticator: @unchecked Sendable {
     /// The signature over the request and its body hash (no nonce check).
     public func verifySignature(_ p: PendingAuth, head: HTTPRequestHead, bodyHashHex: [UInt8]) -> SignatureCheck {
         head.withBytes { raw -> SignatureCheck in
-            if let h = p.qw1 {
+            switch p.credentials {
+            case .qw1(let h):
                 // The target exactly as the client sent (and signed) it; the forwarded one
                 // differs only by decoded unreserved bytes (`HTTPRequestHead`).
                 let target = UnsafeRawBufferPointer(rebasing: raw[head.signedTarget])
                 let path = UnsafeRawBufferPointer(rebasing: raw[head.signedPath])
                 let query = CanonicalQuery.rawQuery(ofTarget: target)
-                let canonical = QW1Signer.canonicalString(
-                    method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path, rawQuery: query,
-                    timestamp: UnsafeRawBufferPointer(rebasing: raw[h.timestampText]),
-                    nonce: UnsafeRawBufferPointer(rebasing: raw[h.nonce]), bodyHashHex: bodyHashHex)
-                let expected = Crypto.hex(p.key.qw1.sign(canonical))
-                let ok = expected.withUnsafeBytes { Crypto.constantTimeEqual($0, UnsafeRawBufferPointer(rebasing: raw[h.signature])) }
+                let sent = UnsafeRawBufferPointer(rebasing: raw[h.signature])
+                // Signed and compared in temporary buffers: the canonical string, the
+                // 32-byte HMAC and its 64 hex digits (no array per request).
+                let ok = bodyHashHex.withUnsafeBytes { bodyHash in
+                    QW1Signer.withCanonicalString(
+                        method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path, rawQuery: query,
+                        timestamp: UnsafeRawBufferPointer(rebasing: raw[h.timestampText]),
+                        nonce: UnsafeRawBufferPointer(rebasing: raw[h.nonce]), bodyHashHex: bodyHash) { canonical in
+                        withUnsafeTemporaryAllocation(byteCount: 96, alignment: 8) { buf -> Bool in
+                            let mac = buf.baseAddress!, hex = mac + 32
+                            p.key.qw1.sign(canonical, into: mac)
+                            Crypto.hex(UnsafeRawBufferPointer(start: mac, count: 32), into: hex)
+                            return Crypto.constantTimeEqual(UnsafeRawBufferPointer(start: hex, count: 64), sent)
+                        }
+                    }
+                }
                 guard ok else { return .rejected(.badSignature, "the signature does not match the request") }
                 return .verified(nonce: .inHead(h.nonce))
-            }
-            guard let r = p.sigV4 else { return .rejected(.malformed, "no credentials") }
-            switch sigV4.verify(r, secret: p.key.secret, bodyHashHex: bodyHashHex) {
-            case .ok:
-                // SigV4 has no nonce: the signature itself is the one-time value.
-                return .verified(nonce: .bytes(Array(r.signature.utf8)))
-            case .bad(let why):
-                return .rejected(.badSignature, why)
+            case .sigV4(let r):
+                switch sigV4.verify(r, secret: p.key.secret, bodyHashHex: bodyHashHex) {
+                case .ok:
+                    // SigV4 has no nonce: the signature itself is the one-time value.
+                    return .verified(nonce: .bytes(Array(r.signature.utf8)))
+                case .bad(let why):
+                    return .rejected(.badSignature, why)
+                }
             }
         }
     }

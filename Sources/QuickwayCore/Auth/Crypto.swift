@@ -28,19 +28,21 @@ public enum Crypto {
         }
     }
 
-    static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
-
     public static func hex(_ bytes: [UInt8]) -> [UInt8] {
         ByteArrays.make(capacity: bytes.count * 2) { out in
-            bytes.withUnsafeBufferPointer { src in
-                hexDigits.withUnsafeBufferPointer { digits in
-                    for (i, b) in src.enumerated() {
-                        out[2 * i] = digits[Int(b >> 4)]
-                        out[2 * i + 1] = digits[Int(b & 15)]
-                    }
-                }
-            }
+            if let base = out.baseAddress { bytes.withUnsafeBytes { hex($0, into: base) } }
             return bytes.count * 2
+        }
+    }
+
+    /// Writes the lower-case hex of `bytes` (`2 * bytes.count` bytes) at `out`.
+    @inline(__always)
+    static func hex(_ bytes: UnsafeRawBufferPointer, into out: UnsafeMutableRawPointer) {
+        let digits: StaticString = "0123456789abcdef"
+        let d = digits.utf8Start
+        for (i, b) in bytes.enumerated() {
+            out.storeBytes(of: d[Int(b >> 4)], toByteOffset: 2 * i, as: UInt8.self)
+            out.storeBytes(of: d[Int(b & 15)], toByteOffset: 2 * i + 1, as: UInt8.self)
         }
     }
     public static func hexString(_ bytes: [UInt8]) -> String { String(decoding: hex(bytes), as: UTF8.self) }
@@ -59,7 +61,8 @@ public enum Crypto {
 /// two SHA-256 passes and no allocation. Immutable after `init`; safe to share
 /// between threads.
 public final class HMACKey: @unchecked Sendable {
-    private var key = qw_hmac_key()
+    /// Written only in `init`.
+    @exclusivity(unchecked) private var key = qw_hmac_key()
 
     public init(_ bytes: [UInt8]) {
         bytes.withUnsafeBytes { qw_hmac_prepare(&key, $0.baseAddress, $0.count) }

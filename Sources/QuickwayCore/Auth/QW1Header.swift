@@ -25,19 +25,33 @@ public struct QW1Header: Equatable {
         let sl = scheme.utf8CodeUnitCount
         guard v.count >= sl, memcmp(v.baseAddress!, scheme.utf8Start, sl) == 0,
               v.count == sl || v[sl] == 0x20 else { return .notQW1 }
-        var i = sl
+        return byteClasses.withUnsafeBufferPointer { classes in parseFields(v, from: sl, classes: classes) }
+    }
+
+    /// The fields after the scheme. Each value is scanned once: the loop that finds its
+    /// end also ANDs the classes of its bytes, which then says whether every byte is
+    /// allowed for the field it turns out to be (one table load a byte).
+    private static func parseFields(_ v: UnsafeRawBufferPointer, from start: Int, classes: UnsafeBufferPointer<UInt8>) -> ParseResult {
+        var i = start
         var key: Range<Int>?, nonce: Range<Int>?, sig: Range<Int>?, ts: Range<Int>?
+        var keyClass: UInt8 = 0, nonceClass: UInt8 = 0, sigClass: UInt8 = 0, tsClass: UInt8 = 0
         let n = v.count
         while true {
             while i < n && v[i] == 0x20 { i += 1 }
             if i == n { break }
             let nameStart = i
-            while i < n && v[i] != UInt8(ascii: "=") && v[i] != UInt8(ascii: ",") && v[i] != 0x20 { i += 1 }
+            while i < n && classes[Int(v[i])] & (Class.separator | Class.equals) == 0 { i += 1 }
             guard i < n, v[i] == UInt8(ascii: "=") else { return .malformed("expected Name=value fields") }
             let name = nameStart..<i
             i += 1
             let valueStart = i
-            while i < n && v[i] != UInt8(ascii: ",") && v[i] != 0x20 { i += 1 }
+            var all = Class.everything
+            while i < n {
+                let c = classes[Int(v[i])]
+                if c & Class.separator != 0 { break }
+                all &= c
+                i += 1
+            }
             let value = valueStart..<i
             while i < n && v[i] == 0x20 { i += 1 }
             if i < n {
@@ -47,40 +61,51 @@ public struct QW1Header: Equatable {
             // Field names compared as bytes (case-sensitive), no String on this path.
             if Self.named(v, name, "Key") {
                 if key != nil { return .malformed("Key appears more than once") }
-                key = value
+                key = value; keyClass = all
             } else if Self.named(v, name, "Timestamp") {
                 if ts != nil { return .malformed("Timestamp appears more than once") }
-                ts = value
+                ts = value; tsClass = all
             } else if Self.named(v, name, "Nonce") {
                 if nonce != nil { return .malformed("Nonce appears more than once") }
-                nonce = value
+                nonce = value; nonceClass = all
             } else if Self.named(v, name, "Signature") {
                 if sig != nil { return .malformed("Signature appears more than once") }
-                sig = value
+                sig = value; sigClass = all
             } else {
                 return .malformed("unknown field \(String(decoding: v[name], as: UTF8.self))")
             }
         }
         guard let key, let ts, let nonce, let sig else { return .malformed("Key, Timestamp, Nonce and Signature are all required") }
-        // Each value's bytes checked in a plain loop (`allSatisfy` with a function
-        // reference made an indirect call per byte).
-        guard (1...64).contains(key.count), Self.all(v, key, isKeyByte) else { return .malformed("Key must be 1-64 characters of A-Z a-z 0-9 . _ -") }
-        guard (8...64).contains(nonce.count), Self.all(v, nonce, isNonceByte) else { return .malformed("Nonce must be 8-64 characters of A-Z a-z 0-9 _ -") }
-        guard sig.count == 64, Self.all(v, sig, isLowerHex) else { return .malformed("Signature must be 64 lower-case hex characters") }
-        guard (1...12).contains(ts.count), Self.all(v, ts, { $0 >= 0x30 && $0 <= 0x39 }) else { return .malformed("Timestamp must be Unix seconds") }
+        guard (1...64).contains(key.count), keyClass & Class.keyByte != 0 else { return .malformed("Key must be 1-64 characters of A-Z a-z 0-9 . _ -") }
+        guard (8...64).contains(nonce.count), nonceClass & Class.nonceByte != 0 else { return .malformed("Nonce must be 8-64 characters of A-Z a-z 0-9 _ -") }
+        guard sig.count == 64, sigClass & Class.lowerHex != 0 else { return .malformed("Signature must be 64 lower-case hex characters") }
+        guard (1...12).contains(ts.count), tsClass & Class.digit != 0 else { return .malformed("Timestamp must be Unix seconds") }
         var t: Int64 = 0
         for d in v[ts] { t = t * 10 + Int64(d - 0x30) }
         return .ok(QW1Header(key: key, timestamp: t, timestampText: ts, nonce: nonce, signature: sig))
     }
 
-    @inline(__always)
-    private static func all(_ v: UnsafeRawBufferPointer, _ r: Range<Int>, _ ok: (UInt8) -> Bool) -> Bool {
-        var i = r.lowerBound
-        while i < r.upperBound {
-            if !ok(v[i]) { return false }
-            i += 1
-        }
-        return true
+    /// Bits of `byteClasses`: which fields a byte may appear in, and the delimiters.
+    enum Class {
+        static let keyByte: UInt8 = 1, nonceByte: UInt8 = 2, lowerHex: UInt8 = 4, digit: UInt8 = 8
+        /// Ends a value: `,` or space.
+        static let separator: UInt8 = 16
+        /// Ends a name (with `separator`): `=`.
+        static let equals: UInt8 = 32
+        static let everything: UInt8 = keyByte | nonceByte | lowerHex | digit
+    }
+
+    /// The class bits of every byte value, from the syntax rules below.
+    static let byteClasses: [UInt8] = (0..<256).map { b -> UInt8 in
+        let c = UInt8(b)
+        var bits: UInt8 = 0
+        if isKeyByte(c) { bits |= Class.keyByte }
+        if isNonceByte(c) { bits |= Class.nonceByte }
+        if isLowerHex(c) { bits |= Class.lowerHex }
+        if c >= 0x30 && c <= 0x39 { bits |= Class.digit }
+        if c == UInt8(ascii: ",") || c == 0x20 { bits |= Class.separator }
+        if c == UInt8(ascii: "=") { bits |= Class.equals }
+        return bits
     }
 
     private static func named(_ v: UnsafeRawBufferPointer, _ r: Range<Int>, _ label: StaticString) -> Bool {

@@ -11,21 +11,47 @@ public enum QW1Signer {
     public static func canonicalString(method: UnsafeRawBufferPointer, path: UnsafeRawBufferPointer,
                                        rawQuery: UnsafeRawBufferPointer, timestamp: UnsafeRawBufferPointer,
                                        nonce: UnsafeRawBufferPointer, bodyHashHex: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(160 + path.count + rawQuery.count * 2)
-        out.append(contentsOf: "QW1-HMAC-SHA256\n".utf8)
-        out.append(contentsOf: method)
-        out.append(0x0A)
-        if path.isEmpty { out.append(UInt8(ascii: "/")) } else { out.append(contentsOf: path) }
-        out.append(0x0A)
-        out.append(contentsOf: CanonicalQuery.canonicalize(rawQuery))
-        out.append(0x0A)
-        out.append(contentsOf: timestamp)
-        out.append(0x0A)
-        out.append(contentsOf: nonce)
-        out.append(0x0A)
-        out.append(contentsOf: bodyHashHex)
-        return out
+        bodyHashHex.withUnsafeBytes { bodyHash in
+            withCanonicalString(method: method, path: path, rawQuery: rawQuery, timestamp: timestamp,
+                                nonce: nonce, bodyHashHex: bodyHash) { Array($0) }
+        }
+    }
+
+    /// Lends the canonical string to `body`, laid out in a temporary buffer (on the stack
+    /// when small): the verifier signs it there, with no array made per request.
+    /// A query that is canonical as sent (the common case) is copied as it is.
+    public static func withCanonicalString<R>(method: UnsafeRawBufferPointer, path: UnsafeRawBufferPointer,
+                                              rawQuery: UnsafeRawBufferPointer, timestamp: UnsafeRawBufferPointer,
+                                              nonce: UnsafeRawBufferPointer, bodyHashHex: UnsafeRawBufferPointer,
+                                              _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        func layOut(query: UnsafeRawBufferPointer) -> R {
+            let scheme: StaticString = "QW1-HMAC-SHA256\n"
+            let slash: StaticString = "/"
+            let size = scheme.utf8CodeUnitCount + method.count + max(path.count, 1) + query.count
+                + timestamp.count + nonce.count + bodyHashHex.count + 5
+            return withUnsafeTemporaryAllocation(byteCount: size, alignment: 1) { buf in
+                var at = 0
+                func put(_ bytes: UnsafeRawBufferPointer) {
+                    if !bytes.isEmpty { (buf.baseAddress! + at).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+                    at += bytes.count
+                }
+                func line(_ bytes: UnsafeRawBufferPointer) {
+                    put(bytes)
+                    buf[at] = 0x0A
+                    at += 1
+                }
+                put(UnsafeRawBufferPointer(start: scheme.utf8Start, count: scheme.utf8CodeUnitCount))
+                line(method)
+                line(path.isEmpty ? UnsafeRawBufferPointer(start: slash.utf8Start, count: 1) : path)
+                line(query)
+                line(timestamp)
+                line(nonce)
+                put(bodyHashHex)
+                return body(UnsafeRawBufferPointer(buf))
+            }
+        }
+        if rawQuery.isEmpty || CanonicalQuery.isCanonical(rawQuery, form: .signature) { return layOut(query: rawQuery) }
+        return CanonicalQuery.canonicalizeInFull(rawQuery, form: .signature).withUnsafeBytes { layOut(query: $0) }
     }
 
     /// A complete Authorization value for a request (client side).
