@@ -340,6 +340,26 @@ def test_signed_calls_over_h2(env):
         c.close()
 
 
+def test_a_connection_idle_past_a_sweep_keeps_answering_after_its_frame_pages_go_back(env):
+    """An idle connection's frame buffer pages are handed back to the kernel (idle for
+    250 ms, at the worker's 250 ms sweep) and read as zeros after: the answers that
+    follow on the same connection, small and of many frames, and over TLS, arrive
+    whole. The idle wait is the scenario, not a wait for a result."""
+    g, backend = env
+    expected = (hashlib.sha256(b"seed").hexdigest().encode() * (300_000 // 64 + 1))[:300_000]
+    for tls in (False, True):
+        c = H2Client(g, tls=tls)
+        try:
+            for _ in range(3):
+                status, headers, body = c.get("/api/anything")
+                assert status == 200, body
+                status, headers, body = c.get("/api/big/300000")
+                assert status == 200 and body == expected
+                time.sleep(0.8)
+        finally:
+            c.close()
+
+
 def test_cache_hits_and_merged_requests_over_h2(env):
     g, backend = env
     c = H2Client(g, tls=True)

@@ -4,3 +4,4 @@
 #include "qw_crypto.h"
 #include "qw_redis.h"
 #include "qw_tls.h"
+#include "qw_idle_pages.h"

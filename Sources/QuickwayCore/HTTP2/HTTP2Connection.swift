@@ -1,5 +1,6 @@
 import Glibc
 import CNghttp2
+import CQuickwayShims
 
 /// Settings and limits of the HTTP/2 codec shared by every transport it runs on.
 enum HTTP2Codec {
@@ -22,6 +23,10 @@ enum HTTP2Codec {
     /// Progress means the client took at least this much (or all) of a stream's answer:
     /// opening the window a byte at a time does not keep a stream alive.
     static let progressBytes = 16 * 1024
+    /// An idle connection's frame buffer goes back to the kernel once it has been idle
+    /// this long (at the worker's next sweep), so a connection between two quick
+    /// requests does not pay a page fault for it.
+    static let releaseFramesAfterIdleMillis: Int64 = 250
     /// The client connection preface (RFC 9113 3.4).
     static let preface: StaticString = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -64,6 +69,12 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     unowned(unsafe) let worker: Worker
     private let settings: HTTP2Config
     private var session: OpaquePointer?
+    /// The session's allocator state: nghttp2's outbound frame buffer lives in pages of
+    /// its own, handed back to the kernel while the connection is idle. Allocated here,
+    /// freed in `deinit` after the session.
+    private let framePages = UnsafeMutablePointer<qw_idle_pages>.allocate(capacity: 1)
+    /// Frames went through the frame buffer since its pages were last handed back.
+    @exclusivity(unchecked) private var framesSinceRelease = true
     var tableSlot: Int32 = -1
     private let input: ByteBuffer
     private let output: ByteBuffer
@@ -140,6 +151,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         input = transport.input
         output = transport.output
         idleSince = Clock.coarseMillis()
+        framePages.initialize(to: qw_idle_pages(block: nil, length: 0))
         super.init()
         transport.user = self
         session = makeSession()
@@ -160,6 +172,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     deinit {
         if let session { nghttp2_session_del(session) }
+        framePages.deallocate()
     }
 
     private func makeSession() -> OpaquePointer? {
@@ -185,7 +198,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         nghttp2_option_set_max_settings(option, 32)
         var s: OpaquePointer?
         let me = Unmanaged.passUnretained(self).toOpaque()
-        guard nghttp2_session_server_new2(&s, callbacks, me, option) == 0, let s else { return nil }
+        // nghttp2 copies the allocator (`mem`) into the session; `framePages` outlives it.
+        var mem = nghttp2_mem(mem_user_data: UnsafeMutableRawPointer(framePages), malloc: qw_idle_pages_malloc,
+                              free: qw_idle_pages_free, calloc: qw_idle_pages_calloc, realloc: qw_idle_pages_realloc)
+        guard nghttp2_session_server_new3(&s, callbacks, me, option, &mem) == 0, let s else { return nil }
         var iv = [
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(settings.maxConcurrentStreams)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(settings.maxHeaderListBytes)),
@@ -308,6 +324,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
                 let n = nghttp2_session_mem_send(session, &data)
                 if n < 0 { failed = true; break }
                 if n == 0 { break }
+                framesSinceRelease = true
                 output.append(UnsafeRawBufferPointer(start: data, count: n))
             }
             sending = false
@@ -728,13 +745,30 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         pump()
     }
 
+    /// Hands the frame buffer's pages back once the connection has been idle a while:
+    /// every frame nghttp2 queued has been taken (`mem_send` returned 0 and nothing is
+    /// waiting), so nothing in the buffer is read again; the next frame is written from
+    /// its start into fresh zero pages.
+    private func releaseFramePagesIfIdle(_ now: Int64) {
+        guard framesSinceRelease, let session, !inNghttp2, now - idleSince >= HTTP2Codec.releaseFramesAfterIdleMillis,
+              nghttp2_session_want_write(session) == 0 else { return }
+        qw_idle_pages_release(framePages)
+        framesSinceRelease = false
+    }
+
+    /// Bytes of the frame buffer resident now (tests).
+    var residentFrameBytes: Int { qw_idle_pages_resident(framePages) }
+
     func checkDeadline(_ now: Int64) {
         if transport.closed { return }
         if closing {
             if now >= closeDeadline { transport.close() }
             return
         }
-        if streams.isEmpty && input.isEmpty && output.isEmpty { transport.releaseIdleBuffers() }
+        if streams.isEmpty && input.isEmpty && output.isEmpty {
+            transport.releaseIdleBuffers()
+            releaseFramePagesIfIdle(now)
+        }
         let stalled = transport.writeStalledSince
         if stalled != 0 && now - stalled >= worker.limits.clientIdleTimeoutMillis {
             transport.close()
