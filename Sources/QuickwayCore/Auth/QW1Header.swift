@@ -58,17 +58,18 @@ public struct QW1Header: Equatable {
                 guard v[i] == UInt8(ascii: ",") else { return .malformed("fields must be separated by commas") }
                 i += 1
             }
-            // Field names compared as bytes (case-sensitive), no String on this path.
-            if Self.named(v, name, "Key") {
+            // Field names compared as bytes (case-sensitive), no String on this path;
+            // the length picks the candidates.
+            if name.count == 3 && Self.named(v, name, "Key") {
                 if key != nil { return .malformed("Key appears more than once") }
                 key = value; keyClass = all
-            } else if Self.named(v, name, "Timestamp") {
+            } else if name.count == 9 && Self.named(v, name, "Timestamp") {
                 if ts != nil { return .malformed("Timestamp appears more than once") }
                 ts = value; tsClass = all
-            } else if Self.named(v, name, "Nonce") {
+            } else if name.count == 5 && Self.named(v, name, "Nonce") {
                 if nonce != nil { return .malformed("Nonce appears more than once") }
                 nonce = value; nonceClass = all
-            } else if Self.named(v, name, "Signature") {
+            } else if name.count == 9 && Self.named(v, name, "Signature") {
                 if sig != nil { return .malformed("Signature appears more than once") }
                 sig = value; sigClass = all
             } else {

@@ -14,24 +14,25 @@ final class AuthenticateBodyStage: RequestStage {
     }
 
     func run(_ ctx: ProxyContext) -> StageResult {
-        guard let p = ctx.pendingAuth, let auth = authenticator else { return .next }
+        guard let p = ctx.pendingAuth.take(), let auth = authenticator else { return .next }
         let exchange = ctx.exchange
-        ctx.pendingAuth = nil
         var bodyHash = Crypto.emptyBodyHashHex
         if var hasher = exchange.bodyHasher {
             bodyHash = Crypto.hex(hasher.finish())
             exchange.bodyHasher = nil
         }
         let nonce: Authenticator.OneTimeValue
-        let head = exchange.head
-        switch auth.verifySignature(p, head: head, bodyHashHex: bodyHash) {
+        // The head is borrowed, not copied (a copy retains its arrays), except by the
+        // shared tier's callback below, which outlives this call.
+        switch exchange.withHead({ auth.verifySignature(p, head: $0, bodyHashHex: bodyHash) }) {
         case .verified(let n): nonce = n
         case let .rejected(r, message): return conclude(exchange, .rejected(r, message))
         }
         let now = Int64(Clock.wallSeconds() * 1000)
         guard let tier = sharedTier, tier.config.nonces else {
-            return conclude(exchange, auth.rememberNonce(p, nonce: nonce, head: head, nowMillis: now))
+            return conclude(exchange, exchange.withHead { auth.rememberNonce(p, nonce: nonce, head: $0, nowMillis: now) })
         }
+        let head = exchange.head
         let claimKey = nonce.withBytes(head: head) { tier.nonceKey(keyId: p.key.idBytes, nonce: $0) }
         ctx.waiting = .redis
         tier.claimNonce(claimKey, ttlMillis: auth.config.nonceTTLMillis) { [self] claim in
