@@ -11,7 +11,7 @@ final class UpstreamFramingTests: XCTestCase {
         head.withBytes { raw in
             UpstreamRequest(method: Array(raw[head.method]), isHead: false, hasBody: hasBody, body: Array(body.utf8),
                             headers: UpstreamRequestHeaders.build(head: head, clientAddress: clientAddress, requestId: Array(requestId.utf8)),
-                            pathAndQuery: Array(raw[head.target]), idempotent: false)
+                            pathAndQuery: ArraySlice(raw[head.target]), idempotent: false)
         }
     }
 

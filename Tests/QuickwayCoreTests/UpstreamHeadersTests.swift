@@ -119,11 +119,21 @@ final class UpstreamHeadersTests: XCTestCase {
         headers.add(name: "X-A".utf8, value: "1".utf8)
         headers.add(name: "X-B".utf8, value: "2".utf8)
         let r = UpstreamRequest(method: Array("POST".utf8), isHead: false, hasBody: true, body: Array("hi".utf8),
-                                headers: headers, pathAndQuery: Array("/p?q=1".utf8), idempotent: false)
+                                headers: headers, pathAndQuery: ArraySlice("/p?q=1".utf8), idempotent: false)
         XCTAssertEqual(String(decoding: UpstreamHTTPCall.requestBytes(r, authority: Array("api:8080".utf8)), as: UTF8.self),
                        "POST /p?q=1 HTTP/1.1\r\nHost: api:8080\r\nX-A: 1\r\nX-B: 2\r\nContent-Length: 2\r\n\r\nhi")
+        // Read back as pairs (libcurl's list): a value with a colon, an empty one.
+        var more = headers
+        more.add(name: "X-Colon".utf8, value: "a: b:c".utf8)
+        more.add(name: "X-Empty".utf8, value: [UInt8]())
+        var pairs: [String] = []
+        more.forEach { n, v in pairs.append(String(decoding: n, as: UTF8.self) + "=" + String(decoding: v, as: UTF8.self)) }
+        XCTAssertEqual(pairs, ["X-A=1", "X-B=2", "X-Colon=a: b:c", "X-Empty="])
+        XCTAssertEqual(more.count, 4)
+        XCTAssertTrue(more.contains("x-empty"))
+        XCTAssertFalse(more.contains("x-c"))
         let h = UpstreamRequest(method: Array("GET".utf8), isHead: true, hasBody: false, body: [], headers: UpstreamHeaders(),
-                                pathAndQuery: Array("/".utf8), idempotent: true)
+                                pathAndQuery: ArraySlice("/".utf8), idempotent: true)
         XCTAssertEqual(String(decoding: UpstreamHTTPCall.requestBytes(h, authority: Array("api".utf8)), as: UTF8.self),
                        "HEAD / HTTP/1.1\r\nHost: api\r\n\r\n")
     }
@@ -147,12 +157,19 @@ final class RoutingTests: XCTestCase {
     func testStripPrefix() {
         func strip(_ target: String, _ prefix: String) -> String {
             var t = target
-            return t.withUTF8 { String(decoding: ForwardStage.stripped(UnsafeRawBufferPointer($0), prefixLength: prefix.utf8.count), as: UTF8.self) }
+            let copied = t.withUTF8 { String(decoding: ForwardStage.stripped(UnsafeRawBufferPointer($0), prefixLength: prefix.utf8.count), as: UTF8.self) }
+            // The forwarded slice of a head's bytes says the same, wherever the target lies.
+            let bytes = Array("GET ".utf8) + Array(target.utf8) + Array(" HTTP/1.1\r\n\r\n".utf8)
+            let sliced = ForwardStage.forwardedTarget(bytes, 4..<(4 + target.utf8.count), stripping: prefix.utf8.count)
+            XCTAssertEqual(String(decoding: sliced, as: UTF8.self), copied, target)
+            XCTAssertEqual(String(decoding: ForwardStage.forwardedTarget(bytes, 4..<(4 + target.utf8.count), stripping: nil), as: UTF8.self), target)
+            return copied
         }
         XCTAssertEqual(strip("/catalog/items?a=1", "/catalog/"), "/items?a=1")
         XCTAssertEqual(strip("/catalog/", "/catalog/"), "/")
         XCTAssertEqual(strip("/api/v1", "/api"), "/v1")
         XCTAssertEqual(strip("/api?q", "/api"), "/?q")
+        XCTAssertEqual(strip("/api", "/api"), "/")
     }
 
     private func dot(_ p: String) -> Bool {

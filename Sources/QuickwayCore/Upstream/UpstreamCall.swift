@@ -11,8 +11,9 @@ struct UpstreamRequest {
     /// Name/value pairs from `UpstreamRequestHeaders.build`; each client frames them
     /// (and adds its own, such as `Host` and `Content-Length`).
     var headers: UpstreamHeaders
-    /// Path and query to append to the service's URL prefix.
-    var pathAndQuery: [UInt8]
+    /// Path and query to append to the service's URL prefix: usually a slice of the
+    /// client's head bytes (shared, not copied).
+    var pathAndQuery: ArraySlice<UInt8>
     /// Safe to send again if a reused connection fails before any answer (RFC 9110
     /// 9.2.2: GET, HEAD, OPTIONS, PUT, DELETE, TRACE, or an `Idempotency-Key`).
     var idempotent: Bool

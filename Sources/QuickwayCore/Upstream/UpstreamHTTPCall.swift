@@ -97,7 +97,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         let sendsBody = r.hasBody && !r.isHead
         let length: [UInt8] = sendsBody ? Array(String(r.body.count).utf8) : []
         let size = method.count + 1 + r.pathAndQuery.count + 17 + authority.count + 2
-            + r.headers.bytes.count + 4 * r.headers.count
+            + r.headers.bytes.count
             + (sendsBody ? 16 + length.count + 2 + r.body.count : 0) + 2
         // Written in place (`[UInt8](repeating:count:)` zeroed it first and, like
         // `unsafeUninitializedCapacity`, took an unspecialized generic path: `ByteArrays`).
@@ -109,12 +109,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
             w.put(" HTTP/1.1\r\nHost: ")
             authority.withUnsafeBytes { w.put($0) }
             w.put("\r\n")
-            r.headers.forEach { name, value in
-                w.put(name)
-                w.put(": ")
-                w.put(value)
-                w.put("\r\n")
-            }
+            r.headers.bytes.withUnsafeBytes { w.put($0) }   // already `Name: value` lines
             if sendsBody {
                 w.put("Content-Length: ")
                 length.withUnsafeBytes { w.put($0) }

@@ -1,31 +1,33 @@
-/// The header fields of an upstream request: name/value pairs in the order they are
-/// sent, with no framing. Each client writes them its own way (`UpstreamHTTPCall` as
-/// `Name: value` lines, `UpstreamTransfer` as libcurl's header list). Names and values
-/// follow each other in one byte store, and one array of `Int` says where each starts,
-/// so a request's headers cost two allocations whatever their number (and no generic
-/// array type to look up at run time: this is on every forwarded request). Built by
-/// `UpstreamRequestHeaders.build`.
+/// The header fields of an upstream request, in the order they are sent, kept as the
+/// wire's `Name: value` lines (CRLF after each) in one byte store: one allocation for
+/// a request's headers whatever their number, and `UpstreamHTTPCall` copies the whole
+/// block at once. `UpstreamTransfer` (libcurl) reads them back as name/value pairs
+/// (`forEach`). Built by `UpstreamRequestHeaders.build`.
+///
+/// The line form is safe because neither names nor values can hold CR, LF or a first
+/// `:` of their own: names are tokens (literals for the gateway's own), client values
+/// were refused with a control byte by both parsers, and the gateway's own values are
+/// addresses, ids and key names.
 struct UpstreamHeaders {
-    /// Names and values, back to back.
+    /// `Name: value\r\n` for each field, back to back.
     private(set) var bytes: [UInt8] = []
-    /// Two entries per field: where its name starts in `bytes`, then where its value
-    /// starts. A value ends where the next name starts, or at the end of `bytes`.
-    private var starts: [Int] = []
+    /// Fields held.
+    private(set) var count = 0
 
-    init(byteCapacity: Int = 0, fieldCapacity: Int = 0) {
+    init(byteCapacity: Int = 0) {
         bytes.reserveCapacity(byteCapacity)
-        starts.reserveCapacity(2 * fieldCapacity)
     }
-
-    var count: Int { starts.count / 2 }
 
     /// Adds a field whose value `writeValue` appends to the store (in pieces, when it is
     /// made of several).
     mutating func add(name: some Sequence<UInt8>, writeValue: (inout [UInt8]) -> Void) {
-        starts.append(bytes.count)
         bytes.append(contentsOf: name)
-        starts.append(bytes.count)
+        bytes.append(UInt8(ascii: ":"))
+        bytes.append(0x20)
         writeValue(&bytes)
+        bytes.append(0x0D)
+        bytes.append(0x0A)
+        count += 1
     }
 
     mutating func add(name: some Sequence<UInt8>, value: some Sequence<UInt8>) {
@@ -44,19 +46,26 @@ struct UpstreamHeaders {
     /// Calls `body` with each field's name and value, in order; the buffers are valid
     /// only during the call.
     func forEach(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
-        bytes.withUnsafeBytes { raw in
-            for i in stride(from: 0, to: starts.count, by: 2) {
-                let valueEnd = i + 2 < starts.count ? starts[i + 2] : raw.count
-                body(UnsafeRawBufferPointer(rebasing: raw[starts[i]..<starts[i + 1]]),
-                     UnsafeRawBufferPointer(rebasing: raw[starts[i + 1]..<valueEnd]))
+        bytes.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> Void in
+            var line = 0
+            while line < raw.count {
+                var nameEnd = line
+                while raw[nameEnd] != UInt8(ascii: ":") { nameEnd += 1 }
+                let valueStart = nameEnd + 2
+                var lf = valueStart
+                while raw[lf] != 0x0A { lf += 1 }
+                body(UnsafeRawBufferPointer(rebasing: raw[line..<nameEnd]), UnsafeRawBufferPointer(rebasing: raw[valueStart..<(lf - 1)]))
+                line = lf + 1
             }
         }
     }
 
     /// Whether a field is named `lowercaseName` (ASCII case-insensitive).
     func contains(_ lowercaseName: StaticString) -> Bool {
-        bytes.withUnsafeBytes { raw in
-            stride(from: 0, to: starts.count, by: 2).contains { HTTPSyntax.equalsLowercase(raw, starts[$0]..<starts[$0 + 1], lowercaseName) }
+        var found = false
+        forEach { name, _ in
+            if !found && HTTPSyntax.equalsLowercase(name, 0..<name.count, lowercaseName) { found = true }
         }
+        return found
     }
 }

@@ -17,7 +17,7 @@ enum UpstreamRequestHeaders {
     /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
     static func build(head: HTTPRequestHead, clientAddress: String, requestId: [UInt8],
                       authKeyId: String? = nil, overTLS: Bool = false) -> UpstreamHeaders {
-        var out = UpstreamHeaders(byteCapacity: head.bytes.count + 128, fieldCapacity: head.fields.count + 5)
+        var out = UpstreamHeaders(byteCapacity: head.bytes.count + 4 * head.fields.count + 160)
         head.withBytes { raw in
             var forwardedFor: Range<Int>?
             for f in head.fields {

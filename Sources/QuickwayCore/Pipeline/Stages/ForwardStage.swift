@@ -25,14 +25,13 @@ final class ForwardStage: RequestStage {
         let hasBody = head.body != .none || head.value(of: "content-length") != nil
         let upstreamHead = exchange.isHeadRequest && ctx.plan == nil
         let request = head.withBytes { raw -> UpstreamRequest in
-            let target = UnsafeRawBufferPointer(rebasing: raw[head.target])
-            return UpstreamRequest(
+            UpstreamRequest(
                 method: exchange.isHeadRequest && !upstreamHead ? Self.get : Self.method(UnsafeRawBufferPointer(rebasing: raw[head.method])),
                 isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
                 headers: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
                                                       requestId: exchange.requestId, authKeyId: exchange.authKeyId,
                                                       overTLS: exchange.overTLS),
-                pathAndQuery: route.config.stripPrefix ? Self.stripped(target, prefixLength: route.prefixLength) : Array(target),
+                pathAndQuery: Self.forwardedTarget(head.bytes, head.target, stripping: route.config.stripPrefix ? route.prefixLength : nil),
                 idempotent: UpstreamRelay.isIdempotent(head))
         }
         // A WebSocket handshake (checked by the route stage) goes with its own
@@ -74,6 +73,16 @@ final class ForwardStage: RequestStage {
             return c
         }
         return Array(m)
+    }
+
+    /// The target to forward: a slice of the head's bytes (no copy), with the route's
+    /// prefix removed when it strips one; as `stripped`, a `/` is put in front (a copy)
+    /// only when what is left does not start with one.
+    static func forwardedTarget(_ bytes: [UInt8], _ target: Range<Int>, stripping prefixLength: Int?) -> ArraySlice<UInt8> {
+        guard let prefixLength else { return bytes[target] }
+        let start = min(target.lowerBound + prefixLength, target.upperBound)
+        if start < target.upperBound && bytes[start] == UInt8(ascii: "/") { return bytes[start..<target.upperBound] }
+        return ArraySlice([UInt8(ascii: "/")] + bytes[start..<target.upperBound])
     }
 
     /// The target with the route's prefix removed, always starting with `/`.
