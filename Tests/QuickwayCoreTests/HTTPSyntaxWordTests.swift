@@ -39,3 +39,47 @@ final class HTTPSyntaxWordTests: XCTestCase {
         }
     }
 }
+
+/// `equalsLowercase` (a word at a time) against a byte-by-byte reference, for every
+/// literal the gateway compares with and many mutations of them, every byte value included.
+final class EqualsLowercaseTests: XCTestCase {
+    static let literals: [StaticString] = ["host", "te", "content-length", "transfer-encoding", "connection", "keep-alive",
+                                           "x-forwarded-for", "chunked", "100-continue", "websocket", "x-http-method-override", ""]
+
+    func reference(_ bytes: [UInt8], _ literal: StaticString) -> Bool {
+        let lit = Array(UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+        return bytes.count == lit.count && zip(bytes, lit).allSatisfy { a, b in (a >= 0x41 && a <= 0x5A ? a | 0x20 : a) == b }
+    }
+
+    func testMatchesTheByteByByteReference() {
+        var rng = NonceTableTests.SplitMix(state: 3)
+        for literal in Self.literals {
+            let base = Array(UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+            var cases: [[UInt8]] = [base, base.map { $0 >= 0x61 && $0 <= 0x7A ? $0 - 0x20 : $0 }, Array(base.dropLast()), base + [0x61]]
+            for pos in base.indices {
+                for b in 0...255 {
+                    var m = base
+                    m[pos] = UInt8(b)
+                    cases.append(m)
+                }
+            }
+            for _ in 0..<200 where !base.isEmpty {
+                cases.append(base.map { c in rng.next() % 2 == 0 ? c : UInt8(truncatingIfNeeded: rng.next()) })
+            }
+            for c in cases {
+                // Inside a larger buffer, so that reading outside the range would show.
+                let padded = [0x41, 0x42, 0x43] + c + [0x44, 0x45, 0x46, 0x47, 0x48, 0x49, 0x4A, 0x4B]
+                let got = padded.withUnsafeBytes { HTTPSyntax.equalsLowercase($0, 3..<(3 + c.count), literal) }
+                XCTAssertEqual(got, reference(c, literal), "\(c) against \(literal)")
+            }
+        }
+    }
+
+    func testLowercasedWord() {
+        for b in 0...255 {
+            let w = UInt64(b) * 0x0101_0101_0101_0101
+            let expected = UInt64(b >= 0x41 && b <= 0x5A ? b | 0x20 : b) * 0x0101_0101_0101_0101
+            XCTAssertEqual(HTTPSyntax.lowercased(w), expected, "byte \(b)")
+        }
+    }
+}

@@ -5,16 +5,20 @@ import Glibc
 /// loops are a few instructions per byte.
 public enum HTTPSyntax {
     /// RFC 9110 tchar, the characters allowed in methods and header names
-    /// (`!#$%&'*+-.^_`|~`, digits, letters), by bitmask: a table lookup went through the
-    /// global's lazy initialiser on every byte. A unit test checks every byte against
-    /// the RFC's list.
+    /// (`!#$%&'*+-.^_`|~`, digits, letters): one load from `tokenTable`. A unit test
+    /// checks every byte against the RFC's list.
     @inline(__always) public static func isTokenChar(_ c: UInt8) -> Bool {
-        let low: UInt64 = 0x03FF6CFA00000000
-        let high: UInt64 = 0x57FFFFFFC7FFFFFE
-        if c < 64 { return (low >> UInt64(c)) & 1 == 1 }
-        if c < 128 { return (high >> UInt64(c - 64)) & 1 == 1 }
-        return false
+        tokenTable.utf8Start[Int(c)] == UInt8(ascii: "1")
     }
+
+    /// `1` for each tchar byte value (0 to 255; rows of 32: controls, ` ` to `?`, `@` to
+    /// `_`, `` ` `` to DEL, then the four rows from 0x80, all `0`). A computed string
+    /// literal, not a stored array: its bytes are constant data, read with no lazy
+    /// initialiser (a global array's accessor ran on every byte).
+    @inline(__always) static var tokenTable: StaticString {
+        "0000000000000000000000000000000001011111001101101111111111000000011111111111111111111111111000111111111111111111111111111110101000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+    }
+
     @inline(__always) public static func isAlnum(_ c: UInt8) -> Bool {
         (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
     }
@@ -72,14 +76,40 @@ public enum HTTPSyntax {
     }
 
     static func equalsLowercase(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ literal: StaticString) -> Bool {
-        guard range.count == literal.utf8CodeUnitCount else { return false }
-        let lit = literal.utf8Start
-        var i = 0
-        for p in range {
-            if lower(bytes[p]) != lit[i] { return false }
-            i += 1
+        let n = literal.utf8CodeUnitCount
+        guard range.count == n else { return false }
+        guard n > 0 else { return true }
+        let p = bytes.baseAddress! + range.lowerBound
+        let lit = UnsafeRawPointer(literal.utf8Start)
+        if n < 8 {
+            for i in 0..<n where lower(p.load(fromByteOffset: i, as: UInt8.self)) != lit.load(fromByteOffset: i, as: UInt8.self) {
+                return false
+            }
+            return true
         }
-        return true
+        // Eight bytes at a time; the last word overlaps the one before it when `n` is not
+        // a multiple of eight (no byte outside the range is read).
+        var i = 0
+        while true {
+            let at = min(i, n - 8)
+            if lowercased(p.loadUnaligned(fromByteOffset: at, as: UInt64.self)) != lit.loadUnaligned(fromByteOffset: at, as: UInt64.self) {
+                return false
+            }
+            if at == n - 8 { return true }
+            i += 8
+        }
+    }
+
+    /// The eight bytes of `w` with `A`-`Z` made lower case and every other byte as it
+    /// is (exact for all 256 values: bytes from 0x80 are left alone).
+    @inline(__always) static func lowercased(_ w: UInt64) -> UInt64 {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let heptets = w & (ones &* 0x7F)
+        // High bit set where a byte (below 0x80) is at least `A`, and where at least `[`.
+        let atLeastA = heptets &+ ones &* (0x80 - 0x41)
+        let pastZ = heptets &+ ones &* (0x80 - 0x5B)
+        let upper = atLeastA & ~pastZ & ~w & (ones &* 0x80)
+        return w | (upper >> 2)
     }
 
     @inline(__always) static func hexValue(_ c: UInt8) -> Int? {
