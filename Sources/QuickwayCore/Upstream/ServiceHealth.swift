@@ -59,7 +59,10 @@ public final class ServiceHealth: @unchecked Sendable {
     private(set) var retries: Int64 = 0
     private let now: () -> Int64
 
-    public init(config: ServiceConfig, nowMillis: @escaping () -> Int64 = Clock.monotonicMillis) {
+    /// `nowMillis` is the clock of score decay, ejections and probes: the coarse
+    /// monotonic clock by default (same epoch as the precise one, a few ms resolution,
+    /// and read twice per call: the precise clock cost a full clock read each time).
+    public init(config: ServiceConfig, nowMillis: @escaping () -> Int64 = Clock.coarseMillis) {
         self.config = config
         self.now = nowMillis
         members = config.ips.map { UpstreamMember(ip: $0, service: config, startsUp: true) }
