@@ -43,18 +43,4 @@ void qw_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len,
     OPENSSL_cleanse(&k, sizeof k);
 }
 
-int qw_ct_compare(const void *a, const void *b, size_t len) {
-    // Eight bytes at a time, differences ORed together with no branch on the data, so the
-    // time depends on the length only (CRYPTO_memcmp goes a byte at a time).
-    const unsigned char *x = a, *y = b;
-    uint64_t diff = 0;
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        uint64_t u, v;
-        memcpy(&u, x + i, 8);
-        memcpy(&v, y + i, 8);
-        diff |= u ^ v;
-    }
-    for (; i < len; i++) diff |= (uint64_t)(x[i] ^ y[i]);
-    return diff != 0;
-}
+int qw_ct_compare(const void *a, const void *b, size_t len) { return CRYPTO_memcmp(a, b, len); }

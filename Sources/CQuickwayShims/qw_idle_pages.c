@@ -11,18 +11,24 @@ static size_t page_size(void) {
     return size;
 }
 
+// The very first large block gets pages of its own (whether or not mmap succeeds, no
+// later block ever does: only that one is known to be the frame buffer, whose pages
+// may be released). NULL when it is not that block or mmap failed.
+static void *map_first_large(qw_idle_pages *p, size_t size) {
+    if (size < QW_IDLE_PAGES_MIN || p->tried) return NULL;
+    p->tried = 1;
+    size_t length = (size + page_size() - 1) & ~(page_size() - 1);
+    void *block = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (block == MAP_FAILED) return NULL;
+    p->block = block;
+    p->length = length;
+    return block;
+}
+
 // A fresh block: in its own pages if it is the first large one, else from malloc.
 static void *allocate(qw_idle_pages *p, size_t size) {
-    if (size >= QW_IDLE_PAGES_MIN && p->block == NULL) {
-        size_t length = (size + page_size() - 1) & ~(page_size() - 1);
-        void *block = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (block != MAP_FAILED) {
-            p->block = block;
-            p->length = length;
-            return block;
-        }
-    }
-    return malloc(size);
+    void *block = map_first_large(p, size);
+    return block != NULL ? block : malloc(size);
 }
 
 void *qw_idle_pages_malloc(size_t size, void *user) { return allocate(user, size); }
@@ -32,7 +38,7 @@ void qw_idle_pages_free(void *ptr, void *user) {
     if (ptr != NULL && ptr == p->block) {
         munmap(p->block, p->length);
         p->block = NULL;
-        p->length = 0;
+        p->length = 0;   // `tried` stays set: no later block takes its place
         return;
     }
     free(ptr);
@@ -41,9 +47,8 @@ void qw_idle_pages_free(void *ptr, void *user) {
 void *qw_idle_pages_calloc(size_t nmemb, size_t size, void *user) {
     if (size != 0 && nmemb > (size_t)-1 / size) return NULL;
     size_t total = nmemb * size;
-    qw_idle_pages *p = user;
-    if (total >= QW_IDLE_PAGES_MIN && p->block == NULL) return allocate(p, total);   // mapped pages are zero
-    return calloc(nmemb, size);
+    void *block = map_first_large(user, total);   // mapped pages are zero
+    return block != NULL ? block : calloc(nmemb, size);
 }
 
 void *qw_idle_pages_realloc(void *ptr, size_t size, void *user) {

@@ -19,6 +19,6 @@ void qw_hmac_prepare(qw_hmac_key *k, const void *key, size_t keylen);
 void qw_hmac_sign(const qw_hmac_key *k, const void *msg, size_t len, uint8_t out[32]);
 void qw_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[32]);
 
-// Comparison whose time depends on the length only, not on where bytes differ: 0 when equal.
+// Constant-time comparison (OpenSSL's CRYPTO_memcmp): 0 when equal.
 int qw_ct_compare(const void *a, const void *b, size_t len);
 #endif

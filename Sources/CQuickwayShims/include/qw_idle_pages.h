@@ -1,7 +1,7 @@
 #ifndef QUICKWAY_QW_IDLE_PAGES_H
 #define QUICKWAY_QW_IDLE_PAGES_H
 // An allocator with nghttp2_mem's four callbacks (`user` is the qw_idle_pages) that puts
-// the first block of at least QW_IDLE_PAGES_MIN bytes in pages of its own (mmap), so
+// the very first block of at least QW_IDLE_PAGES_MIN bytes in pages of its own (mmap), so
 // that the pages can be handed back to the kernel (MADV_DONTNEED) while the block holds
 // nothing that will be read again: nghttp2's outbound frame buffer (16,394 bytes,
 // allocated with the session and kept for its life) between frames. Every other block
@@ -13,6 +13,7 @@
 typedef struct {
     void *block;      // the block in its own pages, or NULL
     size_t length;    // its mapped length (a whole number of pages)
+    int tried;        // the first large block was seen: no later one gets own pages
 } qw_idle_pages;
 
 void *qw_idle_pages_malloc(size_t size, void *user);

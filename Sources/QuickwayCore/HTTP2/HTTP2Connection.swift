@@ -151,7 +151,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         input = transport.input
         output = transport.output
         idleSince = Clock.coarseMillis()
-        framePages.initialize(to: qw_idle_pages(block: nil, length: 0))
+        framePages.initialize(to: qw_idle_pages(block: nil, length: 0, tried: 0))
         super.init()
         transport.user = self
         session = makeSession()

@@ -21,10 +21,16 @@ struct UpstreamHeaders {
     /// Adds a field whose value `writeValue` appends to the store (in pieces, when it is
     /// made of several).
     mutating func add(name: some Sequence<UInt8>, writeValue: (inout [UInt8]) -> Void) {
+        let start = bytes.count
         bytes.append(contentsOf: name)
+        let colon = bytes.count
         bytes.append(UInt8(ascii: ":"))
         bytes.append(0x20)
         writeValue(&bytes)
+        // The line form's invariant (see the type's note), checked in debug builds: the
+        // tests run the parsers' output through here.
+        assert(!bytes[start..<colon].contains(UInt8(ascii: ":")) && !bytes[start...].contains(0x0D) && !bytes[start...].contains(0x0A),
+               "a header name with a colon, or a CR or LF in a header line")
         bytes.append(0x0D)
         bytes.append(0x0A)
         count += 1
