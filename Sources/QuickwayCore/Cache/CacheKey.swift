@@ -31,7 +31,12 @@ public enum CacheKey {
             key.append(contentsOf: raw[head.path])
             key.append(UInt8(ascii: "?"))
             let query = CanonicalQuery.rawQuery(ofTarget: UnsafeRawBufferPointer(rebasing: raw[head.target]))
-            if !query.isEmpty { key.append(contentsOf: CanonicalQuery.canonicalize(query, form: .cacheKey)) }
+            if !query.isEmpty {
+                // A query canonical as sent (the common case) is appended as it is, with
+                // no array made for it.
+                if CanonicalQuery.isCanonical(query, form: .cacheKey) { key.append(contentsOf: query) }
+                else { key.append(contentsOf: CanonicalQuery.canonicalizeInFull(query, form: .cacheKey)) }
+            }
             for name in vary {
                 key.append(0x0A)
                 key.append(contentsOf: name)
