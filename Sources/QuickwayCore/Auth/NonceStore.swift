@@ -9,8 +9,8 @@ import Foundation
 /// same for all, the queue is also in expiry order and expired pairs are dropped from
 /// its front on every claim.
 ///
-/// Bounded: at most `capacity` pairs in all (an equal share per shard), 32-64 bytes
-/// each with the tables' slack, so the default of 1,000,000 stays under ~64 MB.
+/// Bounded: at most `capacity` pairs in all (an equal share per shard), at most 64
+/// bytes each with the tables' rounding up (32 MiB for the default of 1,000,000).
 /// When a shard is full of unexpired pairs a new one is refused (`.full`), never
 /// evicted: forgetting a live nonce would let its request be replayed.
 /// `@unchecked Sendable`: every shard's state is read and written under its own lock.

@@ -10,8 +10,9 @@
 ///   from its front and deletes their slots (backward-shift deletion, no tombstones).
 ///
 /// Both grow by doubling up to what `limit` entries need and shrink to half when under
-/// an eighth full, so a burst does not pin memory for good. About 16-32 bytes of table
-/// and 16-32 of ring per entry.
+/// an eighth (ring: a quarter) full, so a burst does not pin memory for good: 16-32
+/// bytes of table and 16-64 of ring per entry, 32 at the limit (both rounded up to
+/// powers of two: 512 KiB for 15,625 entries).
 ///
 /// Not thread-safe: `NonceStore` holds its shard's lock around every call.
 /// Noncopyable: it owns its two allocations and frees them in `deinit`.
