@@ -3,13 +3,14 @@
 # threads with real worker loops (FlightTableTests), the counters and flags shared
 # between threads through the C atomic helpers (SharedCounterTests), and the pipeline and
 # the HTTP/1.1 codec driven from a test thread onto a worker loop (PipelineTests,
-# HTTP1ConnectionTests: merged waiters delivered across threads). Builds the tests
+# HTTP1ConnectionTests: merged waiters delivered across threads), and the nonce store's
+# sharded tables claimed from four threads at once (testNonceStoreUnderConcurrentUse). Builds the tests
 # with -sanitize=thread (Swift and the C shims) into its own scratch path, .build-tsan.
 # Fails on a failed test or on any ThreadSanitizer report.
 # Usage: scripts/tsan.sh [--filter REGEX]    (default: the suites above)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FILTER="FlightTableTests|SharedCounterTests|PipelineTests|HTTP1ConnectionTests"
+FILTER="FlightTableTests|SharedCounterTests|PipelineTests|HTTP1ConnectionTests|testNonceStoreUnderConcurrentUse"
 while [ $# -gt 0 ]; do
   case "$1" in
     --filter) FILTER="$2"; shift 2 ;;
