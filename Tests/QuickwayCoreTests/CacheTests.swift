@@ -74,6 +74,19 @@ final class CacheKeyTests: XCTestCase {
         XCTAssertEqual(fr, "GET h/a?\naccept-language:fr,")
         XCTAssertEqual(String(decoding: CacheKey.path(ofKey: Array("GET h/a/b?x=1".utf8)), as: UTF8.self), "/a/b")
     }
+
+    /// Every part of the text form of spec/config.md at once, the key laid out in its
+    /// temporary buffer: two values of one vary header, a query rewritten into its
+    /// cache-key form, a key scope and TLS.
+    func testAllPartsTogether() {
+        let (_, h) = parseOnce("GET /p/q?z=%41&b=1&a=2 HTTP/1.1\r\nHost: Api.Example:8080\r\nX-V: 1\r\nAccept: a\r\nx-v: 2\r\n\r\n")
+        let text = { (scope: CacheKey.Scope, tls: Bool) in
+            String(decoding: CacheKey.build(head: h!, vary: [Array("x-v".utf8), Array("accept".utf8)], scope: scope, overTLS: tls), as: UTF8.self)
+        }
+        XCTAssertEqual(text(.key("app-1"), true), "GET api.example:8080/p/q?a=2&b=1&z=A\nx-v:1,2,\naccept:a,\n@key:app-1\n@https")
+        XCTAssertEqual(text(.anonymous, false), "GET api.example:8080/p/q?a=2&b=1&z=A\nx-v:1,2,\naccept:a,\n@anonymous")
+        XCTAssertEqual(text(.everyone, false), "GET api.example:8080/p/q?a=2&b=1&z=A\nx-v:1,2,\naccept:a,")
+    }
 }
 
 final class ResponseCacheTests: XCTestCase {
@@ -82,6 +95,19 @@ final class ResponseCacheTests: XCTestCase {
                        body: [UInt8](repeating: 1, count: bodyBytes), receivedAt: 0)
     }
     func k(_ s: String) -> [UInt8] { Array("GET h\(s)?".utf8) }
+
+    /// A key held in the caller's own buffer finds the entry stored under the same
+    /// bytes, and only that one.
+    func testALookupByBorrowedBytesFindsTheSameEntry() {
+        let cache = ResponseCache(maxBytes: 1 << 20, maxObjectBytes: 1 << 16)
+        cache.store(k("/a"), response(10), ttlMillis: 1000, nowMillis: 0)
+        let hit = k("/a").withUnsafeBytes { cache.lookup(bytes: $0, nowMillis: 1) }
+        XCTAssertEqual(hit?.response.body.count, 10)
+        XCTAssertTrue(hit?.fresh == true)
+        XCTAssertNil(k("/b").withUnsafeBytes { cache.lookup(bytes: $0, nowMillis: 1) }, "same length, other bytes")
+        XCTAssertNil(k("/a/").withUnsafeBytes { cache.lookup(bytes: $0, nowMillis: 1) })
+        XCTAssertNil(k("/a").withUnsafeBytes { cache.lookup(bytes: $0, nowMillis: 5000) }, "expired")
+    }
 
     func testTTLAndStale() {
         let c = ResponseCache(maxBytes: 1 << 20, maxObjectBytes: 1 << 20)

@@ -30,24 +30,17 @@ public enum QW1Signer {
             let size = scheme.utf8CodeUnitCount + method.count + max(path.count, 1) + query.count
                 + timestamp.count + nonce.count + bodyHashHex.count + 5
             return withUnsafeTemporaryAllocation(byteCount: size, alignment: 1) { buf in
-                var at = 0
-                func put(_ bytes: UnsafeRawBufferPointer) {
-                    if !bytes.isEmpty { (buf.baseAddress! + at).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
-                    at += bytes.count
-                }
-                func line(_ bytes: UnsafeRawBufferPointer) {
-                    put(bytes)
-                    buf[at] = 0x0A
-                    at += 1
-                }
-                put(UnsafeRawBufferPointer(start: scheme.utf8Start, count: scheme.utf8CodeUnitCount))
-                line(method)
-                line(path.isEmpty ? UnsafeRawBufferPointer(start: slash.utf8Start, count: 1) : path)
-                line(query)
-                line(timestamp)
-                line(nonce)
-                put(bodyHashHex)
-                return body(UnsafeRawBufferPointer(buf))
+                var w = BufferWriter(buf)
+                w.put(scheme)
+                // One line each (no array literal of the parts: that is a heap allocation).
+                w.put(method); w.put(byte: 0x0A)
+                w.put(path.isEmpty ? UnsafeRawBufferPointer(start: slash.utf8Start, count: 1) : path); w.put(byte: 0x0A)
+                w.put(query); w.put(byte: 0x0A)
+                w.put(timestamp); w.put(byte: 0x0A)
+                w.put(nonce); w.put(byte: 0x0A)
+                w.put(bodyHashHex)
+                precondition(w.at == size)
+                return body(w.written)
             }
         }
         if rawQuery.isEmpty || CanonicalQuery.isCanonical(rawQuery, form: .signature) { return layOut(query: rawQuery) }

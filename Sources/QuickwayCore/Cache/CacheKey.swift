@@ -21,42 +21,73 @@ public enum CacheKey {
     }
 
     public static func build(head: HTTPRequestHead, vary: [[UInt8]], scope: Scope = .everyone, overTLS: Bool = false) -> [UInt8] {
-        head.withBytes { raw in
-            var key: [UInt8] = []
-            key.reserveCapacity(head.target.count + 64)
-            key.append(contentsOf: "GET ".utf8)
-            if let h = head.hostField {
-                for b in raw[head.fields[h].value] { key.append(HTTPSyntax.lower(b)) }
-            }
-            key.append(contentsOf: raw[head.path])
-            key.append(UInt8(ascii: "?"))
-            let query = CanonicalQuery.rawQuery(ofTarget: UnsafeRawBufferPointer(rebasing: raw[head.target]))
-            if !query.isEmpty {
-                // A query canonical as sent (the common case) is appended as it is, with
-                // no array made for it.
-                if CanonicalQuery.isCanonical(query, form: .cacheKey) { key.append(contentsOf: query) }
-                else { key.append(contentsOf: CanonicalQuery.canonicalizeInFull(query, form: .cacheKey)) }
-            }
+        withKey(head: head, vary: vary, scope: scope, overTLS: overTLS) { Array($0) }
+    }
+
+    /// Lends the key to `body`, laid out in a temporary buffer (on the stack when small):
+    /// a cache hit makes no array for its key. The size is counted first, then each part
+    /// copied once.
+    static func withKey<R>(head: borrowing HTTPRequestHead, vary: [[UInt8]], scope: Scope, overTLS: Bool,
+                           _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        // What the key needs of the head, taken out first: a closure that captured the
+        // head itself would copy it (a retain of each of its arrays).
+        let bytes = head.bytes, fields = head.fields
+        let host = head.hostField.map { fields[$0].value } ?? 0..<0
+        let path = head.path, target = head.target
+        return bytes.withUnsafeBytes { raw in
+            let query = CanonicalQuery.rawQuery(ofTarget: UnsafeRawBufferPointer(rebasing: raw[target]))
+            // A query canonical as sent (the common case) is copied as it is.
+            let rewritten: [UInt8]? = query.isEmpty || CanonicalQuery.isCanonical(query, form: .cacheKey)
+                ? nil : CanonicalQuery.canonicalizeInFull(query, form: .cacheKey)
+            var size = 4 + host.count + path.count + 1 + (rewritten?.count ?? query.count)
             for name in vary {
-                key.append(0x0A)
-                key.append(contentsOf: name)
-                key.append(UInt8(ascii: ":"))
-                // `vary` names are lower case; header names compare case-insensitively.
-                head.appendValues(ofLowercaseName: name, to: &key)
+                size += 2 + name.count
+                for f in fields where named(raw, f.name, name) { size += f.value.count + 1 }
             }
             switch scope {
             case .everyone: break
-            case .key(let id):
-                key.append(contentsOf: "\n@key:".utf8)
-                key.append(contentsOf: id.utf8)
-            case .anonymous:
-                key.append(contentsOf: "\n@anonymous".utf8)
+            case .key(let id): size += 6 + id.utf8.count
+            case .anonymous: size += 11
             }
-            // Like nginx's default `$scheme` in proxy_cache_key: the backend is told the
-            // scheme (X-Forwarded-Proto) and may write it into its answer.
-            if overTLS { key.append(contentsOf: "\n@https".utf8) }
-            return key
+            if overTLS { size += 7 }
+            return withUnsafeTemporaryAllocation(byteCount: size, alignment: 1) { buffer -> R in
+                var w = BufferWriter(buffer)
+                w.put("GET ")
+                w.putLowercased(UnsafeRawBufferPointer(rebasing: raw[host]))
+                w.put(UnsafeRawBufferPointer(rebasing: raw[path]))
+                w.put(byte: UInt8(ascii: "?"))
+                if let rewritten { rewritten.withUnsafeBytes { w.put($0) } } else { w.put(query) }
+                for name in vary {
+                    w.put(byte: 0x0A)
+                    name.withUnsafeBytes { w.put($0) }
+                    w.put(byte: UInt8(ascii: ":"))
+                    // `vary` names are lower case; header names compare case-insensitively.
+                    for f in fields where named(raw, f.name, name) {
+                        w.put(UnsafeRawBufferPointer(rebasing: raw[f.value]))
+                        w.put(byte: UInt8(ascii: ","))
+                    }
+                }
+                switch scope {
+                case .everyone: break
+                case .key(let id):
+                    w.put("\n@key:")
+                    var id = id
+                    id.withUTF8 { w.put(UnsafeRawBufferPointer($0)) }
+                case .anonymous:
+                    w.put("\n@anonymous")
+                }
+                // Like nginx's default `$scheme` in proxy_cache_key: the backend is told the
+                // scheme (X-Forwarded-Proto) and may write it into its answer.
+                if overTLS { w.put("\n@https") }
+                precondition(w.at == size)
+                return body(w.written)
+            }
         }
+    }
+
+    /// Whether the field name at `range` is `lowercaseName`, ASCII case-insensitively.
+    private static func named(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, _ lowercaseName: [UInt8]) -> Bool {
+        range.count == lowercaseName.count && zip(raw[range], lowercaseName).allSatisfy { HTTPSyntax.lower($0) == $1 }
     }
 
     /// The keys a purge by `key` removes: the key as given and its TLS twin.

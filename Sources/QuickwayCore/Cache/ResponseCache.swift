@@ -129,7 +129,15 @@ public final class ResponseCache: @unchecked Sendable {
     /// The entry for `key`, fresh or (for stale-if-error) expired but still held no
     /// longer than `staleMillis` past its expiry. Counts a hit or a miss.
     public func lookup(_ key: [UInt8], nowMillis: Int64, staleMillis: Int64 = 0, countAsMiss: Bool = true) -> Hit? {
-        let key = HashedKey(key)
+        lookup(HashedKey(key), nowMillis: nowMillis, staleMillis: staleMillis, countAsMiss: countAsMiss)
+    }
+
+    /// The same, for a key the caller holds in its own buffer (no array made for it).
+    func lookup(bytes key: UnsafeRawBufferPointer, nowMillis: Int64, staleMillis: Int64 = 0, countAsMiss: Bool = true) -> Hit? {
+        lookup(HashedKey(probing: key), nowMillis: nowMillis, staleMillis: staleMillis, countAsMiss: countAsMiss)
+    }
+
+    private func lookup(_ key: HashedKey, nowMillis: Int64, staleMillis: Int64, countAsMiss: Bool) -> Hit? {
         let s = shard(key)
         s.lock.lock()
         defer { s.lock.unlock() }

@@ -1,20 +1,48 @@
+import Glibc
+
 /// A key with its hash computed once, in one pass over its bytes. The hash picks the
 /// shard and is the dictionary's hash: hashing a `[UInt8]` itself feeds the hasher one
 /// byte at a time, and a lookup did that twice (shard, then dictionary). The hasher is
 /// the standard library's seeded one, so keys an attacker chooses cannot be made to
 /// collide on purpose. Used by the response cache and the flight table.
 struct HashedKey: Hashable {
+    /// The key's bytes (empty for a probe).
     let bytes: [UInt8]
+    /// A probe's bytes, borrowed for the one lookup it is made for: a probe is never
+    /// stored in a table, and is used only while its caller's buffer lives.
+    private let probe: UnsafeRawBufferPointer?
     let hash: Int
 
     init(_ bytes: [UInt8]) {
         self.bytes = bytes
+        probe = nil
+        hash = bytes.withUnsafeBytes { Self.hash(of: $0) }
+    }
+
+    /// A key to look up with, over bytes the caller holds (a cache key laid out on the
+    /// stack): no array is made for it. Equal to the stored key with the same bytes.
+    init(probing bytes: UnsafeRawBufferPointer) {
+        self.bytes = []
+        probe = bytes
+        hash = Self.hash(of: bytes)
+    }
+
+    private static func hash(of bytes: UnsafeRawBufferPointer) -> Int {
         var h = Hasher()
-        bytes.withUnsafeBytes { h.combine(bytes: $0) }
-        hash = h.finalize()
+        h.combine(bytes: bytes)
+        return h.finalize()
+    }
+
+    @inline(__always) private func withBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        if let probe { return body(probe) }
+        return bytes.withUnsafeBytes(body)
     }
 
     func hash(into h: inout Hasher) { h.combine(hash) }
 
-    static func == (a: HashedKey, b: HashedKey) -> Bool { a.hash == b.hash && a.bytes == b.bytes }
+    static func == (a: HashedKey, b: HashedKey) -> Bool {
+        a.hash == b.hash && a.withBytes { x in
+            b.withBytes { y in x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) }
+        }
+    }
 }

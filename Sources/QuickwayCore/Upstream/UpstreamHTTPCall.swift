@@ -102,7 +102,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         // Written in place (`[UInt8](repeating:count:)` zeroed it first and, like
         // `unsafeUninitializedCapacity`, took an unspecialized generic path: `ByteArrays`).
         return ByteArrays.make(capacity: size) { buffer in
-            var w = RequestWriter(buffer)
+            var w = BufferWriter(buffer)
             method.withUnsafeBytes { w.put($0) }
             w.put(" ")
             r.pathAndQuery.withUnsafeBytes { w.put($0) }
@@ -429,23 +429,4 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         retainedSelf = nil
         me?.release()
     }
-}
-
-/// Copies bytes into a buffer sized beforehand (`UpstreamHTTPCall.requestBytes`). A
-/// value passed `inout`, not a variable captured by a local function: that would be
-/// checked for exclusive access at run time on every copy.
-private struct RequestWriter {
-    private let buffer: UnsafeMutableRawBufferPointer
-    private(set) var at = 0
-
-    init(_ buffer: UnsafeMutableRawBufferPointer) { self.buffer = buffer }
-
-    mutating func put(_ bytes: UnsafeRawBufferPointer) {
-        guard bytes.count > 0 else { return }  // an empty value may have no address
-        precondition(at + bytes.count <= buffer.count)
-        (buffer.baseAddress! + at).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
-        at += bytes.count
-    }
-
-    mutating func put(_ s: StaticString) { put(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)) }
 }

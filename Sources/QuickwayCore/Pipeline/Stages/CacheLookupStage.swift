@@ -31,11 +31,26 @@ final class CacheLookupStage: RequestStage {
         // verified key (or between anonymous ones).
         let scope: CacheKey.Scope = routeRef.config.auth == .off || routeRef.config.sharedAcrossKeys ? .everyone
             : exchange.authKeyId.map { .key($0) } ?? .anonymous
-        let key = CacheKey.build(head: head, vary: routeRef.vary, scope: scope, overTLS: exchange.overTLS)
-        if routeRef.config.cacheTTLMillis > 0, let hit = cache.lookup(key, nowMillis: Clock.monotonicMillis(), staleMillis: staleIfErrorMillis),
-           hit.fresh, hit.response.suits(head, keyId: exchange.authKeyId) {
-            ctx.pipeline.respondCached(exchange, hit.response, "HIT")
+        // The key is looked up where it was laid out (no array for a hit); a miss keeps
+        // a copy in its plan, for the store and the flight.
+        // (The closure does not touch `head`: capturing it would copy it.)
+        let ttl = routeRef.config.cacheTTLMillis, stale = staleIfErrorMillis, cache = self.cache
+        let found = CacheKey.withKey(head: head, vary: routeRef.vary, scope: scope, overTLS: exchange.overTLS) { key -> KeyLookup in
+            if ttl > 0, let hit = cache.lookup(bytes: key, nowMillis: Clock.monotonicMillis(), staleMillis: stale), hit.fresh {
+                return .fresh(hit.response)
+            }
+            return .miss(Array(key))
+        }
+        let key: [UInt8]
+        switch found {
+        case .fresh(let response) where response.suits(head, keyId: exchange.authKeyId):
+            ctx.pipeline.respondCached(exchange, response, "HIT")
             return .answered
+        case .fresh:
+            // A fresh entry for another variant (rare): the key is made again, as an array.
+            key = CacheKey.build(head: copy head, vary: routeRef.vary, scope: scope, overTLS: exchange.overTLS)
+        case .miss(let k):
+            key = k
         }
         // Credentials the backend will see (`Cookie`, or an `Authorization` the gateway
         // did not verify and remove): the answer may be this caller's own.
@@ -43,5 +58,12 @@ final class CacheLookupStage: RequestStage {
         ctx.plan = CachePlan(key: key, ttlMillis: routeRef.config.cacheTTLMillis, allowSetCookie: routeRef.config.allowSetCookie, credentialed: credentialed)
         exchange.cacheStatus = "MISS"
         return .next
+    }
+
+    private enum KeyLookup {
+        /// A fresh entry under the key (its variant still to be checked).
+        case fresh(CachedResponse)
+        /// Nothing fresh: the key, kept for the plan.
+        case miss([UInt8])
     }
 }
