@@ -244,9 +244,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 
     /// `head` is consumed: the exchange takes it without a copy, and what follows reads
     /// it there.
-    private func start(_ head: __owned HTTPRequestHead) {
+    private func start(_ head: consuming HTTPRequestHead) {
         let requestId = worker.requestId(from: head)
-        let ex = Exchange(head: head, sink: self, requestId: requestId, clientAddress: transport.peer)
+        let ex = Exchange(head: consume head, sink: self, requestId: requestId, clientAddress: transport.peer)
         startExchange(ex)
     }
 

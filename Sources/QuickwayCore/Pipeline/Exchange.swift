@@ -60,13 +60,14 @@ final class Exchange {
     @inline(__always)
     func withHead<R>(_ body: (borrowing HTTPRequestHead) -> R) -> R { body(head) }
 
-    init(head: HTTPRequestHead, sink: ResponseSink, requestId: [UInt8], clientAddress: String) {
+    /// `head` is moved in, not copied (a copy retained each of its arrays).
+    init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: [UInt8], clientAddress: String) {
+        isHeadRequest = head.methodIs("HEAD")
         self.head = head
         self.sink = sink
         self.requestId = requestId
         self.clientAddress = clientAddress
         self.startNanos = Clock.monotonicNanos()
-        isHeadRequest = head.methodIs("HEAD")
     }
 
     let isHeadRequest: Bool
