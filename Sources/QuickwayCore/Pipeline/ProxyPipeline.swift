@@ -103,7 +103,7 @@ final class ProxyPipeline: RequestHandler {
     }
 
     /// The way back: the answer passes the answer stages, then reaches the client.
-    func answer(_ ctx: ProxyContext, _ answer: ProxyAnswer) {
+    func answer(_ ctx: ProxyContext, _ answer: consuming ProxyAnswer) {
         var answer = answer
         for stage in answerStages { stage.see(ctx, &answer) }
         let exchange = ctx.exchange

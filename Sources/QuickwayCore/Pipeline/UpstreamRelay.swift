@@ -55,17 +55,17 @@ final class UpstreamRelay: UpstreamCallDelegate {
         }
     }
 
-    init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: UpstreamRequest, maxObjectBytes: Int,
+    init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: consuming UpstreamRequest, maxObjectBytes: Int,
          webSocket: WebSocketPlan? = nil) {
         self.ctx = ctx
         self.exchange = ctx.exchange
         self.service = service
         self.upstream = upstream
-        self.request = request
+        retriesLeft = request.idempotent ? service.config.retries : 0
+        self.request = request   // moved in, last
         self.maxObjectBytes = maxObjectBytes
         buffersForCache = ctx.plan != nil
         self.webSocket = webSocket
-        retriesLeft = request.idempotent ? service.config.retries : 0
     }
 
     /// GET, HEAD, OPTIONS, PUT, DELETE, TRACE, or any request with an Idempotency-Key.

@@ -17,10 +17,14 @@ enum UpstreamRequestHeaders {
     /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
     static func build(head: HTTPRequestHead, clientAddress: String, requestId: [UInt8],
                       authKeyId: String? = nil, overTLS: Bool = false) -> UpstreamHeaders {
-        var out = UpstreamHeaders(byteCapacity: head.bytes.count + 4 * head.fields.count + 160)
-        head.withBytes { raw in
+        // What is needed of the head, taken out first: the closure below capturing the
+        // head itself copied it (a retain of each of its arrays).
+        let bytes = head.bytes, fields = head.fields
+        let host = head.hostField.map { fields[$0].value }
+        var out = UpstreamHeaders(byteCapacity: bytes.count + 4 * fields.count + 160)
+        bytes.withUnsafeBytes { raw in
             var forwardedFor: Range<Int>?
-            for f in head.fields {
+            for f in fields {
                 let n = f.name
                 if isDropped(raw, n) || named(raw, n, "x-quickway-key") { continue }
                 if authKeyId != nil && named(raw, n, "authorization") { continue }
@@ -35,11 +39,11 @@ enum UpstreamRequestHeaders {
                 v.append(contentsOf: clientAddress.utf8)
             }
             out.add(name: "X-Forwarded-Proto", value: overTLS ? "https".utf8 : "http".utf8)
-            if let h = head.hostField {
+            if let host {
                 // Lower case, as the cache key reads it: a backend that told `EXAMPLE.com`
                 // from `example.com` could otherwise store its answer for the other.
                 out.add(name: "X-Forwarded-Host") { v in
-                    for b in raw[head.fields[h].value] { v.append(HTTPSyntax.lower(b)) }
+                    for b in raw[host] { v.append(HTTPSyntax.lower(b)) }
                 }
             }
             out.add(name: "X-Request-Id", value: requestId)

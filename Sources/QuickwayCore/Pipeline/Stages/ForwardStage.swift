@@ -38,7 +38,7 @@ final class ForwardStage: RequestStage {
         // hop-by-hop headers; other calls pay only the flag test.
         let relay = head.upgradeWebSocket
             ? webSocketRelay(ctx, route, request)
-            : UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes)
+            : UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: consume request, maxObjectBytes: maxObjectBytes)
         ctx.waiting = .upstream(relay)
         if let flight = ctx.flight {
             // The call belongs to the flight: it outlives the leader's client while anyone waits.
