@@ -82,15 +82,20 @@ public final class ServiceHealth: @unchecked Sendable {
         // place (no list per request).
         var anyUp = false
         var anyLive = false
-        for m in members where !m.removed && !excluding.contains(where: { $0 === m }) {
+        let list = members
+        let n = list.count
+        // Index loops and a plain function for "excluded" (closures over the list and a
+        // `contains(where:)` per member retained each of them, on every call).
+        for i in 0..<n {
+            let m = list[i]
+            if m.removed || Self.isExcluded(m, excluding) { continue }
             refreshEjection(m, t)
             anyLive = true
             if m.state == .up { anyUp = true }
         }
         guard anyLive else { return nil }
-        let list = members
         @inline(__always) func eligible(_ m: UpstreamMember) -> Bool {
-            !m.removed && (!anyUp || m.state == .up) && !excluding.contains { $0 === m }
+            !m.removed && (!anyUp || m.state == .up) && !Self.isExcluded(m, excluding)
         }
         let chosen: UpstreamMember
         switch config.strategy {
@@ -99,8 +104,9 @@ public final class ServiceHealth: @unchecked Sendable {
             chosen = live[rrNext % live.count]
             rrNext &+= 1
         case .fastest:
-            let current = list.firstIndex { $0 === selected }
-            let i = Selection.fastest(count: list.count, current: current, switchMargin: config.switchMargin) { i in
+            var current: Int?
+            if let selected { for i in 0..<n where list[i] === selected { current = i; break } }
+            let i = Selection.fastest(count: n, current: current, switchMargin: config.switchMargin) { i in
                 let m = list[i]
                 guard eligible(m) else { return nil }
                 return Selection.Candidate(index: i, latencyMillis: m.latency.estimateMillis(nowMillis: t), errorRate: m.window.rate, inFlight: m.inFlight)
@@ -111,6 +117,12 @@ public final class ServiceHealth: @unchecked Sendable {
         }
         chosen.inFlight += 1
         return chosen
+    }
+
+    @inline(__always) private static func isExcluded(_ m: UpstreamMember, _ excluding: [UpstreamMember]) -> Bool {
+        if excluding.isEmpty { return false }
+        for e in excluding where e === m { return true }
+        return false
     }
 
     private func refreshEjection(_ m: UpstreamMember, _ t: Int64) {
