@@ -108,7 +108,7 @@ final class ProxyPipeline: RequestHandler {
         for stage in answerStages { stage.see(ctx, &answer) }
         let exchange = ctx.exchange
         guard exchange.isOpen else { return }
-        switch answer {
+        switch consume answer {
         case .upstream(let r):
             r.reason.withUnsafeBytes { reason in
                 r.headerLines.withUnsafeBytes { lines in

@@ -100,11 +100,11 @@ final class UpstreamRelay: UpstreamCallDelegate {
     }
 
     /// Hands the answer back to the pipeline (once) and lets go of the context.
-    private func finish(_ answer: ProxyAnswer) {
+    private func finish(_ answer: consuming ProxyAnswer) {
         guard let ctx else { return }
         self.ctx = nil
         if case .upstream = ctx.waiting { ctx.waiting = .nothing }
-        ctx.pipeline.answer(ctx, answer)
+        ctx.pipeline.answer(ctx, answer)   // moved on, not copied
     }
 
     // MARK: UpstreamCallDelegate

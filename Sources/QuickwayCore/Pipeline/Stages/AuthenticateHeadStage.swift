@@ -18,7 +18,8 @@ final class AuthenticateHeadStage: RequestStage {
         guard mode != .off, let auth = authenticator else { return .next }
         let exchange = ctx.exchange
         exchange.authChallenge = auth.schemeName
-        switch auth.checkHead(exchange.head, mode: mode, nowSeconds: Int64(time(nil))) {
+        let check = exchange.withHead { auth.checkHead($0, mode: mode, nowSeconds: Int64(time(nil))) }
+        switch consume check {
         case .anonymous:
             return .next
         case .pending(let p):
@@ -27,7 +28,7 @@ final class AuthenticateHeadStage: RequestStage {
                 // plus; a signature must mean one thing.
                 return .refuse(.badRequest, "a raw + in the query of a signed call is ambiguous: send %2B for a plus, %20 for a space")
             }
-            ctx.pendingAuth = p
+            ctx.pendingAuth = consume p
             if exchange.head.body != .none { exchange.bodyHasher = SHA256Hasher() }
             return .next
         case let .rejected(r, message):
