@@ -58,18 +58,17 @@ public struct QW1Header: Equatable {
                 guard v[i] == UInt8(ascii: ",") else { return .malformed("fields must be separated by commas") }
                 i += 1
             }
-            // Field names compared as bytes (case-sensitive), no String on this path;
-            // the length picks the candidates.
-            if name.count == 3 && Self.named(v, name, "Key") {
+            // Field names compared as bytes (case-sensitive), no String on this path.
+            if Self.named(v, name, "Key") {
                 if key != nil { return .malformed("Key appears more than once") }
                 key = value; keyClass = all
-            } else if name.count == 9 && Self.named(v, name, "Timestamp") {
+            } else if Self.named(v, name, "Timestamp") {
                 if ts != nil { return .malformed("Timestamp appears more than once") }
                 ts = value; tsClass = all
-            } else if name.count == 5 && Self.named(v, name, "Nonce") {
+            } else if Self.named(v, name, "Nonce") {
                 if nonce != nil { return .malformed("Nonce appears more than once") }
                 nonce = value; nonceClass = all
-            } else if name.count == 9 && Self.named(v, name, "Signature") {
+            } else if Self.named(v, name, "Signature") {
                 if sig != nil { return .malformed("Signature appears more than once") }
                 sig = value; sigClass = all
             } else {
@@ -110,7 +109,7 @@ public struct QW1Header: Equatable {
     }
 
     private static func named(_ v: UnsafeRawBufferPointer, _ r: Range<Int>, _ label: StaticString) -> Bool {
-        r.count == label.utf8CodeUnitCount && memcmp(v.baseAddress! + r.lowerBound, label.utf8Start, r.count) == 0
+        HTTPSyntax.equals(UnsafeRawBufferPointer(rebasing: v[r]), label)
     }
 
     @inline(__always) static func isKeyByte(_ c: UInt8) -> Bool { HTTPSyntax.isAlnum(c) || c == UInt8(ascii: ".") || c == UInt8(ascii: "_") || c == UInt8(ascii: "-") }

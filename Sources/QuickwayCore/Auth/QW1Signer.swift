@@ -43,8 +43,7 @@ public enum QW1Signer {
                 return body(w.written)
             }
         }
-        if rawQuery.isEmpty || CanonicalQuery.isCanonical(rawQuery, form: .signature) { return layOut(query: rawQuery) }
-        return CanonicalQuery.canonicalizeInFull(rawQuery, form: .signature).withUnsafeBytes { layOut(query: $0) }
+        return CanonicalQuery.withCanonical(rawQuery, form: .signature) { layOut(query: $0) }
     }
 
     /// A complete Authorization value for a request (client side).

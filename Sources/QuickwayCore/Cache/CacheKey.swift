@@ -35,59 +35,53 @@ public enum CacheKey {
         let host = head.hostField.map { fields[$0].value } ?? 0..<0
         let path = head.path, target = head.target
         return bytes.withUnsafeBytes { raw in
-            let query = CanonicalQuery.rawQuery(ofTarget: UnsafeRawBufferPointer(rebasing: raw[target]))
-            // A query canonical as sent (the common case) is copied as it is.
-            let rewritten: [UInt8]? = query.isEmpty || CanonicalQuery.isCanonical(query, form: .cacheKey)
-                ? nil : CanonicalQuery.canonicalizeInFull(query, form: .cacheKey)
-            var size = 4 + host.count + path.count + 1 + (rewritten?.count ?? query.count)
-            for name in vary {
-                size += 2 + name.count
-                for f in fields where named(raw, f.name, name) { size += f.value.count + 1 }
-            }
-            switch scope {
-            case .everyone: break
-            case .key(let id): size += 6 + id.utf8.count
-            case .anonymous: size += 11
-            }
-            if overTLS { size += 7 }
-            return withUnsafeTemporaryAllocation(byteCount: size, alignment: 1) { buffer -> R in
-                var w = BufferWriter(buffer)
-                w.put("GET ")
-                w.putLowercased(UnsafeRawBufferPointer(rebasing: raw[host]))
-                w.put(UnsafeRawBufferPointer(rebasing: raw[path]))
-                w.put(byte: UInt8(ascii: "?"))
-                if let rewritten { rewritten.withUnsafeBytes { w.put($0) } } else { w.put(query) }
+            let rawQuery = CanonicalQuery.rawQuery(ofTarget: UnsafeRawBufferPointer(rebasing: raw[target]))
+            return CanonicalQuery.withCanonical(rawQuery, form: .cacheKey) { query in
+                var size = 4 + host.count + path.count + 1 + query.count
                 for name in vary {
-                    w.put(byte: 0x0A)
-                    name.withUnsafeBytes { w.put($0) }
-                    w.put(byte: UInt8(ascii: ":"))
-                    // `vary` names are lower case; header names compare case-insensitively.
-                    for f in fields where named(raw, f.name, name) {
-                        w.put(UnsafeRawBufferPointer(rebasing: raw[f.value]))
-                        w.put(byte: UInt8(ascii: ","))
-                    }
+                    size += 2 + name.count
+                    for f in fields where HTTPSyntax.equalsLowercase(raw, f.name, name) { size += f.value.count + 1 }
                 }
                 switch scope {
                 case .everyone: break
-                case .key(let id):
-                    w.put("\n@key:")
-                    var id = id
-                    id.withUTF8 { w.put(UnsafeRawBufferPointer($0)) }
-                case .anonymous:
-                    w.put("\n@anonymous")
+                case .key(let id): size += 6 + id.utf8.count
+                case .anonymous: size += 11
                 }
-                // Like nginx's default `$scheme` in proxy_cache_key: the backend is told the
-                // scheme (X-Forwarded-Proto) and may write it into its answer.
-                if overTLS { w.put("\n@https") }
-                precondition(w.at == size)
-                return body(w.written)
+                if overTLS { size += 7 }
+                return withUnsafeTemporaryAllocation(byteCount: size, alignment: 1) { buffer -> R in
+                    var w = BufferWriter(buffer)
+                    w.put("GET ")
+                    w.putLowercased(UnsafeRawBufferPointer(rebasing: raw[host]))
+                    w.put(UnsafeRawBufferPointer(rebasing: raw[path]))
+                    w.put(byte: UInt8(ascii: "?"))
+                    w.put(query)
+                    for name in vary {
+                        w.put(byte: 0x0A)
+                        name.withUnsafeBytes { w.put($0) }
+                        w.put(byte: UInt8(ascii: ":"))
+                        // `vary` names are lower case; header names compare case-insensitively.
+                        for f in fields where HTTPSyntax.equalsLowercase(raw, f.name, name) {
+                            w.put(UnsafeRawBufferPointer(rebasing: raw[f.value]))
+                            w.put(byte: UInt8(ascii: ","))
+                        }
+                    }
+                    switch scope {
+                    case .everyone: break
+                    case .key(let id):
+                        w.put("\n@key:")
+                        var id = id
+                        id.withUTF8 { w.put(UnsafeRawBufferPointer($0)) }
+                    case .anonymous:
+                        w.put("\n@anonymous")
+                    }
+                    // Like nginx's default `$scheme` in proxy_cache_key: the backend is told the
+                    // scheme (X-Forwarded-Proto) and may write it into its answer.
+                    if overTLS { w.put("\n@https") }
+                    precondition(w.at == size)
+                    return body(w.written)
+                }
             }
         }
-    }
-
-    /// Whether the field name at `range` is `lowercaseName`, ASCII case-insensitively.
-    private static func named(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, _ lowercaseName: [UInt8]) -> Bool {
-        range.count == lowercaseName.count && zip(raw[range], lowercaseName).allSatisfy { HTTPSyntax.lower($0) == $1 }
     }
 
     /// The keys a purge by `key` removes: the key as given and its TLS twin.

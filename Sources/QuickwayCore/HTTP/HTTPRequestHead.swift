@@ -79,7 +79,7 @@ public struct HTTPRequestHead: Sendable {
     /// (the `vary` part of cache keys and variants).
     public func appendValues(ofLowercaseName name: [UInt8], to out: inout [UInt8]) {
         withBytes { raw in
-            for f in fields where f.name.count == name.count && zip(raw[f.name], name).allSatisfy({ HTTPSyntax.lower($0) == $1 }) {
+            for f in fields where HTTPSyntax.equalsLowercase(raw, f.name, name) {
                 out.append(contentsOf: raw[f.value])
                 out.append(UInt8(ascii: ","))
             }

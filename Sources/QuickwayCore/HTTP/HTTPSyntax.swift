@@ -100,6 +100,11 @@ public enum HTTPSyntax {
         }
     }
 
+    /// The same against a lower-case name held as bytes (a route's `vary` names).
+    static func equalsLowercase(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ lowercaseName: [UInt8]) -> Bool {
+        range.count == lowercaseName.count && zip(bytes[range], lowercaseName).allSatisfy { lower($0) == $1 }
+    }
+
     /// The eight bytes of `w` with `A`-`Z` made lower case and every other byte as it
     /// is (exact for all 256 values: bytes from 0x80 are left alone).
     @inline(__always) static func lowercased(_ w: UInt64) -> UInt64 {

@@ -756,9 +756,6 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         framesSinceRelease = false
     }
 
-    /// Bytes of the frame buffer resident now (tests).
-    var residentFrameBytes: Int { qw_idle_pages_resident(framePages) }
-
     func checkDeadline(_ now: Int64) {
         if transport.closed { return }
         if closing {
