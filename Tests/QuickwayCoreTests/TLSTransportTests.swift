@@ -95,35 +95,41 @@ final class TLSTransportTests: XCTestCase {
         return (fds[0], fds[1])
     }
 
-    /// The user takes the input each time: the records OpenSSL read ahead past the bound
-    /// are decrypted on a later loop turn, with nothing more arriving.
-    func testRecordsReadAheadPastTheBoundAreReadWithoutANewArrival() throws {
+    /// A loop, a socket pair and a reader for one test, stopped and closed after `body`.
+    private func withLoop(consume: Bool = true, leaveReadingOn: Bool = false,
+                          _ body: (LoopHarness, (server: Int32, client: Int32), Reader) throws -> Void) throws {
         let loop = try LoopHarness()
         defer { loop.stop() }
         let p = pair()
         defer { close(p.client) }
         let reader = Reader()
-        let t = try start(loop, fd: p.server, reader: reader)
-        let client = connectAndSend(p.client)
-        defer { SSL_free(client) }
-        loop.wait("all records read") { reader.total == Self.records * Self.recordBytes }
-        loop.onLoop { t.close() }
+        reader.consume = consume
+        reader.leaveReadingOn = leaveReadingOn
+        try body(loop, p, reader)
+    }
+
+    /// The user takes the input each time: the records OpenSSL read ahead past the bound
+    /// are decrypted on a later loop turn, with nothing more arriving.
+    func testRecordsReadAheadPastTheBoundAreReadWithoutANewArrival() throws {
+        try withLoop { loop, p, reader in
+            let t = try start(loop, fd: p.server, reader: reader)
+            let client = connectAndSend(p.client)
+            defer { SSL_free(client) }
+            loop.wait("all records read") { reader.total == Self.records * Self.recordBytes }
+            loop.onLoop { t.close() }
+        }
     }
 
     /// The user pauses reading at the bound, then uses the input and resumes: the rest,
     /// already inside OpenSSL, is read.
     func testPausedReadingResumesWithRecordsReadAhead() throws {
-        let loop = try LoopHarness()
-        defer { loop.stop() }
-        let p = pair()
-        defer { close(p.client) }
-        let reader = Reader()
-        reader.consume = false
-        let t = try start(loop, fd: p.server, reader: reader)
-        let client = connectAndSend(p.client)
-        defer { SSL_free(client) }
-        loop.wait("reading paused at the bound") { t.inputIsFull }
-        makeRoomAndExpectTheRest(loop, t, reader, total: Self.records * Self.recordBytes)
+        try withLoop(consume: false) { loop, p, reader in
+            let t = try start(loop, fd: p.server, reader: reader)
+            let client = connectAndSend(p.client)
+            defer { SSL_free(client) }
+            loop.wait("reading paused at the bound") { t.inputIsFull }
+            makeRoomAndExpectTheRest(loop, t, reader, total: Self.records * Self.recordBytes)
+        }
     }
 
     /// The user takes what the input holds and asks for more: every byte sent (`total`)
@@ -151,50 +157,42 @@ final class TLSTransportTests: XCTestCase {
     /// each turn would find no room. The transport stops listening instead (no busy loop)
     /// until the user makes room and asks again.
     func testAFullInputWithReadingLeftOnDoesNotSpinTheLoop() throws {
-        let loop = try LoopHarness()
-        defer { loop.stop() }
-        let p = pair()
-        defer { close(p.client) }
-        let reader = Reader()
-        reader.consume = false
-        reader.leaveReadingOn = true
-        let t = try start(loop, fd: p.server, reader: reader)
-        let records = 64   // 64 KB: far past the 4 KiB bound, all in the socket at once
-        let client = connectAndSend(p.client, records: records)
-        defer { SSL_free(client) }
-        loop.wait("the input full") { t.inputIsFull }
-        let before = cpuSeconds()
-        usleep(500_000)
-        let used = cpuSeconds() - before
-        XCTAssertLessThan(used, 0.2, "the loop used \(used) s of CPU in 0.5 s with nothing to do")
-        makeRoomAndExpectTheRest(loop, t, reader, total: records * Self.recordBytes)
+        try withLoop(consume: false, leaveReadingOn: true) { loop, p, reader in
+            let t = try start(loop, fd: p.server, reader: reader)
+            let records = 64   // 64 KB: far past the 4 KiB bound, all in the socket at once
+            let client = connectAndSend(p.client, records: records)
+            defer { SSL_free(client) }
+            loop.wait("the input full") { t.inputIsFull }
+            let before = cpuSeconds()
+            usleep(500_000)
+            let used = cpuSeconds() - before
+            XCTAssertLessThan(used, 0.2, "the loop used \(used) s of CPU in 0.5 s with nothing to do")
+            makeRoomAndExpectTheRest(loop, t, reader, total: records * Self.recordBytes)
+        }
     }
 
     /// Issue 17: with the worker's pool, a TLS connection holds no buffer objects until
     /// plaintext arrives; a read that brings none (the handshake's end) gives back what it
     /// took, so an idle TLS connection holds none either.
     func testATLSConnectionHoldsNoBufferObjectsUntilPlaintextArrives() throws {
-        let loop = try LoopHarness()
-        defer { loop.stop() }
-        let p = pair()
-        defer { close(p.client) }
-        let reader = Reader()
-        let t = try start(loop, fd: p.server, reader: reader, withPool: true)
-        // Handshake only: no plaintext yet.
-        _ = fcntl(p.client, F_SETFL, fcntl(p.client, F_GETFL) & ~O_NONBLOCK)
-        let ctx = SSL_CTX_new(TLS_client_method())
-        let ssl = SSL_new(ctx)
-        SSL_CTX_free(ctx)
-        defer { SSL_free(ssl) }
-        SSL_set_fd(ssl, p.client)
-        XCTAssertEqual(SSL_connect(ssl), 1)
-        loop.wait("the handshake done") { t.isReady }
-        XCTAssertTrue(loop.onLoop { t.input.isStandIn && t.output.isStandIn }, "no buffer objects held after the handshake")
-        // Plaintext: buffers of its own, and every byte read.
-        let payload = [UInt8](repeating: 0x62, count: 3000)
-        XCTAssertEqual(payload.withUnsafeBytes { SSL_write(ssl, $0.baseAddress, Int32($0.count)) }, 3000)
-        loop.wait("the plaintext read") { reader.total == 3000 }
-        XCTAssertFalse(loop.onLoop { t.input.isStandIn })
-        loop.onLoop { t.close() }
+        try withLoop { loop, p, reader in
+            let t = try start(loop, fd: p.server, reader: reader, withPool: true)
+            // Handshake only: no plaintext yet.
+            _ = fcntl(p.client, F_SETFL, fcntl(p.client, F_GETFL) & ~O_NONBLOCK)
+            let ctx = SSL_CTX_new(TLS_client_method())
+            let ssl = SSL_new(ctx)
+            SSL_CTX_free(ctx)
+            defer { SSL_free(ssl) }
+            SSL_set_fd(ssl, p.client)
+            XCTAssertEqual(SSL_connect(ssl), 1)
+            loop.wait("the handshake done") { t.isReady }
+            XCTAssertTrue(loop.onLoop { t.input.isStandIn && t.output.isStandIn }, "no buffer objects held after the handshake")
+            // Plaintext: buffers of its own, and every byte read.
+            let payload = [UInt8](repeating: 0x62, count: 3000)
+            XCTAssertEqual(payload.withUnsafeBytes { SSL_write(ssl, $0.baseAddress, Int32($0.count)) }, 3000)
+            loop.wait("the plaintext read") { reader.total == 3000 }
+            XCTAssertFalse(loop.onLoop { t.input.isStandIn })
+            loop.onLoop { t.close() }
+        }
     }
 }
