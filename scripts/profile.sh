@@ -8,6 +8,7 @@
 # Instrumentation is switched on once the gateway answers, so start-up is not counted; requests
 # are counted from /stats over the same span. QW_BIN=path profiles another build of
 # quickway (to compare builds: the checked -O one against -Ounchecked, before/after).
+# QW_CALLGRIND_ARGS adds valgrind options (--dump-instr=yes, for scripts/cg-lines.py).
 # With --cache every request is a cache hit (one 1 KB entry on a route with a ttl).
 # Usage: scripts/profile.sh [--seconds N] [--signed | --cache]
 set -euo pipefail
@@ -73,7 +74,7 @@ fi
 # valgrind 3.19 cannot read the DWARF of Swift 6 binaries: profile a copy without it.
 objcopy --strip-debug "${QW_BIN:-.build/release/quickway}" "$WORK/quickway"
 nginx -p "$WORK" -c "$WORK/backend.conf" & PIDS+=($!)
-valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.out" "$WORK/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/valgrind.log" & QW=$!; PIDS+=($QW)
+valgrind --tool=callgrind --instr-atstart=no ${QW_CALLGRIND_ARGS:-} --callgrind-out-file="$WORK/cg.out" "$WORK/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/valgrind.log" & QW=$!; PIDS+=($QW)
 READY_URL="http://127.0.0.1:$QPORT/"; [ "$CACHE" = 1 ] && READY_URL="http://127.0.0.1:$QPORT/cached/item"
 for _ in $(seq 100); do curl -sf -o /dev/null "$READY_URL" && break; sleep 0.2; done
 count() { curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"]["total"])'; }
