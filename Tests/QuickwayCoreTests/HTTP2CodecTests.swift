@@ -122,7 +122,7 @@ final class HTTP2CodecTests: XCTestCase {
         let lines = Array("Content-Type: text/plain\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 99\r\nX-Mixed-Case:  v  \r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n".utf8)
         lines.withUnsafeBytes { raw in
             let f = HTTP2ResponseFields(head: ResponseHead(status: 200, reason: nil, headerLines: raw, length: .known(12)),
-                                        requestId: Array("rid-1".utf8), cacheStatus: "HIT", age: 3)
+                                        requestId: RequestId(Array("rid-1".utf8)), cacheStatus: "HIT", age: 3)
             XCTAssertEqual(f.value(of: ":status"), "200")
             XCTAssertEqual(f.value(of: "content-type"), "text/plain")
             XCTAssertEqual(f.value(of: "x-mixed-case"), "v")
@@ -139,10 +139,10 @@ final class HTTP2CodecTests: XCTestCase {
             for field in f.fields { XCTAssertFalse(f.bytes[field.name].contains { $0 >= 0x41 && $0 <= 0x5A }) }
         }
         let noBody = HTTP2ResponseFields(head: ResponseHead(status: 204, reason: nil, headerLines: nil, length: .known(0)),
-                                         requestId: [0x61], cacheStatus: nil, age: nil)
+                                         requestId: RequestId([0x61]), cacheStatus: nil, age: nil)
         XCTAssertNil(noBody.value(of: "content-length"))
         let streamed = HTTP2ResponseFields(head: ResponseHead(status: 200, reason: nil, headerLines: nil, length: .unknown),
-                                           requestId: [0x61], cacheStatus: nil, age: nil)
+                                           requestId: RequestId([0x61]), cacheStatus: nil, age: nil)
         XCTAssertNil(streamed.value(of: "content-length"))
     }
 

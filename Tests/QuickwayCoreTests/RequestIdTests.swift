@@ -3,17 +3,47 @@ import XCTest
 
 /// Generated `X-Request-Id`s: "<process prefix, hex>-<worker id>-<counter>", the counter
 /// in decimal and counting up from 1, across digit boundaries (9 -> 10 -> ... 100).
+/// A client's own id is kept when it is 1 to 128 bytes of `A-Z a-z 0-9 - _ . :`
+/// (the bound and set are ours: spec/admin-and-errors.md asks only for "a sane one"), else replaced.
 final class RequestIdTests: XCTestCase {
     func testGeneratedIdsCountUpInDecimalAfterTheProcessAndWorkerPrefix() throws {
         let loop = try LoopHarness()
         defer { loop.stop() }
         let worker = loop.worker
-        let ids = loop.onLoop { (1...101).map { _ in String(decoding: worker.newRequestId(), as: UTF8.self) } }
+        let ids = loop.onLoop { (1...101).map { _ in worker.newRequestId().string } }
         let parts = ids[0].split(separator: "-")
         XCTAssertEqual(parts.count, 3, ids[0])
-        XCTAssertTrue(parts[0].allSatisfy(\.isHexDigit) && !parts[0].isEmpty, ids[0])
+        XCTAssertTrue(parts[0].allSatisfy { $0.isHexDigit } && !parts[0].isEmpty, ids[0])
         XCTAssertEqual(parts[1], "0", "worker 0")
         let prefix = "\(parts[0])-0-"
         for (i, id) in ids.enumerated() { XCTAssertEqual(id, prefix + String(i + 1)) }
+    }
+
+    func testTheLargestCounterFitsAfterALongPrefix() {
+        let prefix = Array("ffffffffffffffff-4096-".utf8)
+        let id = prefix.withUnsafeBytes { RequestId(prefix: $0, counter: .max) }
+        XCTAssertEqual(id.string, "ffffffffffffffff-4096-" + String(UInt64.max))
+        XCTAssertEqual(prefix.withUnsafeBytes { RequestId(prefix: $0, counter: 0) }.string, "ffffffffffffffff-4096-0")
+    }
+
+    func testAClientIdIsKeptOnlyWhenItIsShortAndPlain() throws {
+        let loop = try LoopHarness()
+        defer { loop.stop() }
+        let worker = loop.worker
+        func id(_ value: String) -> String {
+            loop.onLoop { worker.requestId(from: parsedHead("GET / HTTP/1.1\nHost: a\nX-Request-Id: \(value)\n\n")).string }
+        }
+        let generated = loop.onLoop { worker.newRequestId().string }
+        let prefix = generated.split(separator: "-").prefix(2).joined(separator: "-") + "-"
+        let longest = String(repeating: "a", count: 128)
+        XCTAssertEqual(id("abc-DEF_1.2:3"), "abc-DEF_1.2:3")
+        XCTAssertEqual(id(longest), longest)
+        for refused in [longest + "a", "a b", "a/b", "a\"b", "é"] {
+            let got = id(refused)
+            XCTAssertNotEqual(got, refused)
+            XCTAssertTrue(got.hasPrefix(prefix), got)
+        }
+        let none = loop.onLoop { worker.requestId(from: parsedHead("GET / HTTP/1.1\nHost: a\n\n")).string }
+        XCTAssertEqual(none.split(separator: "-").count, 3, none)
     }
 }

@@ -10,7 +10,7 @@ final class UpstreamFramingTests: XCTestCase {
                         hasBody: Bool, body: String = "") -> UpstreamRequest {
         head.withBytes { raw in
             UpstreamRequest(method: Array(raw[head.method]), isHead: false, hasBody: hasBody, body: Array(body.utf8),
-                            headers: UpstreamRequestHeaders.build(head: head, clientAddress: clientAddress, requestId: Array(requestId.utf8)),
+                            headers: UpstreamRequestHeaders.build(head: head, clientAddress: clientAddress, requestId: RequestId(Array(requestId.utf8))),
                             pathAndQuery: ArraySlice(raw[head.target]), idempotent: false)
         }
     }

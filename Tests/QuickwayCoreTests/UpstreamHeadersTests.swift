@@ -6,7 +6,7 @@ extension UpstreamRequestHeaders {
     /// The fields `build` makes, as `Name: value` strings.
     static func lines(head: HTTPRequestHead, clientAddress: String, requestId: String, authKeyId: String? = nil) -> [String] {
         var out: [String] = []
-        build(head: head, clientAddress: clientAddress, requestId: Array(requestId.utf8), authKeyId: authKeyId).forEach { n, v in
+        build(head: head, clientAddress: clientAddress, requestId: RequestId(Array(requestId.utf8)), authKeyId: authKeyId).forEach { n, v in
             out.append(String(decoding: n, as: UTF8.self) + ": " + String(decoding: v, as: UTF8.self))
         }
         return out

@@ -408,35 +408,24 @@ final class Worker: @unchecked Sendable {
     }
 
     /// `X-Request-Id`: the client's own if it sent a sane one, else a new one.
-    func requestId(from head: HTTPRequestHead) -> [UInt8] {
-        if let r = head.value(of: "x-request-id"), r.count >= 1, r.count <= 128,
-           head.bytes[r].allSatisfy({ HTTPSyntax.isAlnum($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: ":") }) {
-            return Array(head.bytes[r])
+    func requestId(from head: HTTPRequestHead) -> RequestId {
+        if let r = head.value(of: "x-request-id"), r.count >= 1, r.count <= RequestId.maxBytes {
+            let usable = head.withBytes { raw -> RequestId? in
+                let id = UnsafeRawBufferPointer(rebasing: raw[r])
+                for b in id where !(HTTPSyntax.isAlnum(b) || b == UInt8(ascii: "-") || b == UInt8(ascii: "_") || b == UInt8(ascii: ".") || b == UInt8(ascii: ":")) {
+                    return nil
+                }
+                return RequestId(id)
+            }
+            if let usable { return usable }
         }
         return newRequestId()
     }
 
     /// A new request id: the per-process prefix and this worker's next counter value.
-    func newRequestId() -> [UInt8] {
+    func newRequestId() -> RequestId {
         requestCounter &+= 1
-        let v = requestCounter
-        var digits = 1
-        var rest = v / 10
-        while rest > 0 { digits += 1; rest /= 10 }
-        let prefix = requestIdPrefix
-        let total = prefix.count + digits
-        // Written in place: one allocation, no growth, no slice copy (this runs per request).
-        return ByteArrays.make(capacity: total) { buf in
-            prefix.withUnsafeBytes { p in buf.baseAddress!.copyMemory(from: p.baseAddress!, byteCount: p.count) }
-            var x = v
-            var i = total
-            repeat {
-                i -= 1
-                buf[i] = UInt8(ascii: "0") + UInt8(x % 10)
-                x /= 10
-            } while x > 0
-            return total
-        }
+        return requestIdPrefix.withUnsafeBytes { RequestId(prefix: $0, counter: requestCounter) }
     }
 
     var connectionCount: Int { connections.count }

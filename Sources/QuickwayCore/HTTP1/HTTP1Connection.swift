@@ -311,9 +311,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
             worker.requestDone(nil, status: code.status, nanos: 0)
         }
         let id = worker.newRequestId()
-        let body = GatewayErrorBody.json(code, message: message, requestId: String(decoding: id, as: UTF8.self))
+        let body = GatewayErrorBody.json(code, message: message, requestId: id.string)
         output.append(string: "HTTP/1.1 \(code.status) \(HTTPReason.phrase(code.status))\r\nContent-Type: application/json\r\nX-Request-Id: ")
-        output.append(id)
+        id.withBytes { output.append($0) }
         output.append("\r\nContent-Length: ")
         output.appendDecimal(body.count)
         output.append("\r\nConnection: close\r\n\r\n")
@@ -338,7 +338,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         output.append("\r\n")
         if let lines = head.headerLines { output.append(lines) }
         output.append("X-Request-Id: ")
-        output.append(exchange.requestId)
+        exchange.requestId.withBytes { output.append($0) }
         output.append("\r\n")
         if let cache = exchange.cacheStatus {
             output.append("X-Cache: ")
@@ -437,7 +437,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         output.append("HTTP/1.1 101 Switching Protocols\r\n")
         if let lines = head.headerLines { output.append(lines) }
         output.append("X-Request-Id: ")
-        output.append(exchange.requestId)
+        exchange.requestId.withBytes { output.append($0) }
         output.append("\r\n\r\n")
         worker.requestDone(exchange, status: 101, nanos: Clock.monotonicNanos() &- exchange.startNanos)
         self.exchange = nil

@@ -509,7 +509,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         s.fields = HTTP2RequestFields.spent()
         worker.requestDone(nil, status: code.status, nanos: 0)
         let id = worker.newRequestId()
-        let body = GatewayErrorBody.json(code, message: message, requestId: String(decoding: id, as: UTF8.self))
+        let body = GatewayErrorBody.json(code, message: message, requestId: id.string)
         let lines: StaticString = "Content-Type: application/json\r\n"
         let head = ResponseHead(status: code.status, reason: nil,
                                 headerLines: UnsafeRawBufferPointer(start: lines.utf8Start, count: lines.utf8CodeUnitCount),

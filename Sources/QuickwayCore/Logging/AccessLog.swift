@@ -161,7 +161,7 @@ struct AccessLogEntry {
         out.appendDecimal(millis)
         out.append("Z\",\"request_id\":")
         if let ex = exchange {
-            ex.requestId.withUnsafeBytes { Self.appendJSONString($0, out) }
+            ex.requestId.withBytes { Self.appendJSONString($0, out) }
             out.append(",\"client\":")
             var client = ex.clientAddress   // an IPv4 address is inline: no heap copy
             client.withUTF8 { Self.appendJSONString(UnsafeRawBufferPointer($0), out) }

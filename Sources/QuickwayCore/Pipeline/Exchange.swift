@@ -17,7 +17,7 @@ protocol ExchangeOwner: AnyObject {
 final class Exchange {
     let head: HTTPRequestHead
     var body: [UInt8] = []
-    let requestId: [UInt8]
+    let requestId: RequestId
     let startNanos: UInt64
     let clientAddress: String
     /// The client came over TLS: `X-Forwarded-Proto: https`, and its cached answers are
@@ -61,7 +61,7 @@ final class Exchange {
     func withHead<R>(_ body: (borrowing HTTPRequestHead) -> R) -> R { body(head) }
 
     /// `head` is moved in, not copied (a copy retained each of its arrays).
-    init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: [UInt8], clientAddress: String) {
+    init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) {
         isHeadRequest = head.methodIs("HEAD")
         self.head = head
         self.sink = sink
@@ -71,7 +71,7 @@ final class Exchange {
     }
 
     let isHeadRequest: Bool
-    var requestIdString: String { String(decoding: requestId, as: UTF8.self) }
+    var requestIdString: String { requestId.string }
     /// The client left before the response was complete.
     var isCancelled: Bool { sink == nil && !isFinished }
     /// Someone still waits for this response.

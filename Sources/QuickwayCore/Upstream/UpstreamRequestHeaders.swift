@@ -15,7 +15,7 @@ enum UpstreamRequestHeaders {
     /// The header fields to send, as name/value pairs (framing is each client's own).
     /// `authKeyId`: the key of a verified signature; its Authorization header is then
     /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
-    static func build(head: HTTPRequestHead, clientAddress: String, requestId: [UInt8],
+    static func build(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
                       authKeyId: String? = nil, overTLS: Bool = false) -> UpstreamHeaders {
         // What is needed of the head, taken out first: the closure below capturing the
         // head itself copied it (a retain of each of its arrays).
@@ -46,7 +46,7 @@ enum UpstreamRequestHeaders {
                     for b in raw[host] { v.append(HTTPSyntax.lower(b)) }
                 }
             }
-            out.add(name: "X-Request-Id", value: requestId)
+            requestId.withBytes { id in out.add(name: "X-Request-Id", value: id) }
             if let authKeyId { out.add(name: "X-Quickway-Key", value: authKeyId.utf8) }
         }
         return out
