@@ -24,6 +24,13 @@ final class ProxyContext: ExchangeOwner {
     /// Set by `StoreStage`: merged waiters may be given the upstream's answer.
     var shareable = false
 
+    /// Whether an answer stage could do anything with an upstream's answer: each acts
+    /// only with a cache plan (stale-if-error, store) or a flight (share with waiters).
+    /// Without either, the relay answers the client itself and makes no `CachedResponse`
+    /// (about 700 instructions a proxied request). A new answer stage that acts on other
+    /// answers must be named here.
+    var answerStagesCanUse: Bool { plan != nil || flight != nil }
+
     /// What the request waits on; the pipeline's `clientLeft` reads it (the one place
     /// that decides what a client hang-up does).
     var waiting = Waiting.nothing

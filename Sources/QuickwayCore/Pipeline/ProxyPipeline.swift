@@ -54,6 +54,8 @@ final class ProxyPipeline: RequestHandler {
             SharedTierLookupStage(sharedTier: sharedTier),
             ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes),
         ]
+        // Each acts only with a cache plan or a flight: an upstream answer with neither
+        // goes straight to the client (`ProxyContext.answerStagesCanUse`).
         answerStages = [
             StaleIfErrorStage(cache: shared.cache, cacheConfig: config.cache),
             StoreStage(cache: shared.cache, cacheConfig: config.cache, sharedTier: sharedTier),

@@ -178,12 +178,14 @@ final class UpstreamRelay: UpstreamCallDelegate {
             }
             if exchange.isHeadRequest && !buffersForCache {
                 // A plain HEAD relayed as HEAD: keep the upstream's length.
-                upstreamReason.withUnsafeBytes { reason in
-                    relayLines.withUnsafeBytes { lines in
-                        exchange.respond(status: upstreamStatus, reason: reason, headerLines: lines, body: UnsafeRawBufferPointer(start: nil, count: 0),
-                                         length: upstreamLength.map { .known($0) } ?? .unstated)
-                    }
-                }
+                respondDirectly(length: upstreamLength.map { .known($0) } ?? .unstated)
+                release()
+                return
+            }
+            if let ctx, !ctx.answerStagesCanUse {
+                // Nothing to store it under and nobody to share it with: straight to the
+                // client from the relay's buffers, with no `CachedResponse` made for it.
+                respondDirectly()
                 release()
                 return
             }
@@ -242,8 +244,19 @@ final class UpstreamRelay: UpstreamCallDelegate {
         }
     }
 
-    /// The call ended without an answer for the answer stages (streamed, or a HEAD
-    /// relayed as is): cut the links to the context.
+    /// Answers the client from the buffered answer, past the answer stages.
+    private func respondDirectly(length: ResponseLength? = nil) {
+        upstreamReason.withUnsafeBytes { reason in
+            relayLines.withUnsafeBytes { lines in
+                body.withUnsafeBytes { b in
+                    exchange.respond(status: upstreamStatus, reason: reason, headerLines: lines, body: b, length: length)
+                }
+            }
+        }
+    }
+
+    /// The call ended without an answer for the answer stages (streamed, a HEAD relayed
+    /// as is, or an answer they could not use): cut the links to the context.
     private func release() {
         if let ctx, case .upstream = ctx.waiting { ctx.waiting = .nothing }
         ctx = nil
