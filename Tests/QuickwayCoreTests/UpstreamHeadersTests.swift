@@ -56,6 +56,32 @@ final class UpstreamHeadersTests: XCTestCase {
         XCTAssertFalse(anonymous.contains { $0.lowercased().hasPrefix("x-quickway-key") })
     }
 
+    /// The lines are written into a buffer sized beforehand (`build`'s bound): the
+    /// largest the gateway's own lines get (an IPv6 client behind empty and repeated
+    /// X-Forwarded-For fields, a long host, a 128-byte id, a long key over TLS) fit, and
+    /// every field comes out once, in order.
+    func testTheLargestOwnLinesFitTheSizedBuffer() {
+        let host = String(repeating: "h", count: 200)
+        let h = head("GET / HTTP/1.1\r\nHost: \(host)\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-For: 10.0.0.2\r\n"
+            + "X-Forwarded-Host: x\r\nX-Request-Id: y\r\nA: \r\nB: 1\r\n\r\n")
+        let client = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"
+        let id = String(repeating: "i", count: RequestId.maxBytes)
+        let key = String(repeating: "k", count: 300)
+        let headers = UpstreamRequestHeaders.build(head: h, clientAddress: client, requestId: RequestId(Array(id.utf8)),
+                                                   authKeyId: key, overTLS: true)
+        var got: [String] = []
+        headers.forEach { n, v in got.append(String(decoding: n, as: UTF8.self) + ": " + String(decoding: v, as: UTF8.self)) }
+        XCTAssertEqual(got, ["A: ", "B: 1", "X-Forwarded-For: 10.0.0.1, \(client)", "X-Forwarded-Proto: https",
+                             "X-Forwarded-Host: \(host)", "X-Request-Id: \(id)", "X-Quickway-Key: \(key)"])
+        XCTAssertEqual(headers.count, got.count)
+        XCTAssertTrue(UpstreamHeaders.wellFormed(headers.bytes, count: headers.count))
+        // The check itself refuses what `add` would have refused.
+        XCTAssertFalse(UpstreamHeaders.wellFormed(Array("A: 1\r\n".utf8), count: 2))
+        XCTAssertFalse(UpstreamHeaders.wellFormed(Array("A: 1\nB: 2\r\n".utf8), count: 1))
+        XCTAssertFalse(UpstreamHeaders.wellFormed(Array(": 1\r\n".utf8), count: 1))
+        XCTAssertFalse(UpstreamHeaders.wellFormed(Array("A\r: 1\r\n".utf8), count: 1))
+    }
+
     func testResponseHeadFiltering() {
         var r = UpstreamResponseHead()
         let feedLine = { (s: String) -> Bool in var s = s; return s.withUTF8 { r.feed(UnsafeRawBufferPointer($0)) } }

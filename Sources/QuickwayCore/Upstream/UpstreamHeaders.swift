@@ -18,6 +18,38 @@ struct UpstreamHeaders {
         bytes.reserveCapacity(byteCapacity)
     }
 
+    /// `count` fields already written as `Name: value\r\n` lines (checked in debug
+    /// builds, as `add` checks each).
+    init(lines: [UInt8], count: Int) {
+        bytes = lines
+        self.count = count
+        assert(Self.wellFormed(lines, count: count), "malformed header lines")
+    }
+
+    /// Whether `lines` is `count` lines, each a name without CR, LF or colon, `: `, a value
+    /// without CR or LF, and CRLF.
+    static func wellFormed(_ lines: [UInt8], count: Int) -> Bool {
+        var seen = 0
+        var i = 0
+        while i < lines.count {
+            var j = i
+            while j < lines.count && lines[j] != UInt8(ascii: ":") {
+                if lines[j] == 0x0D || lines[j] == 0x0A { return false }
+                j += 1
+            }
+            guard j > i, j + 1 < lines.count, lines[j + 1] == 0x20 else { return false }
+            j += 2
+            while j < lines.count && lines[j] != 0x0D {
+                if lines[j] == 0x0A { return false }
+                j += 1
+            }
+            guard j + 1 < lines.count, lines[j + 1] == 0x0A else { return false }
+            i = j + 2
+            seen += 1
+        }
+        return seen == count
+    }
+
     /// Adds a field whose value `writeValue` appends to the store (in pieces, when it is
     /// made of several).
     mutating func add(name: some Sequence<UInt8>, writeValue: (inout [UInt8]) -> Void) {
