@@ -20,6 +20,16 @@ final class HTTPRequestParserTests: XCTestCase {
         XCTAssertEqual(h.body, .none)
     }
 
+    /// Methods are case-sensitive (RFC 9110 9.1) and compared whole.
+    func testMethodIsComparesTheWholeMethodExactly() {
+        let (_, get) = parseOnce("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        XCTAssertTrue(get!.methodIs("GET"))
+        for other: StaticString in ["GE", "GETS", "get", "HEAD", "POST"] { XCTAssertFalse(get!.methodIs(other), "\(other)") }
+        let (_, custom) = parseOnce("PURGEX /a HTTP/1.1\r\nHost: a\r\n\r\n")
+        XCTAssertTrue(custom!.methodIs("PURGEX"))
+        XCTAssertFalse(custom!.methodIs("PURGEY"))
+    }
+
     func testValueWhitespaceIsTrimmed() {
         let (_, h) = parseOnce("GET / HTTP/1.1\r\nHost:   a.b \t \r\n\r\n")
         XCTAssertEqual(h.map { $0.string($0.fields[0].value) }, "a.b")

@@ -105,6 +105,22 @@ final class UpstreamHeadersTests: XCTestCase {
         XCTAssertTrue(r.isChunked && r.hasTransferEncoding && !r.allowsReuse, "both framings: closed after")
     }
 
+    /// Every relayed line ends in exactly one CRLF, whatever line end it came with (one
+    /// copy when it already is CRLF), and a head after a 1xx starts afresh.
+    func testRelayedLinesEndInOneCRLFWhateverTheyCameWith() {
+        var r = UpstreamResponseHead()
+        let feedLine = { (s: String) -> Bool in var s = s; return s.withUTF8 { r.feed(UnsafeRawBufferPointer($0)) } }
+        XCTAssertFalse(feedLine("HTTP/1.1 103 Early Hints\r\n"))
+        XCTAssertFalse(feedLine("Link: </a>\r\n"))
+        XCTAssertFalse(feedLine("\r\n"))
+        XCTAssertFalse(feedLine("HTTP/1.1 200 OK\r\n"))
+        for line in ["A: 1\r\n", "B: 2\n", "C: 3", "D: 4\r\r", "E: 5\n\r", "F: 6\r\n\r\n"] { XCTAssertFalse(feedLine(line)) }
+        XCTAssertTrue(feedLine("\r\n"))
+        XCTAssertEqual(String(decoding: r.linesToRelay(), as: UTF8.self),
+                       "A: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\nF: 6\r\n", "the 103's Link is not kept")
+        XCTAssertEqual(r.status, 200)
+    }
+
     /// `200 OK` keeps no reason (writers put the standard phrase); any other is relayed.
     func testReasonOf200IsKeptOnlyWhenNotTheStandardOne() {
         func reason(_ statusLine: String) -> String {

@@ -1,3 +1,5 @@
+import Glibc
+
 /// A parsed, normalised request head. It owns a copy of the head's bytes, and every part
 /// (method, target, header names and values) is a range into them, so parsing builds no
 /// strings.
@@ -58,9 +60,7 @@ public struct HTTPRequestHead: Sendable {
 
     public func methodIs(_ literal: StaticString) -> Bool {
         guard method.count == literal.utf8CodeUnitCount else { return false }
-        let p = literal.utf8Start
-        for (i, b) in bytes[method].enumerated() where b != p[i] { return false }
-        return true
+        return bytes.withUnsafeBytes { memcmp($0.baseAddress! + method.lowerBound, literal.utf8Start, method.count) == 0 }
     }
 
     /// The target's path part (before `?`).

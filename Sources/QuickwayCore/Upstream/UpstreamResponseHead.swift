@@ -43,7 +43,9 @@ public struct UpstreamResponseHead {
         while end > 0 && (line[end - 1] == 0x0A || line[end - 1] == 0x0D) { end -= 1 }
         let l = UnsafeRawBufferPointer(rebasing: line[0..<end])
         if l.count >= 5 && l[0] == UInt8(ascii: "H") && l[1] == UInt8(ascii: "T") && l[2] == UInt8(ascii: "T") && l[3] == UInt8(ascii: "P") && l[4] == UInt8(ascii: "/") {
-            self = UpstreamResponseHead()
+            // A status line after a 1xx head starts afresh; before any, nothing was set
+            // (header lines before a status line are ignored), so nothing is reset.
+            if status != 0 { self = UpstreamResponseHead() }
             parseStatusLine(l)
             return false
         }
@@ -98,9 +100,14 @@ public struct UpstreamResponseHead {
         }
         // One allocation for a typical head, not a regrowth every few lines.
         if relayLines.capacity == 0 { relayLines.reserveCapacity(512) }
-        relayLines.append(contentsOf: l)
-        relayLines.append(0x0D)   // not `[0x0D, 0x0A]`: an array literal is a heap allocation per line
-        relayLines.append(0x0A)
+        if end + 2 == line.count && line[end] == 0x0D && line[end + 1] == 0x0A {
+            // Already ends in CRLF (the last byte is the LF): one copy with its line end.
+            relayLines.append(contentsOf: line)
+        } else {
+            relayLines.append(contentsOf: l)
+            relayLines.append(0x0D)   // not `[0x0D, 0x0A]`: an array literal is a heap allocation per line
+            relayLines.append(0x0A)
+        }
         return false
     }
 
