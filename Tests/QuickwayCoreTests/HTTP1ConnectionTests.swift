@@ -150,6 +150,24 @@ final class HTTP1ConnectionTests: XCTestCase {
         XCTAssertEqual(count(more, "HTTP/1.1 200 OK\r\n"), 2)
     }
 
+    /// With more connections open than the worker keeps spare buffer objects for, an
+    /// idle connection gives its objects back as soon as its answer is sent, not at the
+    /// next sweep (a burst of them freed together at a sweep would leave holes malloc
+    /// keeps).
+    func testWithManyConnectionsOpenTheBufferObjectsGoBackAtOnce() {
+        let (c, pool) = (connection!, loop.worker.bufferPool)
+        let worker = loop.worker
+        XCTAssertEqual(loop.onLoop { worker.idleBuffersGoBackAtOnceAbove }, pool.maxSpareObjects / 2)
+        loop.onLoop { worker.idleBuffersGoBackAtOnceAbove = -1 }   // as if more were open than that
+        let spares = loop.onLoop { pool.spareObjectCount }
+        write("GET /one HTTP/1.1\nHost: a\n\n")
+        _ = read { $0.hasSuffix("/one") }
+        // No sweep runs in this loop: only the eager path can give them back.
+        loop.wait("both buffers given back without a sweep") {
+            c.transport.input.isStandIn && c.transport.output.isStandIn && pool.spareObjectCount == spares + 2
+        }
+    }
+
     func testPipelinedRequestsAreAnsweredInOrder() {
         write("GET /one HTTP/1.1\nHost: a\n\nGET /two HTTP/1.1\nHost: a\n\nGET /three HTTP/1.1\nHost: a\n\n")
         let got = read { $0.hasSuffix("/three") }

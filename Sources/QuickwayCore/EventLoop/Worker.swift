@@ -22,6 +22,18 @@ final class Worker: @unchecked Sendable {
     let stats: WorkerStats
     /// The free 4 KiB blocks its connections' buffers take while they have bytes in flight.
     let bufferPool = BufferPool()
+    /// Above this many open connections an HTTP/1.1 connection gives its buffer objects
+    /// back as soon as it is idle, below it at the next sweep
+    /// (`HTTP1Connection.dropBuffersSoon`): as many as the pool keeps spare objects for
+    /// (two each). Loop thread; a test may lower it.
+    var idleBuffersGoBackAtOnceAbove: Int { didSet { connectionsChanged() } }
+    /// `connections.count > idleBuffersGoBackAtOnceAbove`, kept as connections come and
+    /// go: read per request, where counting the table cost an access check and a retain.
+    @exclusivity(unchecked) private(set) var idleBuffersGoBackAtOnce = false
+
+    private func connectionsChanged() {
+        idleBuffersGoBackAtOnce = connections.count > idleBuffersGoBackAtOnceAbove
+    }
     private(set) var handler: RequestHandler!
     private let listenAddress: ListenAddress
     private let maxConnections: Int
@@ -77,6 +89,7 @@ final class Worker: @unchecked Sendable {
          tlsListen: ListenAddress? = nil, tlsContext: TLSContext? = nil) throws {
         self.id = id
         self.name = name
+        idleBuffersGoBackAtOnceAbove = bufferPool.maxSpareObjects / 2
         self.listenAddress = listen
         self.limits = limits
         self.maxConnections = maxConnections
@@ -266,6 +279,7 @@ final class Worker: @unchecked Sendable {
                 c = HTTP1Connection(transport: TCPTransport(fd: fd, peer: peer, base: base, readAheadLimit: readAhead, pool: bufferPool), worker: self)
             }
             connections.add(c)
+            connectionsChanged()
         }
     }
 
@@ -299,6 +313,7 @@ final class Worker: @unchecked Sendable {
         retired.append(removed)
         let c = HTTP2Connection(transport: transport, worker: self, settings: settings, maxObjectBytes: maxObjectBytes)
         connections.add(c)
+        connectionsChanged()
         c.start(peerClosed: peerClosed)
     }
 
@@ -306,6 +321,7 @@ final class Worker: @unchecked Sendable {
         if let removed = connections.remove(c) {
             retired.append(removed)
             budget?.release()
+            connectionsChanged()
         }
         resumeAcceptingIfRoom()
         if isDraining && connections.isEmpty { event_base_loopexit(base, nil) }
@@ -320,6 +336,7 @@ final class Worker: @unchecked Sendable {
         if connections.count >= maxConnections { return false }
         if let b = budget, !b.take() { return false }
         connections.add(c)
+        connectionsChanged()
         return true
     }
 

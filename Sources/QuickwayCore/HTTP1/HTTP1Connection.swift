@@ -36,9 +36,8 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     unowned(unsafe) let worker: Worker
     /// The transport's buffers, held directly: a computed property would retain and
     /// release the buffer on each of the dozens of appends per response. On a
-    /// connection idle between requests they are dropped for the worker's stand-in at
-    /// the next sweep (`dropBuffersIfIdle`) and taken again when bytes arrive
-    /// (`transportReadable`).
+    /// connection idle between requests they are dropped for the worker's stand-in
+    /// (`dropBuffersSoon`) and taken again when bytes arrive (`transportReadable`).
     @exclusivity(unchecked) private var input: ByteBuffer
     @exclusivity(unchecked) private var output: ByteBuffer
     private(set) var exchange: Exchange?
@@ -136,8 +135,12 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     }
 
     override func transportDrained() {
-        // The block goes back now; the buffer objects at the next sweep (`checkDeadline`).
-        if exchange == nil && phase == .head { output.releaseStorage() }
+        // The block goes back now; the buffer objects too when many connections are
+        // open, else at the next sweep (`dropBuffersSoon`).
+        if exchange == nil && phase == .head {
+            output.releaseStorage()
+            if !processing { dropBuffersSoon() }
+        }
         if let drained = onDrained {
             onDrained = nil
             drained()
@@ -182,12 +185,10 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                     parser.reset()
                     // Between requests: the input block goes back to the worker's pool
                     // now (the output's when it has been sent, `transportDrained`), so an
-                    // idle kept-alive connection holds no buffer memory. The two buffer
-                    // objects (about 100 bytes each, no storage) stay until the next sweep
-                    // (`checkDeadline`, every 250 ms): a keep-alive client's next request
-                    // usually comes first, and giving them back and taking them again cost
-                    // about 700 instructions a request (issue 17).
+                    // idle kept-alive connection holds no buffer memory; the buffer
+                    // objects as `dropBuffersSoon` says.
                     input.releaseStorage()
+                    dropBuffersSoon()
                     deadline = Clock.coarseMillis() + worker.limits.clientIdleTimeoutMillis
                     transport.enableReading()
                     return
@@ -466,6 +467,19 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         deadline = Clock.coarseMillis() + 2000
         if processing { needsFlush = false }
         transport.closeAfterWriting()
+    }
+
+    /// Between requests: the two buffer objects (no storage, about 100 bytes each) go
+    /// back at once only while more connections are open than the worker keeps spare
+    /// objects for (`Worker.idleBuffersGoBackAtOnceAbove`); with fewer, at
+    /// the next sweep (`checkDeadline`, every 250 ms), which a keep-alive client's next
+    /// request usually beats. Giving them back and taking them again costs about 800
+    /// instructions a request. With thousands of connections they are recycled through
+    /// the spares at once: held until a sweep, a burst of them would be freed together,
+    /// leaving holes malloc does not give back (measured: 545 against 519 bytes per idle
+    /// connection, `scripts/bench_idle.py`).
+    private func dropBuffersSoon() {
+        if worker.idleBuffersGoBackAtOnce { dropBuffersIfIdle() }
     }
 
     /// Between requests with nothing buffered either way: the buffer objects go back to
