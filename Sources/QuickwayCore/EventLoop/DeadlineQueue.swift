@@ -64,7 +64,9 @@ final class DeadlineQueue {
         }
     }
 
-    private var lanes: [Lane] = []
+    /// Loop-thread only, read and appended to by `lane(for:)` alone: exempt from run-time
+    /// exclusivity checks (one per armed deadline).
+    @exclusivity(unchecked) private var lanes: [Lane] = []
     private var timer: OpaquePointer?
     /// The deadline the timer is set for (0: not set).
     private var timerDue: Int64 = 0

@@ -16,7 +16,9 @@ protocol ExchangeOwner: AnyObject {
 /// exchange. All on one event-loop thread.
 final class Exchange {
     let head: HTTPRequestHead
-    var body: [UInt8] = []
+    /// Appended to by the codec and read by the forward stage, never within one
+    /// another's call: exempt from run-time exclusivity checks.
+    @exclusivity(unchecked) var body: [UInt8] = []
     let requestId: RequestId
     let startNanos: UInt64
     let clientAddress: String

@@ -32,13 +32,16 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     deinit { connection?.forget(self) }
     private var reusedConnection = false
     private var retriedStale = false
-    private var requestBytes: [UInt8] = []
+    // The call's own buffers and counters, changed only by its own methods, which call
+    // nothing that could reach them again while they hold them: exempt from run-time
+    // exclusivity checks (about 75 instructions each).
+    @exclusivity(unchecked) private var requestBytes: [UInt8] = []
     private var isHeadRequest = false
     private var idempotent = false
     private var upgrading = false
     // Response parsing.
-    private var line: [UInt8] = []
-    private var headBytes = 0
+    @exclusivity(unchecked) private var line: [UInt8] = []
+    @exclusivity(unchecked) private var headBytes = 0
     private var expectStatusLine = true
     private var decoder: HTTPBodyDecoder?
     private var readsToClose = false
