@@ -8,11 +8,15 @@ per-instruction counts back to source lines with llvm-symbolizer on the unstripp
 binary (the text section is the same). Calls made from a line are shown apart
 (inclusive cost of the callee).
 
-Usage: scripts/cg-lines.py CG_OUT FUNCTION_SUBSTRING [--binary .build/release/quickway]
+The binary must be the build that was profiled: by default the `quickway.debug` that
+`profile.sh` keeps next to CG_OUT (with QW_PROFILE_KEEP), else .build/release/quickway.
+
+Usage: scripts/cg-lines.py CG_OUT FUNCTION_SUBSTRING [--binary PATH]
                            [--requests N] [--top 40]
 """
 import argparse
 import collections
+import os
 import re
 import shutil
 import subprocess
@@ -75,10 +79,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cg_out")
     ap.add_argument("function")
-    ap.add_argument("--binary", default=".build/release/quickway")
+    ap.add_argument("--binary")
     ap.add_argument("--requests", type=int, default=1)
     ap.add_argument("--top", type=int, default=40)
     args = ap.parse_args()
+    if not args.binary:
+        kept = os.path.join(os.path.dirname(os.path.abspath(args.cg_out)), "quickway.debug")
+        args.binary = kept if os.path.exists(kept) else ".build/release/quickway"
     self_cost = collections.Counter()
     call_cost = collections.Counter()
     for addr, cost, is_call in parse(args.cg_out, args.function):

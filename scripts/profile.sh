@@ -73,6 +73,8 @@ LUA
 fi
 # valgrind 3.19 cannot read the DWARF of Swift 6 binaries: profile a copy without it.
 objcopy --strip-debug "${QW_BIN:-.build/release/quickway}" "$WORK/quickway"
+# Kept with the profile, the build it counted, for scripts/cg-lines.py (source lines).
+[ -z "${QW_PROFILE_KEEP:-}" ] || cp "${QW_BIN:-.build/release/quickway}" "$WORK/quickway.debug"
 nginx -p "$WORK" -c "$WORK/backend.conf" & PIDS+=($!)
 valgrind --tool=callgrind --instr-atstart=no ${QW_CALLGRIND_ARGS:-} --callgrind-out-file="$WORK/cg.out" "$WORK/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/valgrind.log" & QW=$!; PIDS+=($QW)
 READY_URL="http://127.0.0.1:$QPORT/"; [ "$CACHE" = 1 ] && READY_URL="http://127.0.0.1:$QPORT/cached/item"
