@@ -332,11 +332,16 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         let status = head.status
         responseCarriesBody = HTTPSyntax.responseHasBody(toHead: exchange.isHeadRequest, status: status)
         responseChunked = false
-        output.append("HTTP/1.1 ")
-        output.appendDecimal(status)
-        output.append(byte: 0x20)
-        if let reason = head.reason, reason.count > 0 { output.append(reason) } else if status == 200 { output.append("OK") } else { output.append(string: HTTPReason.phrase(status)) }
-        output.append("\r\n")
+        let reason = head.reason ?? UnsafeRawBufferPointer(start: nil, count: 0)
+        if status == 200 && reason.isEmpty {
+            output.append("HTTP/1.1 200 OK\r\n")   // the commonest status line, in one copy
+        } else {
+            output.append("HTTP/1.1 ")
+            output.appendDecimal(status)
+            output.append(byte: 0x20)
+            if !reason.isEmpty { output.append(reason) } else { output.append(string: HTTPReason.phrase(status)) }
+            output.append("\r\n")
+        }
         if let lines = head.headerLines { output.append(lines) }
         output.append("X-Request-Id: ")
         exchange.requestId.withBytes { output.append($0) }
