@@ -45,15 +45,18 @@ final class ProxyPipeline: RequestHandler {
         self.authenticator = authenticator
         let routes = RouteSnapshot(config: config, statSlots: statSlots, services: services)
         self.routes = routes
-        stages = [
+        var stages: [RequestStage] = [
             RouteStage(routes: routes),
             AuthenticateHeadStage(authenticator: authenticator, stats: worker.stats),
             AuthenticateBodyStage(authenticator: authenticator, sharedTier: sharedTier, stats: worker.stats),
             CacheLookupStage(cache: shared.cache, cacheConfig: config.cache),
             CoalesceStage(flights: shared.flights, worker: worker),
-            SharedTierLookupStage(sharedTier: sharedTier),
-            ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes),
         ]
+        // Left out when there is no shared cache to look in (it would only continue):
+        // each stage run is a call through the list and a retain of the stage.
+        if let tier = sharedTier, tier.config.cache { stages.append(SharedTierLookupStage(sharedTier: sharedTier)) }
+        stages.append(ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes))
+        self.stages = stages
         // Each acts only with a cache plan or a flight: an upstream answer with neither
         // goes straight to the client (`ProxyContext.answerStagesCanUse`).
         answerStages = [
