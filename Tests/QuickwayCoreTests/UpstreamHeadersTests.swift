@@ -82,6 +82,45 @@ final class UpstreamHeadersTests: XCTestCase {
         XCTAssertFalse(UpstreamHeaders.wellFormed(Array("A\r: 1\r\n".utf8), count: 1))
     }
 
+    /// The wire form the forward stage writes for a plain-HTTP service is, byte for
+    /// byte, what the client makes from the header lines (`requestBytes`, framed apart):
+    /// GET, HEAD relayed as HEAD, a POST with its body and an empty one, a verified key
+    /// over TLS, a WebSocket handshake's own lines.
+    func testTheWireFormIsWhatTheClientFramesFromTheLines() {
+        let heads = [
+            "GET /a?b=1 HTTP/1.1\r\nHost: Api.Example\r\nAccept: */*\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n",
+            "HEAD /h HTTP/1.1\r\nHost: h\r\n\r\n",
+            "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nAuthorization: x\r\n\r\n",
+            "POST /e HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",
+            "GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: k\r\n\r\n",
+        ]
+        let authority = Array("svc.local:8080".utf8)
+        for (i, text) in heads.enumerated() {
+            let h = head(text)
+            let isHead = h.methodIs("HEAD")
+            let hasBody = h.body != .none || h.value(of: "content-length") != nil
+            let body: [UInt8] = h.methodIs("POST") && text.contains("/p ") ? Array("hello".utf8) : []
+            let method = Array(h.bytes[h.method])
+            let target = h.bytes[h.target]
+            let keyId: String? = i == 2 ? "ios-app" : nil
+            let extra: StaticString = h.upgradeWebSocket ? "Upgrade: websocket\r\nConnection: Upgrade\r\n" : ""
+            var headers = UpstreamRequestHeaders.build(head: h, clientAddress: "::1", requestId: RequestId(Array("r-\(i)".utf8)),
+                                                       authKeyId: keyId, overTLS: i == 2)
+            if h.upgradeWebSocket {
+                headers.add(name: "Upgrade", value: "websocket".utf8)
+                headers.add(name: "Connection", value: "Upgrade".utf8)
+            }
+            let framed = UpstreamHTTPCall.requestBytes(UpstreamRequest(method: method, isHead: isHead, hasBody: hasBody, body: body,
+                                                                       headers: headers, pathAndQuery: target, idempotent: true),
+                                                       authority: authority)
+            let wire = UpstreamRequestHeaders.wire(
+                head: h, clientAddress: "::1", requestId: RequestId(Array("r-\(i)".utf8)), authKeyId: keyId, overTLS: i == 2,
+                frame: .init(method: isHead ? Array("HEAD".utf8) : method, target: target, authority: authority, extraLines: extra,
+                             body: hasBody && !isHead ? body : nil))
+            XCTAssertEqual(String(decoding: wire, as: UTF8.self), String(decoding: framed, as: UTF8.self), text)
+        }
+    }
+
     func testResponseHeadFiltering() {
         var r = UpstreamResponseHead()
         let feedLine = { (s: String) -> Bool in var s = s; return s.withUTF8 { r.feed(UnsafeRawBufferPointer($0)) } }

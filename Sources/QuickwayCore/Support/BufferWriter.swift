@@ -24,6 +24,23 @@ struct BufferWriter {
         at += 1
     }
 
+    /// `value` (at least 0) in decimal.
+    @inline(__always) mutating func putDecimal(_ value: Int) {
+        precondition(value >= 0)
+        var digits = 1
+        var rest = value / 10
+        while rest > 0 { digits += 1; rest /= 10 }
+        precondition(at + digits <= buffer.count)
+        var x = value
+        var i = at + digits
+        repeat {
+            i -= 1
+            buffer[i] = UInt8(ascii: "0") + UInt8(x % 10)
+            x /= 10
+        } while x > 0
+        at += digits
+    }
+
     /// `bytes` with `A`-`Z` made lower case.
     @inline(__always) mutating func putLowercased(_ bytes: UnsafeRawBufferPointer) {
         precondition(at + bytes.count <= buffer.count)

@@ -20,6 +20,10 @@ struct UpstreamRequest {
     /// A WebSocket handshake: sent on a fresh connection (never a pooled one), and a
     /// `101` hands that connection to the caller (`upstreamUpgraded`) instead of the pool.
     var webSocketUpgrade = false
+    /// The whole request as the plain-HTTP client sends it, when the forward stage made
+    /// it so (`UpstreamRequestHeaders.wire`; `headers` is then empty); else empty, and
+    /// the client frames `headers` itself (`UpstreamHTTPCall.requestBytes`).
+    var wire: [UInt8] = []
 }
 
 /// One upstream call, whichever client makes it (`UpstreamHTTPCall` for plain HTTP,

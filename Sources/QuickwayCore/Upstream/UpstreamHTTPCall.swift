@@ -76,7 +76,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         isHeadRequest = r.isHead
         idempotent = r.idempotent
         upgrading = r.webSocketUpgrade
-        requestBytes = Self.requestBytes(r, authority: service.authority)
+        requestBytes = r.wire.isEmpty ? Self.requestBytes(r, authority: service.authority) : r.wire
         // `timeouts.response` bounds the whole call (`deadlinePassed`).
         client.deadlines.arm(self, afterMillis: service.config.responseTimeoutMillis)
         // A request that cannot be sent twice only goes on a pooled connection that is

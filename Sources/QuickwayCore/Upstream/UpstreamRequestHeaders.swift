@@ -17,6 +17,37 @@ enum UpstreamRequestHeaders {
     /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
     static func build(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
                       authKeyId: String? = nil, overTLS: Bool = false) -> UpstreamHeaders {
+        let (lines, count) = write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
+                                   overTLS: overTLS, frame: nil)
+        return UpstreamHeaders(lines: lines, count: count)
+    }
+
+    /// What the plain-HTTP client sends around the header lines (RFC 9112 sections 3
+    /// and 5): the request line, `Host`, lines of its own (a WebSocket handshake's
+    /// `Upgrade` and `Connection`), `Content-Length` for a body, the blank line, the body.
+    struct Frame {
+        /// The method as sent (`HEAD` for a HEAD relayed as HEAD).
+        let method: [UInt8]
+        let target: ArraySlice<UInt8>
+        let authority: [UInt8]
+        /// Whole `Name: value\r\n` lines, after the gateway's own.
+        let extraLines: StaticString
+        /// The body, when one is sent (with its `Content-Length`).
+        let body: [UInt8]?
+    }
+
+    /// The whole request as the plain-HTTP client sends it (`UpstreamRequest.wire`):
+    /// `frame` around the same lines `build` makes, written once. The client then sends
+    /// this array as it is, where it made one from the lines (an allocation and a copy
+    /// of every header per call).
+    static func wire(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
+                     authKeyId: String? = nil, overTLS: Bool = false, frame: Frame) -> [UInt8] {
+        write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
+              overTLS: overTLS, frame: frame).bytes
+    }
+
+    private static func write(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
+                              authKeyId: String?, overTLS: Bool, frame: Frame?) -> (bytes: [UInt8], count: Int) {
         // What is needed of the head, taken out first: the closure below capturing the
         // head itself copied it (a retain of each of its arrays).
         let bytes = head.bytes, fields = head.fields
@@ -25,16 +56,29 @@ enum UpstreamRequestHeaders {
         // Every kept line is a name and a value of the head (disjoint ranges, each used
         // at most once, the first X-Forwarded-For's included) plus `: ` and CRLF; the
         // gateway's own lines add their names (at most `ownLineBytes`), the client's
-        // address, the id and the key id. `BufferWriter` checks each copy against it.
-        let capacity = bytes.count + 4 * fields.count + Self.ownLineBytes + client.utf8.count + requestId.count
+        // address, the id and the key id; a frame its parts and at most `frameBytes`
+        // more. `BufferWriter` checks each copy against it.
+        var capacity = bytes.count + 4 * fields.count + Self.ownLineBytes + client.utf8.count + requestId.count
             + (keyId?.utf8.count ?? 0)
+        if let frame {
+            capacity += frame.method.count + frame.target.count + frame.authority.count + frame.extraLines.utf8CodeUnitCount
+                + (frame.body?.count ?? 0) + Self.frameBytes
+        }
         var count = 0
-        let lines = bytes.withUnsafeBytes { raw in
+        let written = bytes.withUnsafeBytes { raw in
             // Written in place, one copy per piece (appending a small string's UTF-8 view
             // to an array went byte by byte; the five appends cost about 2,000
             // instructions a request).
             ByteArrays.make(capacity: capacity) { buffer in
                 var w = BufferWriter(buffer)
+                if let frame {
+                    frame.method.withUnsafeBytes { w.put($0) }
+                    w.put(" ")
+                    frame.target.withUnsafeBytes { w.put($0) }
+                    w.put(" HTTP/1.1\r\nHost: ")
+                    frame.authority.withUnsafeBytes { w.put($0) }
+                    w.put("\r\n")
+                }
                 var forwardedFor: Range<Int>?
                 for f in fields {
                     let n = f.name
@@ -73,11 +117,26 @@ enum UpstreamRequestHeaders {
                     w.put("\r\n")
                     count += 1
                 }
+                if let frame {
+                    w.put(frame.extraLines)
+                    if let body = frame.body {
+                        w.put("Content-Length: ")
+                        w.putDecimal(body.count)
+                        w.put("\r\n\r\n")
+                        body.withUnsafeBytes { w.put($0) }
+                    } else {
+                        w.put("\r\n")
+                    }
+                }
                 return w.at
             }
         }
-        return UpstreamHeaders(lines: lines, count: count)
+        return (written, count)
     }
+
+    /// A frame's separators, `Host: `, `Content-Length: ` with 20 digits and line ends,
+    /// with room to spare.
+    static let frameBytes = 96
 
     /// The names, separators and line ends of the lines the gateway adds (above), with
     /// room to spare.

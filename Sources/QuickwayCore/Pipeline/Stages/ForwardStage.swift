@@ -24,16 +24,33 @@ final class ForwardStage: RequestStage {
     private func forward(_ ctx: ProxyContext, _ exchange: Exchange, _ route: Route, _ head: borrowing HTTPRequestHead) -> StageResult {
         let hasBody = head.body != .none || head.value(of: "content-length") != nil
         let upstreamHead = exchange.isHeadRequest && ctx.plan == nil
-        let request = head.withBytes { raw -> UpstreamRequest in
-            UpstreamRequest(
-                method: exchange.isHeadRequest && !upstreamHead ? Self.get : Self.method(UnsafeRawBufferPointer(rebasing: raw[head.method])),
-                isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
-                headers: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
-                                                      requestId: exchange.requestId, authKeyId: exchange.authKeyId,
-                                                      overTLS: exchange.overTLS),
-                pathAndQuery: Self.forwardedTarget(head.bytes, head.target, stripping: route.config.stripPrefix ? route.prefixLength : nil),
-                idempotent: UpstreamRelay.isIdempotent(head))
+        let service = route.service
+        var request = head.withBytes { raw -> UpstreamRequest in
+            let method = exchange.isHeadRequest && !upstreamHead ? Self.get : Self.method(UnsafeRawBufferPointer(rebasing: raw[head.method]))
+            let target = Self.forwardedTarget(head.bytes, head.target, stripping: route.config.stripPrefix ? route.prefixLength : nil)
+            guard service.config.scheme == .http else {
+                // libcurl frames it (https): the header lines only.
+                return UpstreamRequest(
+                    method: method, isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
+                    headers: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
+                                                          requestId: exchange.requestId, authKeyId: exchange.authKeyId,
+                                                          overTLS: exchange.overTLS),
+                    pathAndQuery: target, idempotent: UpstreamRelay.isIdempotent(head))
+            }
+            // Plain HTTP: the whole request written once, as the client sends it. A
+            // WebSocket handshake's hop-by-hop headers are set again for this hop (the
+            // Sec-WebSocket-* ones pass as the client sent them).
+            let frame = UpstreamRequestHeaders.Frame(
+                method: upstreamHead ? Self.head : method, target: target, authority: service.authority,
+                extraLines: head.upgradeWebSocket ? "Upgrade: websocket\r\nConnection: Upgrade\r\n" : "",
+                body: hasBody && !upstreamHead ? exchange.body : nil)
+            var r = UpstreamRequest(method: method, isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
+                                    headers: UpstreamHeaders(), pathAndQuery: target, idempotent: UpstreamRelay.isIdempotent(head))
+            r.wire = UpstreamRequestHeaders.wire(head: head, clientAddress: exchange.clientAddress, requestId: exchange.requestId,
+                                                 authKeyId: exchange.authKeyId, overTLS: exchange.overTLS, frame: frame)
+            return r
         }
+        request.webSocketUpgrade = head.upgradeWebSocket
         // A WebSocket handshake (checked by the route stage) goes with its own
         // hop-by-hop headers; other calls pay only the flag test.
         let relay = head.upgradeWebSocket
@@ -51,11 +68,13 @@ final class ForwardStage: RequestStage {
 
     private func webSocketRelay(_ ctx: ProxyContext, _ route: Route, _ request: UpstreamRequest) -> UpstreamRelay {
         var r = request
-        // `Upgrade` and `Connection` are hop-by-hop: set again for this hop. The
-        // Sec-WebSocket-* headers pass as the client sent them.
-        r.webSocketUpgrade = true
-        r.headers.add(name: "Upgrade", value: "websocket".utf8)
-        r.headers.add(name: "Connection", value: "Upgrade".utf8)
+        // `Upgrade` and `Connection` are hop-by-hop: set again for this hop (already in a
+        // plain-HTTP request's wire form). The Sec-WebSocket-* headers pass as the
+        // client sent them.
+        if r.wire.isEmpty {
+            r.headers.add(name: "Upgrade", value: "websocket".utf8)
+            r.headers.add(name: "Connection", value: "Upgrade".utf8)
+        }
         // The route stage checked the handshake, key included.
         let head = ctx.exchange.head
         let key = head.value(of: "sec-websocket-key").map { Array(head.bytes[$0]) } ?? []
@@ -65,6 +84,7 @@ final class ForwardStage: RequestStage {
 
     // The common methods as shared arrays: a request's method costs no allocation.
     private static let get = Array("GET".utf8)
+    private static let head = Array("HEAD".utf8)
     private static let common: [[UInt8]] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"].map { Array($0.utf8) }
 
     /// The method's bytes: a shared array for a common one, else a copy.
