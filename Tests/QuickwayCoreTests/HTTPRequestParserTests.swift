@@ -30,6 +30,28 @@ final class HTTPRequestParserTests: XCTestCase {
         XCTAssertFalse(custom!.methodIs("PURGEY"))
     }
 
+    /// Many fields (past the 16 the parser reserves room for) read back in order, after
+    /// a hop-by-hop removal, and after a normalised target moved them all.
+    func testManyFieldsReadBackInOrderAfterRemovalAndNormalising() {
+        var text = "GET /%61pi?q=1 HTTP/1.1\r\nHost: h\r\n"
+        for i in 1...24 { text += "X-F\(i): v\(i)\r\n" }
+        text += "Connection: X-F3, X-F20\r\n\r\n"
+        let (_, parsed) = parseOnce(text)
+        let h = try! XCTUnwrap(parsed)
+        XCTAssertEqual(h.targetString, "/api?q=1", "normalised: every range moved")
+        var expected = [("Host", "h")]
+        for i in 1...24 where i != 3 && i != 20 { expected.append(("X-F\(i)", "v\(i)")) }
+        expected.append(("Connection", "X-F3, X-F20"))   // itself dropped on the way upstream
+        XCTAssertEqual(h.fields.count, expected.count)
+        for (f, e) in zip(h.fields, expected) {
+            XCTAssertEqual(h.string(f.name), e.0)
+            XCTAssertEqual(h.string(f.value), e.1)
+        }
+        XCTAssertEqual(h.string(h.fields[h.hostField!].value), "h")
+        XCTAssertEqual(h.value(of: "x-f24").map { h.string($0) }, "v24")
+        XCTAssertNil(h.value(of: "x-f20"), "named by Connection: left out")
+    }
+
     func testValueWhitespaceIsTrimmed() {
         let (_, h) = parseOnce("GET / HTTP/1.1\r\nHost:   a.b \t \r\n\r\n")
         XCTAssertEqual(h.map { $0.string($0.fields[0].value) }, "a.b")
