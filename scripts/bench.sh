@@ -13,7 +13,7 @@
 # (auth: required) against a route with auth: off. wrk replays pre-signed requests, each
 # with a fresh nonce, made before each round by examples/qw1_client.py; both routes get
 # the same requests (same Authorization header), so only the verification differs.
-# Target: signed req/s >= 0.9x unsigned.
+# Target: signed req/s >= 0.95x unsigned (issue 17).
 #
 # Cases "cache" (hit throughput against nginx proxy_cache, HAProxy's cache, Varnish) and
 # "merge" (200 identical cold GETs against nginx proxy_cache_lock and Varnish) are run by
@@ -195,8 +195,9 @@ echo "bench: $ROUNDS interleaved rounds of ${DURATION}s, $CONNS connections, 1 K
 taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$QW_PORT/" >/dev/null
 taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$NGINX_PORT/" >/dev/null
 : > "$WORK/results"
-# Enough pre-signed requests that none is sent twice in a run (a replay would be a 401).
-SIGNED_N=$(( DURATION * 60000 ))
+# Enough pre-signed requests that none is sent twice in a run (a replay would be a 401):
+# 100,000 a second, above what one worker serves here (60,000 was overrun at 61k req/s).
+SIGNED_N=$(( DURATION * 100000 ))
 for r in $(seq "$ROUNDS"); do
   if [ "$CASE" = all ] || [ "$CASE" = proxy ]; then
     q=$(run_one "http://127.0.0.1:$QW_PORT/" "$QW_PID"); echo "quickway $q" >> "$WORK/results"
@@ -232,7 +233,14 @@ if "qw-log-file" in med:
     print(f"ratio access log on/off: req/s {lf[0]/lo[0]:.2f}x (target >= 0.95), CPU/req {lf[3]/lo[3]:.2f}x")
 if "qw-signed" in med:
     s, o = med["qw-signed"], med["qw-auth-off"]
-    print(f"ratio signed/auth-off: req/s {s[0]/o[0]:.2f}x (target >= 0.90), CPU/req {s[3]/o[3]:.2f}x, extra CPU per signed request {s[3]-o[3]:.2f} us")
+    print(f"ratio signed/auth-off: req/s {s[0]/o[0]:.2f}x (target >= 0.95), CPU/req {s[3]/o[3]:.2f}x, extra CPU per signed request {s[3]-o[3]:.2f} us")
+# A round with non-2xx answers measured something else (a replayed nonce is a cheap 401).
+bad = {}
+for line in open(sys.argv[1]):
+    name, *vals = line.split()
+    if len(vals) >= 5 and float(vals[4]) > 0: bad[name] = bad.get(name, 0) + 1
+for name, n in sorted(bad.items()):
+    print(f"WARNING: {n} round(s) of {name} had non-2xx answers; their figures are not comparable")
 PY
 
 if [ "$CASE" = all ]; then

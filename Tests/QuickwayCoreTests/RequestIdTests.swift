@@ -24,6 +24,8 @@ final class RequestIdTests: XCTestCase {
         let id = prefix.withUnsafeBytes { RequestId(prefix: $0, counter: .max) }
         XCTAssertEqual(id.string, "ffffffffffffffff-4096-" + String(UInt64.max))
         XCTAssertEqual(prefix.withUnsafeBytes { RequestId(prefix: $0, counter: 0) }.string, "ffffffffffffffff-4096-0")
+        XCTAssertEqual(RequestId([]).count, 0, "an empty one is safe to make")
+        XCTAssertEqual([UInt8]().withUnsafeBytes { RequestId(prefix: $0, counter: 7) }.string, "7")
     }
 
     func testAClientIdIsKeptOnlyWhenItIsShortAndPlain() throws {

@@ -160,6 +160,22 @@ final class UpstreamHeadersTests: XCTestCase {
         XCTAssertEqual(r.status, 200)
     }
 
+    /// A status line that fails to parse sets nothing the next one inherits (its
+    /// `HTTP/1.0` would otherwise keep a later HTTP/1.1 answer from being reused).
+    func testAnInvalidStatusLineLeavesNothingBehind() {
+        var r = UpstreamResponseHead()
+        let feedLine = { (s: String) -> Bool in var s = s; return s.withUTF8 { r.feed(UnsafeRawBufferPointer($0)) } }
+        XCTAssertFalse(feedLine("HTTP/1.0 abc\r\n"))
+        XCTAssertEqual(r.status, 0)
+        // A status line without a 1.x version sets none (the HTTP/1.1 client refuses
+        // such a line before it gets here; the parser alone must not depend on that).
+        XCTAssertFalse(feedLine("HTTP/2 200 OK\r\n"))
+        XCTAssertFalse(feedLine("Content-Length: 0\r\n"))
+        XCTAssertTrue(feedLine("\r\n"))
+        XCTAssertEqual(r.minorVersion, 1, "the default, not the failed line's 1.0")
+        XCTAssertTrue(r.allowsReuse)
+    }
+
     /// `200 OK` keeps no reason (writers put the standard phrase); any other is relayed.
     func testReasonOf200IsKeptOnlyWhenNotTheStandardOne() {
         func reason(_ statusLine: String) -> String {

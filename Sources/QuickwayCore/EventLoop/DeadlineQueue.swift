@@ -64,8 +64,9 @@ final class DeadlineQueue {
         }
     }
 
-    /// Loop-thread only, read and appended to by `lane(for:)` alone: exempt from run-time
-    /// exclusivity checks (one per armed deadline).
+    /// Loop-thread only: exempt from run-time exclusivity checks (one per armed deadline).
+    /// `fire` walks it while a deadline's handler may arm another (`lane(for:)` may then
+    /// append): safe because `for in` walks a copy; keep it so (not an index loop).
     @exclusivity(unchecked) private var lanes: [Lane] = []
     private var timer: OpaquePointer?
     /// The deadline the timer is set for (0: not set).

@@ -13,6 +13,7 @@ struct RequestId {
         precondition(bytes.count <= Self.maxBytes, "a request id of more than \(Self.maxBytes) bytes")
         storage = .init(repeating: 0)
         length = UInt8(bytes.count)
+        guard bytes.count > 0 else { return }
         withUnsafeMutableBytes(of: &storage) { $0.baseAddress!.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
     }
 
@@ -29,7 +30,7 @@ struct RequestId {
         precondition(total <= Self.maxBytes, "a request id prefix of \(prefix.count) bytes")
         length = UInt8(total)
         withUnsafeMutableBytes(of: &storage) { buf in
-            buf.baseAddress!.copyMemory(from: prefix.baseAddress!, byteCount: prefix.count)
+            if prefix.count > 0 { buf.baseAddress!.copyMemory(from: prefix.baseAddress!, byteCount: prefix.count) }
             var x = counter
             var i = total
             repeat {

@@ -43,9 +43,10 @@ public struct UpstreamResponseHead {
         while end > 0 && (line[end - 1] == 0x0A || line[end - 1] == 0x0D) { end -= 1 }
         let l = UnsafeRawBufferPointer(rebasing: line[0..<end])
         if l.count >= 5 && l[0] == UInt8(ascii: "H") && l[1] == UInt8(ascii: "T") && l[2] == UInt8(ascii: "T") && l[3] == UInt8(ascii: "P") && l[4] == UInt8(ascii: "/") {
-            // A status line after a 1xx head starts afresh; before any, nothing was set
-            // (header lines before a status line are ignored), so nothing is reset.
-            if status != 0 { self = UpstreamResponseHead() }
+            // A status line after a 1xx head (or an invalid one, which may have set the
+            // version) starts afresh; before any, nothing was set (header lines before a
+            // status line are ignored), so nothing is reset.
+            if status != 0 || minorVersion != 1 { self = UpstreamResponseHead() }
             parseStatusLine(l)
             return false
         }
