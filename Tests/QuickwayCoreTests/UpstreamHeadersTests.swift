@@ -14,6 +14,12 @@ extension UpstreamRequestHeaders {
 }
 
 final class UpstreamHeadersTests: XCTestCase {
+    /// Feeds one line (with its line end, as given) to `head`.
+    static func feed(_ line: String, into head: inout UpstreamResponseHead) -> Bool {
+        var line = line
+        return line.withUTF8 { head.feed(UnsafeRawBufferPointer($0)) }
+    }
+
     func head(_ text: String) -> HTTPRequestHead {
         let (_, h) = parseOnce(text)
         return h!
@@ -123,7 +129,7 @@ final class UpstreamHeadersTests: XCTestCase {
 
     func testResponseHeadFiltering() {
         var r = UpstreamResponseHead()
-        let feedLine = { (s: String) -> Bool in var s = s; return s.withUTF8 { r.feed(UnsafeRawBufferPointer($0)) } }
+        let feedLine = { (line: String) -> Bool in Self.feed(line, into: &r) }
         XCTAssertFalse(feedLine("HTTP/1.1 100 Continue\r\n"))
         XCTAssertFalse(feedLine("\r\n"))
         XCTAssertFalse(feedLine("HTTP/1.1 201 Created Now\r\n"))
@@ -148,12 +154,10 @@ final class UpstreamHeadersTests: XCTestCase {
     /// copy when it already is CRLF), and a head after a 1xx starts afresh.
     func testRelayedLinesEndInOneCRLFWhateverTheyCameWith() {
         var r = UpstreamResponseHead()
-        let feedLine = { (s: String) -> Bool in var s = s; return s.withUTF8 { r.feed(UnsafeRawBufferPointer($0)) } }
-        XCTAssertFalse(feedLine("HTTP/1.1 103 Early Hints\r\n"))
-        XCTAssertFalse(feedLine("Link: </a>\r\n"))
-        XCTAssertFalse(feedLine("\r\n"))
-        XCTAssertFalse(feedLine("HTTP/1.1 200 OK\r\n"))
-        for line in ["A: 1\r\n", "B: 2\n", "C: 3", "D: 4\r\r", "E: 5\n\r", "F: 6\r\n\r\n"] { XCTAssertFalse(feedLine(line)) }
+        let feedLine = { (line: String) -> Bool in Self.feed(line, into: &r) }
+        let lines = ["HTTP/1.1 103 Early Hints\r\n", "Link: </a>\r\n", "\r\n", "HTTP/1.1 200 OK\r\n",
+                     "A: 1\r\n", "B: 2\n", "C: 3", "D: 4\r\r", "E: 5\n\r", "F: 6\r\n\r\n"]
+        for line in lines { XCTAssertFalse(feedLine(line), line) }
         XCTAssertTrue(feedLine("\r\n"))
         XCTAssertEqual(String(decoding: r.linesToRelay(), as: UTF8.self),
                        "A: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\nF: 6\r\n", "the 103's Link is not kept")
@@ -164,7 +168,7 @@ final class UpstreamHeadersTests: XCTestCase {
     /// `HTTP/1.0` would otherwise keep a later HTTP/1.1 answer from being reused).
     func testAnInvalidStatusLineLeavesNothingBehind() {
         var r = UpstreamResponseHead()
-        let feedLine = { (s: String) -> Bool in var s = s; return s.withUTF8 { r.feed(UnsafeRawBufferPointer($0)) } }
+        let feedLine = { (line: String) -> Bool in Self.feed(line, into: &r) }
         XCTAssertFalse(feedLine("HTTP/1.0 abc\r\n"))
         XCTAssertEqual(r.status, 0)
         // A status line without a 1.x version sets none (the HTTP/1.1 client refuses
