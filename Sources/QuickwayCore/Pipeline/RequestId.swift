@@ -12,9 +12,11 @@ struct RequestId {
     init(_ bytes: UnsafeRawBufferPointer) {
         precondition(bytes.count <= Self.maxBytes, "a request id of more than \(Self.maxBytes) bytes")
         storage = .init(repeating: 0)
-        length = UInt8(bytes.count)
-        guard bytes.count > 0 else { return }
-        withUnsafeMutableBytes(of: &storage) { $0.baseAddress!.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+        length = withUnsafeMutableBytes(of: &storage) { buf in
+            var w = BufferWriter(buf)
+            w.put(bytes)
+            return UInt8(w.at)
+        }
     }
 
     /// For tests and callers holding an array.
@@ -23,21 +25,12 @@ struct RequestId {
     /// `prefix` then `counter` in decimal (a generated id).
     init(prefix: UnsafeRawBufferPointer, counter: UInt64) {
         storage = .init(repeating: 0)
-        var digits = 1
-        var rest = counter / 10
-        while rest > 0 { digits += 1; rest /= 10 }
-        let total = prefix.count + digits
-        precondition(total <= Self.maxBytes, "a request id prefix of \(prefix.count) bytes")
-        length = UInt8(total)
-        withUnsafeMutableBytes(of: &storage) { buf in
-            if prefix.count > 0 { buf.baseAddress!.copyMemory(from: prefix.baseAddress!, byteCount: prefix.count) }
-            var x = counter
-            var i = total
-            repeat {
-                i -= 1
-                buf[i] = UInt8(ascii: "0") + UInt8(x % 10)
-                x /= 10
-            } while x > 0
+        precondition(prefix.count + 20 <= Self.maxBytes, "a request id prefix of \(prefix.count) bytes")
+        length = withUnsafeMutableBytes(of: &storage) { buf in
+            var w = BufferWriter(buf)
+            w.put(prefix)
+            w.putDecimal(counter)
+            return UInt8(w.at)
         }
     }
 
@@ -49,6 +42,5 @@ struct RequestId {
         try storage.span.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[0..<Int(length)])) }
     }
 
-    var bytes: [UInt8] { withBytes { Array($0) } }
     var string: String { withBytes { String(decoding: $0, as: UTF8.self) } }
 }

@@ -24,9 +24,8 @@ struct BufferWriter {
         at += 1
     }
 
-    /// `value` (at least 0) in decimal.
-    @inline(__always) mutating func putDecimal(_ value: Int) {
-        precondition(value >= 0)
+    /// `value` in decimal.
+    @inline(__always) mutating func putDecimal(_ value: UInt64) {
         var digits = 1
         var rest = value / 10
         while rest > 0 { digits += 1; rest /= 10 }

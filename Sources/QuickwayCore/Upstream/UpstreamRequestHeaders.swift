@@ -56,13 +56,13 @@ enum UpstreamRequestHeaders {
         // Every kept line is a name and a value of the head (disjoint ranges, each used
         // at most once, the first X-Forwarded-For's included) plus `: ` and CRLF; the
         // gateway's own lines add their names (at most `ownLineBytes`), the client's
-        // address, the id and the key id; a frame its parts and at most `frameBytes`
-        // more. `BufferWriter` checks each copy against it.
+        // address, the id and the key id; a frame what `RequestFraming` counts.
+        // `BufferWriter` checks each copy against it.
         var capacity = bytes.count + 4 * fields.count + Self.ownLineBytes + client.utf8.count + requestId.count
             + (keyId?.utf8.count ?? 0)
         if let frame {
-            capacity += frame.method.count + frame.target.count + frame.authority.count + frame.extraLines.utf8CodeUnitCount
-                + (frame.body?.count ?? 0) + Self.frameBytes
+            capacity += RequestFraming.headCount(method: frame.method.count, target: frame.target.count, authority: frame.authority.count)
+                + RequestFraming.endCount(extraLines: frame.extraLines, body: frame.body?.count)
         }
         var count = 0
         let written = bytes.withUnsafeBytes { raw in
@@ -72,12 +72,11 @@ enum UpstreamRequestHeaders {
             ByteArrays.make(capacity: capacity) { buffer in
                 var w = BufferWriter(buffer)
                 if let frame {
-                    frame.method.withUnsafeBytes { w.put($0) }
-                    w.put(" ")
-                    frame.target.withUnsafeBytes { w.put($0) }
-                    w.put(" HTTP/1.1\r\nHost: ")
-                    frame.authority.withUnsafeBytes { w.put($0) }
-                    w.put("\r\n")
+                    frame.method.withUnsafeBytes { m in
+                        frame.target.withUnsafeBytes { t in
+                            frame.authority.withUnsafeBytes { a in RequestFraming.putHead(&w, method: m, target: t, authority: a) }
+                        }
+                    }
                 }
                 var forwardedFor: Range<Int>?
                 for f in fields {
@@ -118,14 +117,10 @@ enum UpstreamRequestHeaders {
                     count += 1
                 }
                 if let frame {
-                    w.put(frame.extraLines)
                     if let body = frame.body {
-                        w.put("Content-Length: ")
-                        w.putDecimal(body.count)
-                        w.put("\r\n\r\n")
-                        body.withUnsafeBytes { w.put($0) }
+                        body.withUnsafeBytes { RequestFraming.putEnd(&w, extraLines: frame.extraLines, body: $0) }
                     } else {
-                        w.put("\r\n")
+                        RequestFraming.putEnd(&w, extraLines: frame.extraLines, body: nil)
                     }
                 }
                 return w.at
@@ -133,10 +128,6 @@ enum UpstreamRequestHeaders {
         }
         return (written, count)
     }
-
-    /// A frame's separators, `Host: `, `Content-Length: ` with 20 digits and line ends,
-    /// with room to spare.
-    static let frameBytes = 96
 
     /// The names, separators and line ends of the lines the gateway adds (above), with
     /// room to spare.

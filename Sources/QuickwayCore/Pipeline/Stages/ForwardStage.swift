@@ -67,19 +67,14 @@ final class ForwardStage: RequestStage {
     }
 
     private func webSocketRelay(_ ctx: ProxyContext, _ route: Route, _ request: UpstreamRequest) -> UpstreamRelay {
-        var r = request
-        // `Upgrade` and `Connection` are hop-by-hop: set again for this hop (already in a
-        // plain-HTTP request's wire form). The Sec-WebSocket-* headers pass as the
-        // client sent them.
-        if r.wire.isEmpty {
-            r.headers.add(name: "Upgrade", value: "websocket".utf8)
-            r.headers.add(name: "Connection", value: "Upgrade".utf8)
-        }
+        // WebSocket routes need a plain-HTTP service (the config loader says so), whose
+        // request's wire form already sets `Upgrade` and `Connection` again for this hop.
+        precondition(!request.wire.isEmpty, "a WebSocket handshake to an https service")
         // The route stage checked the handshake, key included.
         let head = ctx.exchange.head
         let key = head.value(of: "sec-websocket-key").map { Array(head.bytes[$0]) } ?? []
         let plan = route.config.websocket.map { UpstreamRelay.WebSocketPlan(key: key, config: $0, routeSlot: route.statSlot) }
-        return UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: r, maxObjectBytes: maxObjectBytes, webSocket: plan)
+        return UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes, webSocket: plan)
     }
 
     // The common methods as shared arrays: a request's method costs no allocation.
