@@ -529,8 +529,16 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         }
     }
 
+    /// Between requests with nothing buffered, a connection is closed at once, except
+    /// one that has read nothing yet: its client connected before the listener closed
+    /// and may be about to send its first request, which would otherwise meet a close it
+    /// cannot tell from a lost answer. It gets the header timeout for it (then served,
+    /// and closed after: `closeAfterResponse` while draining); the drain deadline bounds it.
     func drain() {
-        if phase == .head && input.isEmpty && transport.isReady { closeNow() }
+        guard phase == .head && input.isEmpty && transport.isReady else { return }
+        guard !protocolSettled else { closeNow(); return }
+        let due = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
+        if deadline == 0 || due < deadline { deadline = due }
     }
 
     func closeNow() { transport.close() }
