@@ -12,7 +12,7 @@ final class SharedStages: @unchecked Sendable {
 /// The proxy's request path for one worker and config snapshot: the stages in order, the
 /// way back, and the one place that decides what a client hang-up does.
 ///
-/// Way in (`stages`): route, authenticate (head; then body and nonce), cache lookup,
+/// Way in (`order`): route, authenticate (head; then body and nonce), cache lookup,
 /// coalesce, shared-tier lookup, forward. Stages before the first that `needsBody` run
 /// from `preflight`, before the body is read. The shared tier comes after coalescing so
 /// that merged requests cost one Redis read (the leader's).
@@ -29,10 +29,20 @@ final class ProxyPipeline: RequestHandler {
     /// costs an atomic retain and release at each use.
     unowned(unsafe) let worker: Worker
     let routes: RouteSnapshot
-    let stages: [RequestStage]
+    /// The stages in order, as a flat list of kinds (nginx's phase array): each step is
+    /// a `switch` and a direct call on the stage objects below. Called through a
+    /// `[RequestStage]` list, each step copied an existential and retained its stage.
+    let order: [StageKind]
+    let routeStage: RouteStage
+    let authenticateHeadStage: AuthenticateHeadStage
+    let authenticateBodyStage: AuthenticateBodyStage
+    let cacheLookupStage: CacheLookupStage
+    let coalesceStage: CoalesceStage
+    let sharedTierLookupStage: SharedTierLookupStage?
+    let forwardStage: ForwardStage
     let answerStages: [AnswerStage]
-    /// Index of the first stage that needs the body.
-    private let firstBodyStage: Int
+    /// Index in `order` of the first stage that needs the body (set once, in `init`).
+    @exclusivity(unchecked) private var firstBodyStage: Int
     let shared: SharedStages
     let sharedTier: SharedTier?
     let authenticator: Authenticator?
@@ -45,18 +55,22 @@ final class ProxyPipeline: RequestHandler {
         self.authenticator = authenticator
         let routes = RouteSnapshot(config: config, statSlots: statSlots, services: services)
         self.routes = routes
-        var stages: [RequestStage] = [
-            RouteStage(routes: routes),
-            AuthenticateHeadStage(authenticator: authenticator, stats: worker.stats),
-            AuthenticateBodyStage(authenticator: authenticator, sharedTier: sharedTier, stats: worker.stats),
-            CacheLookupStage(cache: shared.cache, cacheConfig: config.cache),
-            CoalesceStage(flights: shared.flights, worker: worker),
-        ]
-        // Left out when there is no shared cache to look in (it would only continue):
-        // each stage run is a call through the list and a retain of the stage.
-        if let tier = sharedTier, tier.config.cache { stages.append(SharedTierLookupStage(sharedTier: sharedTier)) }
-        stages.append(ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes))
-        self.stages = stages
+        routeStage = RouteStage(routes: routes)
+        authenticateHeadStage = AuthenticateHeadStage(authenticator: authenticator, stats: worker.stats)
+        authenticateBodyStage = AuthenticateBodyStage(authenticator: authenticator, sharedTier: sharedTier, stats: worker.stats)
+        cacheLookupStage = CacheLookupStage(cache: shared.cache, cacheConfig: config.cache)
+        coalesceStage = CoalesceStage(flights: shared.flights, worker: worker)
+        forwardStage = ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes)
+        var order: [StageKind] = [.route, .authenticateHead, .authenticateBody, .cacheLookup, .coalesce]
+        // Left out when there is no shared cache to look in (it would only continue).
+        if let tier = sharedTier, tier.config.cache {
+            sharedTierLookupStage = SharedTierLookupStage(sharedTier: tier)
+            order.append(.sharedTierLookup)
+        } else {
+            sharedTierLookupStage = nil
+        }
+        order.append(.forward)
+        self.order = order
         // Each acts only with a cache plan or a flight: an upstream answer with neither
         // goes straight to the client (`ProxyContext.answerStagesCanUse`).
         answerStages = [
@@ -64,7 +78,36 @@ final class ProxyPipeline: RequestHandler {
             StoreStage(cache: shared.cache, cacheConfig: config.cache, sharedTier: sharedTier),
             ShareWithWaitersStage(flights: shared.flights),
         ]
-        firstBodyStage = stages.firstIndex { $0.needsBody } ?? stages.count
+        // Every stored property but this one is set: the stages can be asked.
+        firstBodyStage = order.count
+        firstBodyStage = order.firstIndex { stage($0).needsBody } ?? order.count
+    }
+
+    /// The stage object of a kind (for what does not run per request).
+    func stage(_ kind: StageKind) -> RequestStage {
+        switch kind {
+        case .route: routeStage
+        case .authenticateHead: authenticateHeadStage
+        case .authenticateBody: authenticateBodyStage
+        case .cacheLookup: cacheLookupStage
+        case .coalesce: coalesceStage
+        case .sharedTierLookup: sharedTierLookupStage!
+        case .forward: forwardStage
+        }
+    }
+
+    /// Runs one stage: a direct call on a `let` of this pipeline.
+    @inline(__always)
+    private func run(_ kind: StageKind, _ ctx: ProxyContext) -> StageResult {
+        switch kind {
+        case .route: routeStage.run(ctx)
+        case .authenticateHead: authenticateHeadStage.run(ctx)
+        case .authenticateBody: authenticateBodyStage.run(ctx)
+        case .cacheLookup: cacheLookupStage.run(ctx)
+        case .coalesce: coalesceStage.run(ctx)
+        case .sharedTierLookup: sharedTierLookupStage!.run(ctx)
+        case .forward: forwardStage.run(ctx)
+        }
     }
 
     // MARK: RequestHandler (called by the codec)
@@ -74,7 +117,7 @@ final class ProxyPipeline: RequestHandler {
         let ctx = ProxyContext(exchange: exchange, pipeline: self)
         exchange.setOwner(ctx)
         for i in 0..<firstBodyStage {
-            switch stages[i].run(ctx) {
+            switch run(order[i], ctx) {
             case .next: continue
             case let .refuse(code, message): return (code, message)
             case .answered, .suspended: preconditionFailure("a stage that runs on the head alone only continues or refuses")
@@ -96,10 +139,10 @@ final class ProxyPipeline: RequestHandler {
 
     /// Runs the stages from `ctx.nextStage` until one answers or suspends.
     func resume(_ ctx: ProxyContext) {
-        while ctx.nextStage < stages.count {
-            let stage = stages[ctx.nextStage]
+        while ctx.nextStage < order.count {
+            let kind = order[ctx.nextStage]
             ctx.nextStage += 1
-            switch stage.run(ctx) {
+            switch run(kind, ctx) {
             case .next: continue
             case let .refuse(code, message): ctx.exchange.respondError(code, message); return
             case .answered, .suspended: return

@@ -13,7 +13,12 @@ enum StageResult {
     case suspended
 }
 
-/// One step of the request path (`ProxyPipeline.stages` lists them in order). A stage
+/// The request path's stages, in the order `ProxyPipeline.order` runs them.
+enum StageKind: UInt8 {
+    case route, authenticateHead, authenticateBody, cacheLookup, coalesce, sharedTierLookup, forward
+}
+
+/// One step of the request path (`ProxyPipeline.order` lists them in order). A stage
 /// reads the exchange and the context, records what it found in the context, and
 /// continues, refuses, answers or suspends. Loop thread only.
 protocol RequestStage: AnyObject {
