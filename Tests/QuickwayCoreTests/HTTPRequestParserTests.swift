@@ -52,6 +52,44 @@ final class HTTPRequestParserTests: XCTestCase {
         XCTAssertNil(h.value(of: "x-f20"), "named by Connection: left out")
     }
 
+    /// One array holds the head: its bytes as sent (the target normalised, the raw one
+    /// after them for the signature), then the field table. A worker's scratch table, or
+    /// one of the parse's own when the head could have more fields than it has room for,
+    /// gives the same head.
+    func testTheHeadKeepsItsBytesAndFieldsInOneArrayWithOrWithoutScratch() throws {
+        let plain = "GET /a?q=1 HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n\r\n"
+        let (_, p) = parseOnce(plain)
+        let h = try XCTUnwrap(p)
+        XCTAssertEqual(Array(h.headBytes), Array(plain.utf8), "the head as sent")
+        XCTAssertEqual(h.signedTarget, h.target)
+        let encoded = "GET /%61pi HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n\r\n"
+        let (_, e) = parseOnce(encoded)
+        let n = try XCTUnwrap(e)
+        XCTAssertEqual(String(decoding: n.headBytes, as: UTF8.self), "GET /api HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n\r\n")
+        XCTAssertEqual(n.string(n.signedTarget), "/%61pi", "the raw target follows the head")
+        XCTAssertEqual(n.fields.map { n.string($0.name) + "=" + n.string($0.value) }, ["Host=h", "X-A=1"])
+        // Through a scratch table with room, and one too small for the head (64 lines).
+        var long = "GET /%61 HTTP/1.1\r\nHost: h\r\n"
+        for i in 0..<64 { long += "X-\(i): \(i)\r\n" }
+        long += "\r\n"
+        let bytes = Array(long.utf8)
+        var heads: [HTTPRequestHead] = []
+        for scratch in [nil, HeadFieldScratch(headBytes: 16384), HeadFieldScratch(headBytes: 64)] {
+            var parser = HTTPRequestParser(maxHeadBytes: 16384, maxBodyBytes: 1 << 20)
+            let result = try bytes.withUnsafeBytes { raw in try Result { () throws(HTTPParseError) in try parser.parseHead(raw, scratch: scratch) }.get() }
+            guard case let .head(head, consumed) = result else { return XCTFail("incomplete") }
+            XCTAssertEqual(consumed, bytes.count)
+            heads.append(head)
+        }
+        for head in heads {
+            XCTAssertEqual(head.fields.count, 65)
+            XCTAssertEqual(head.string(head.fields[64].name), "X-63")
+            XCTAssertEqual(head.string(head.fields[64].value), "63")
+            XCTAssertEqual(head.bytes, heads[0].bytes)
+            XCTAssertEqual(head.targetString, "/a")
+        }
+    }
+
     func testValueWhitespaceIsTrimmed() {
         let (_, h) = parseOnce("GET / HTTP/1.1\r\nHost:   a.b \t \r\n\r\n")
         XCTAssertEqual(h.map { $0.string($0.fields[0].value) }, "a.b")

@@ -22,6 +22,8 @@ final class Worker: @unchecked Sendable {
     let stats: WorkerStats
     /// The free 4 KiB blocks its connections' buffers take while they have bytes in flight.
     let bufferPool = BufferPool()
+    /// Where its connections' parsers gather a head's fields (loop thread only).
+    let headFieldScratch: HeadFieldScratch
     /// Above this many open connections an HTTP/1.1 connection gives its buffer objects
     /// back as soon as it is idle, below it at the next sweep
     /// (`HTTP1Connection.dropBuffersSoon`): as many as the pool keeps spare objects for
@@ -92,6 +94,7 @@ final class Worker: @unchecked Sendable {
         idleBuffersGoBackAtOnceAbove = bufferPool.maxSpareObjects / 2
         self.listenAddress = listen
         self.limits = limits
+        headFieldScratch = HeadFieldScratch(headBytes: limits.maxHeaderBytes)
         self.maxConnections = maxConnections
         self.stats = WorkerStats(routeCount: routeCount)
         base = EventLoopSupport.makeBase()

@@ -11,9 +11,13 @@ import Glibc
 /// covers (`spec/signature.md`); it differs from `target` only by percent-encoded
 /// unreserved bytes decoded and hex upper-cased, which change no meaning.
 public struct HTTPRequestHead: Sendable {
-    /// The head as received, request line through the final empty line, with the target
-    /// normalised; when normalising changed it, the raw target follows the head.
+    /// One allocation holds the whole head: the head as received, request line through
+    /// the final empty line, with the target normalised (`headLength` bytes); when
+    /// normalising changed it, the raw target after that; then the field table that
+    /// `fields` reads. Ranges into it name the parts.
     public let bytes: [UInt8]
+    /// The head's own bytes: `bytes[0..<headLength]`.
+    public let headLength: Int
     public let method: Range<Int>
     public let target: Range<Int>
     /// The raw target, as signed by the client.
@@ -30,7 +34,9 @@ public struct HTTPRequestHead: Sendable {
     public let keptUnderscoreFields: Bool
     /// 0 for HTTP/1.0, 1 for HTTP/1.1.
     public let minorVersion: Int
-    public let fields: [HTTPField]
+    /// The header fields in order, read from the table at the end of `bytes` (no array
+    /// of their own: one allocation a request less).
+    public let fields: Fields
     /// Body framing decided from the headers.
     public let body: HTTPBodyFraming
     /// Whether the client wants the connection kept open after this exchange.
@@ -49,10 +55,34 @@ public struct HTTPRequestHead: Sendable {
         public let value: Range<Int>
     }
 
+    /// The header fields, kept as four 32-bit offsets each (name start and end, value
+    /// start and end) from `tableStart` in the head's storage, which it shares.
+    public struct Fields: RandomAccessCollection, Sendable {
+        /// Bytes of one field in the table.
+        static let entryBytes = 16
+        let storage: [UInt8]
+        let tableStart: Int
+        public let count: Int
+        public var startIndex: Int { 0 }
+        public var endIndex: Int { count }
+
+        @inline(__always) public subscript(i: Int) -> HTTPField {
+            precondition(i >= 0 && i < count, "field index out of range")
+            return storage.withUnsafeBytes { raw in
+                let p = tableStart + i * Self.entryBytes
+                @inline(__always) func at(_ k: Int) -> Int { Int(raw.loadUnaligned(fromByteOffset: p + 4 * k, as: UInt32.self)) }
+                return HTTPField(name: at(0)..<at(1), value: at(2)..<at(3))
+            }
+        }
+    }
+
     /// Runs `body` with the head's bytes.
     @inline(__always) public func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         try bytes.withUnsafeBytes(body)
     }
+
+    /// The head's bytes, request line through the empty line (with the normalised target).
+    public var headBytes: ArraySlice<UInt8> { bytes[0..<headLength] }
 
     public func string(_ r: Range<Int>) -> String { String(decoding: bytes[r], as: UTF8.self) }
     public var methodString: String { string(method) }

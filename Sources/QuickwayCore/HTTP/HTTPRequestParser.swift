@@ -8,6 +8,25 @@ public enum HTTPParseError: Error, Equatable, Sendable {
     case bodyTooLarge
 }
 
+/// Room for a head's field table while it is parsed (`HTTPRequestParser`: four 32-bit
+/// offsets a field), kept by a worker so that parsing a head allocates nothing but the
+/// head's own array. A head that could hold more fields than it has room for gets a
+/// table of its own. Used by one thread at a time (its worker's loop); a parse calls
+/// nothing that could parse again.
+public final class HeadFieldScratch: @unchecked Sendable {
+    let table: UnsafeMutableBufferPointer<UInt32>
+
+    /// Room for heads of up to `headBytes` bytes (at most 64 KiB of table).
+    public init(headBytes: Int) {
+        table = .allocate(capacity: HeadFieldScratch.tableSize(headBytes: min(headBytes, 16384)))
+    }
+    deinit { table.deallocate() }
+
+    /// Offsets a head of `headBytes` bytes may need: a field line takes at least four
+    /// bytes (`a:` CRLF).
+    static func tableSize(headBytes: Int) -> Int { 4 * (headBytes / 4 + 1) }
+}
+
 /// Incremental, strict HTTP/1.1 request-head parser (RFC 9112).
 ///
 /// Feed it the connection's unread bytes as often as more arrive: it remembers how
@@ -50,23 +69,22 @@ public struct HTTPRequestParser: Sendable {
     public mutating func reset() { scanned = 0; lineStart = 0; skippedPrefix = 0 }
 
     /// Looks for a complete head at the start of `buf`. Call again with the same bytes
-    /// plus more when it answers `.needMore`.
-    public mutating func parseHead(_ buf: UnsafeRawBufferPointer) throws(HTTPParseError) -> HeadResult {
-        try scanHead(buf, whole: nil)
+    /// plus more when it answers `.needMore`. `scratch`: the worker's room for the field
+    /// table (without it, a parse allocates one).
+    public mutating func parseHead(_ buf: UnsafeRawBufferPointer, scratch: HeadFieldScratch? = nil) throws(HTTPParseError) -> HeadResult {
+        try scanHead(buf, scratch: scratch)
     }
 
     /// A head that is all of `bytes` (an HTTP/2 request re-written as HTTP/1.1): checked
-    /// and parsed exactly as `parseHead` does, and `bytes` itself becomes the head's
-    /// storage instead of a copy of it.
-    public mutating func parseHead(whole bytes: [UInt8]) throws(HTTPParseError) -> HeadResult {
+    /// and parsed exactly as `parseHead` does.
+    public mutating func parseHead(whole bytes: [UInt8], scratch: HeadFieldScratch? = nil) throws(HTTPParseError) -> HeadResult {
         let result = bytes.withUnsafeBytes { raw in
-            Result { () throws(HTTPParseError) -> HeadResult in try scanHead(raw, whole: bytes) }
+            Result { () throws(HTTPParseError) -> HeadResult in try scanHead(raw, scratch: scratch) }
         }
         return try result.get()
     }
 
-    /// `whole`: the array `buf` views, when a head that fills it may keep it.
-    private mutating func scanHead(_ buf: UnsafeRawBufferPointer, whole: [UInt8]?) throws(HTTPParseError) -> HeadResult {
+    private mutating func scanHead(_ buf: UnsafeRawBufferPointer, scratch: HeadFieldScratch?) throws(HTTPParseError) -> HeadResult {
         precondition(buf.count < Int(Int32.max), "a request buffer of 2 GiB")
         var i = Int(scanned)
         var lineStart = Int(lineStart)
@@ -95,8 +113,7 @@ public struct HTTPRequestParser: Sendable {
                     let start = skippedPrefix
                     reset()
                     let head = try Self.parseCompleteHead(buf, from: start, to: end, maxBody: maxBodyBytes,
-                                                         allowUnderscores: allowUnderscoresInHeaders,
-                                                         whole: start == 0 && end == n ? whole : nil)
+                                                         allowUnderscores: allowUnderscoresInHeaders, scratch: scratch)
                     return .head(head, consumed: end)
                 }
                 lineStart = i + 1
@@ -118,19 +135,24 @@ public struct HTTPRequestParser: Sendable {
     }
 
     /// Parses a head known to be complete: `buf[start..<end]` ends with CRLF CRLF and
-    /// contains no bare LF.
+    /// contains no bare LF. The fields are gathered in a table (`scratch`'s when it has
+    /// room) while the head is read where it lies; then the head's bytes and the table
+    /// are written into the one array the head keeps (`HTTPRequestHead.bytes`).
     static func parseCompleteHead(_ buf: UnsafeRawBufferPointer, from start: Int, to end: Int, maxBody: Int,
-                                  allowUnderscores: Bool = false, whole: [UInt8]? = nil) throws(HTTPParseError) -> HTTPRequestHead {
-        let bytes = whole ?? Array(buf[start..<end])
-        let result = bytes.withUnsafeBytes { raw in
-            Result { () throws(HTTPParseError) -> HTTPRequestHead in
-                try parseFields(raw, bytes: bytes, maxBody: maxBody, allowUnderscores: allowUnderscores)
-            }
+                                  allowUnderscores: Bool = false, scratch: HeadFieldScratch? = nil) throws(HTTPParseError) -> HTTPRequestHead {
+        let raw = UnsafeRawBufferPointer(rebasing: buf[start..<end])
+        let needed = HeadFieldScratch.tableSize(headBytes: raw.count)
+        if let scratch, scratch.table.count >= needed {
+            return try parseFields(raw, table: scratch.table, maxBody: maxBody, allowUnderscores: allowUnderscores)
         }
-        return try result.get()
+        let table = UnsafeMutableBufferPointer<UInt32>.allocate(capacity: needed)
+        defer { table.deallocate() }
+        return try parseFields(raw, table: table, maxBody: maxBody, allowUnderscores: allowUnderscores)
     }
 
-    private static func parseFields(_ raw: UnsafeRawBufferPointer, bytes: [UInt8], maxBody: Int,
+    /// `table`: room for the fields, four offsets each (name start, name end, value
+    /// start, value end).
+    private static func parseFields(_ raw: UnsafeRawBufferPointer, table: UnsafeMutableBufferPointer<UInt32>, maxBody: Int,
                                     allowUnderscores: Bool) throws(HTTPParseError) -> HTTPRequestHead {
         let n = raw.count
         var i = 0
@@ -161,8 +183,8 @@ public struct HTTPRequestParser: Sendable {
             throw .badRequest("request target must be a path starting with /")
         }
 
-        var fields: [HTTPRequestHead.HTTPField] = []
-        fields.reserveCapacity(16)
+        var fieldCount = 0
+        @inline(__always) func name(_ k: Int) -> Range<Int> { Int(table[4 * k])..<Int(table[4 * k + 1]) }
         var contentLength: Int?
         var chunked = false
         var sawTransferEncoding = false
@@ -204,12 +226,16 @@ public struct HTTPRequestParser: Sendable {
                 continue
             }
             if underscore { keptUnderscore = true }
-            fields.append(.init(name: name, value: value))
+            table[4 * fieldCount] = UInt32(truncatingIfNeeded: name.lowerBound)
+            table[4 * fieldCount + 1] = UInt32(truncatingIfNeeded: name.upperBound)
+            table[4 * fieldCount + 2] = UInt32(truncatingIfNeeded: value.lowerBound)
+            table[4 * fieldCount + 3] = UInt32(truncatingIfNeeded: value.upperBound)
+            fieldCount += 1
 
             switch name.count {
             case 4 where HTTPSyntax.equalsLowercase(raw, name, "host"):
                 hostCount += 1
-                hostField = fields.count - 1
+                hostField = fieldCount - 1
             case 14 where HTTPSyntax.equalsLowercase(raw, name, "content-length"):
                 guard contentLength == nil else { throw .badRequest("more than one Content-Length") }
                 contentLength = try parseContentLength(raw, value)
@@ -255,10 +281,15 @@ public struct HTTPRequestParser: Sendable {
                 || HTTPSyntax.equalsLowercase(raw, t, "transfer-encoding") {
                 throw .badRequest("Connection must not name Host or the body's framing headers")
             }
-            fields.removeAll { f in hopByHop.contains { t in sameName(raw, t, f.name) } }
-            hostField = fields.firstIndex { HTTPSyntax.equalsLowercase(raw, $0.name, "host") }
+            var kept = 0
+            for k in 0..<fieldCount where !hopByHop.contains(where: { t in sameName(raw, t, name(k)) }) {
+                for j in 0..<4 { table[4 * kept + j] = table[4 * k + j] }
+                kept += 1
+            }
+            fieldCount = kept
+            hostField = (0..<fieldCount).first { HTTPSyntax.equalsLowercase(raw, name($0), "host") }
         }
-        if let h = hostField, !HTTPSyntax.isValidHost(raw, fields[h].value) {
+        if let h = hostField, !HTTPSyntax.isValidHost(raw, Int(table[4 * h + 2])..<Int(table[4 * h + 3])) {
             throw .badRequest("the Host header must be a host name or IP address with an optional port")
         }
         let framing: HTTPBodyFraming
@@ -269,32 +300,44 @@ public struct HTTPRequestParser: Sendable {
         } else { framing = .none }
         let keepAlive = minor == 1 ? !connectionClose : (connectionKeepAlive && !connectionClose)
         let normal = try RequestTargetNormalizer.normalize(UnsafeRawBufferPointer(rebasing: raw[target]))
-        var headBytes = bytes
-        var normalTarget = target
-        var signedTarget = target
-        if let rewritten = normal.rewritten {
-            // The normalised target replaces the raw one in the head, which moves every
-            // header range by `delta`; the raw target is kept after the head for the
-            // signature. Only for targets that normalising changes.
-            let delta = rewritten.count - target.count
-            var b: [UInt8] = []
-            b.reserveCapacity(bytes.count + delta + target.count)
-            b.append(contentsOf: bytes[0..<target.lowerBound])
-            b.append(contentsOf: rewritten)
-            b.append(contentsOf: bytes[target.upperBound...])
-            signedTarget = b.count..<(b.count + target.count)
-            b.append(contentsOf: bytes[target])
-            headBytes = b
-            normalTarget = target.lowerBound..<(target.lowerBound + rewritten.count)
-            for k in fields.indices {
-                fields[k] = .init(name: (fields[k].name.lowerBound + delta)..<(fields[k].name.upperBound + delta),
-                                  value: (fields[k].value.lowerBound + delta)..<(fields[k].value.upperBound + delta))
+        // The normalised target replaces the raw one in the head, which moves every
+        // header range by `delta`; the raw target is kept after the head for the
+        // signature. Only for targets that normalising changes.
+        let rewritten = normal.rewritten
+        let delta = rewritten.map { $0.count - target.count } ?? 0
+        let headLength = raw.count + delta
+        let normalTarget = target.lowerBound..<(target.upperBound + delta)
+        let signedTarget = rewritten == nil ? target : headLength..<(headLength + target.count)
+        let used = rewritten == nil ? headLength : signedTarget.upperBound
+        let tableStart = (used + 3) & ~3
+        let size = tableStart + HTTPRequestHead.Fields.entryBytes * fieldCount
+        let storage = ByteArrays.make(capacity: size) { o in
+            if let rewritten {
+                var at = 0
+                func put(_ piece: UnsafeRawBufferPointer) {
+                    if piece.count > 0 { o.baseAddress!.advanced(by: at).copyMemory(from: piece.baseAddress!, byteCount: piece.count) }
+                    at += piece.count
+                }
+                put(UnsafeRawBufferPointer(rebasing: raw[..<target.lowerBound]))
+                rewritten.withUnsafeBytes { put($0) }
+                put(UnsafeRawBufferPointer(rebasing: raw[target.upperBound...]))
+                put(UnsafeRawBufferPointer(rebasing: raw[target]))
+            } else {
+                o.baseAddress!.copyMemory(from: raw.baseAddress!, byteCount: raw.count)
             }
+            for p in used..<tableStart { o[p] = 0 }
+            // Every field comes after the request line, so each moves by `delta`.
+            let d = UInt32(bitPattern: Int32(delta))
+            for k in 0..<(4 * fieldCount) {
+                o.storeBytes(of: table[k] &+ d, toByteOffset: tableStart + 4 * k, as: UInt32.self)
+            }
+            return size
         }
-        return HTTPRequestHead(bytes: headBytes, method: method, target: normalTarget, signedTarget: signedTarget,
+        return HTTPRequestHead(bytes: storage, headLength: headLength, method: method, target: normalTarget, signedTarget: signedTarget,
                                encodedSlashInPath: normal.encodedSlash, rawPlusInQuery: normal.rawPlusInQuery,
                                droppedUnderscoreFields: droppedUnderscore, keptUnderscoreFields: keptUnderscore,
-                               minorVersion: minor, fields: fields,
+                               minorVersion: minor,
+                               fields: .init(storage: storage, tableStart: tableStart, count: fieldCount),
                                body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
                                hostField: hostField, upgradeWebSocket: upgradeWebSocket, connectionUpgrade: connectionUpgrade)
     }

@@ -195,7 +195,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 }
                 let result: HTTPRequestParser.HeadResult
                 do {
-                    result = try parser.parseHead(input.readable)
+                    result = try parser.parseHead(input.readable, scratch: worker.headFieldScratch)
                 } catch {
                     refuse(error)
                     return

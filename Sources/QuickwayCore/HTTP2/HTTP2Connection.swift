@@ -399,7 +399,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         let head: HTTPRequestHead
         do {
             // Bound straight from the result, so the head moves rather than being copied.
-            guard case let .head(h, _) = try parser.parseHead(whole: headBytes) else { return refuse(s, .badRequest, "malformed request") }
+            guard case let .head(h, _) = try parser.parseHead(whole: headBytes, scratch: worker.headFieldScratch) else { return refuse(s, .badRequest, "malformed request") }
             head = h
         } catch {
             switch error {
