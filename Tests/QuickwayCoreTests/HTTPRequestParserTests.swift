@@ -213,6 +213,19 @@ final class HTTPRequestParserTests: XCTestCase {
 
 /// The token-character bitmask agrees with RFC 9110's tchar list on every byte.
 final class HTTPSyntaxTokenTests: XCTestCase {
+    /// The byte-class tables against their definitions, on every byte: host-name bytes
+    /// (letters, digits, `-`, `.`, `_`) and the bytes the target normaliser passes over.
+    func testHostAndPathByteTablesMatchTheirListsOnEveryByte() {
+        let host = Set(Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._".utf8))
+        let special = Set(Array("#?\\/%;.".utf8))
+        XCTAssertEqual(special.count, 7)
+        for c in 0...255 {
+            let b = UInt8(c)
+            XCTAssertEqual(HTTPSyntax.isHostNameByte(b), host.contains(b), "host byte \(c)")
+            XCTAssertEqual(RequestTargetNormalizer.isOrdinary(b), !special.contains(b), "path byte \(c)")
+        }
+    }
+
     func testTokenBitmaskMatchesTheRFCListOnEveryByte() {
         let tchar = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ".utf8)
         for c in 0...255 {

@@ -126,14 +126,15 @@ public enum HTTPSyntax {
         }
     }
 
-    /// Letters, digits, `-`, `.`, `_`: a bit test (no table, no lazy global).
+    /// Letters, digits, `-`, `.`, `_`: one load from `hostNameTable`.
     @inline(__always) static func isHostNameByte(_ c: UInt8) -> Bool {
-        // Bits for 0x00-0x3F: `-` (0x2D), `.` (0x2E), `0`-`9`; for 0x40-0x7F: `A`-`Z`, `_`, `a`-`z`.
-        let low: UInt64 = 0x03FF_6000_0000_0000
-        let high: UInt64 = 0x07FF_FFFE_87FF_FFFE
-        if c < 64 { return (low >> UInt64(c)) & 1 == 1 }
-        if c < 128 { return (high >> UInt64(c - 64)) & 1 == 1 }
-        return false
+        hostNameTable.utf8Start[Int(c)] == UInt8(ascii: "1")
+    }
+
+    /// `1` for each host-name byte, 0 to 255 (laid out as `tokenTable`). A unit test
+    /// checks every byte against the list above.
+    @inline(__always) static var hostNameTable: StaticString {
+        "0000000000000000000000000000000000000000000001101111111111000000011111111111111111111111111000010111111111111111111111111110000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
     }
 
     /// `Host` syntax (RFC 9110 7.2 with RFC 3986 3.2.2, kept to what names a server):
@@ -158,10 +159,8 @@ public enum HTTPSyntax {
             i += 1
         } else {
             let start = i
-            while i < end, raw[i] != UInt8(ascii: ":") {
-                guard isHostNameByte(raw[i]) else { return false }
-                i += 1
-            }
+            // Host-name bytes (`:` is not one), then the port or the end.
+            while i < end && isHostNameByte(raw[i]) { i += 1 }
             guard i > start else { return false }
         }
         if i == end { return true }
