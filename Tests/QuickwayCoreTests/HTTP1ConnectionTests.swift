@@ -13,21 +13,25 @@ final class HTTP1ConnectionTests: XCTestCase {
         /// Answer each request at once with its path as the body (else the test answers).
         var answerAtOnce = true
 
+        func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) -> Exchange {
+            TrackedExchange(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress)
+        }
+
         func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? { nil }
 
         func handle(_ exchange: Exchange) {
             exchanges.append(exchange)
             let path = exchange.head.string(exchange.head.path)
-            exchange.setOwner(Owner { [unowned self] in self.cancelled.append(path) })
+            (exchange as! TrackedExchange).left = { [unowned self] in self.cancelled.append(path) }
+            exchange.setOwned()
             if answerAtOnce { exchange.respond(status: 200, contentType: "text/plain", body: Array(path.utf8)) }
         }
     }
 
     /// Tells the test that the client left.
-    final class Owner: ExchangeOwner {
-        let left: () -> Void
-        init(_ left: @escaping () -> Void) { self.left = left }
-        func clientLeft() { left() }
+    final class TrackedExchange: Exchange {
+        var left: (() -> Void)?
+        override func clientLeft() { left?() }
     }
 
     private var loop: LoopHarness!

@@ -14,6 +14,8 @@ final class RecordingSink: ResponseSink {
     /// Answer `.pause` to every piece of body once this many bytes were taken.
     var pauseAfterBytes = Int.max
     var onWritable: (() -> Void)?
+    /// The exchange being answered, held until its response ends, as a codec holds it.
+    var exchange: Exchange?
 
     func sendHead(_ head: ResponseHead, of exchange: Exchange) {
         heads += 1
@@ -28,8 +30,8 @@ final class RecordingSink: ResponseSink {
     }
 
     func whenWritable(_ resume: @escaping () -> Void) { onWritable = resume }
-    func sendEnd(of exchange: Exchange) { ended = true }
-    func sendAbort(of exchange: Exchange) { aborted = true }
+    func sendEnd(of exchange: Exchange) { ended = true; self.exchange = nil }
+    func sendAbort(of exchange: Exchange) { aborted = true; self.exchange = nil }
 
     var bodyString: String { String(decoding: body, as: UTF8.self) }
 }

@@ -50,9 +50,10 @@ final class PipelineTests: XCTestCase {
         let pipeline = self.pipeline!
         return loop.onLoop {
             let sink = RecordingSink()
-            let ex = Exchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: RequestId(Array("test".utf8)),
-                              clientAddress: "127.0.0.9")
+            let ex = pipeline.makeExchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: RequestId(Array("test".utf8)),
+                                           clientAddress: "127.0.0.9")
             ex.handler = pipeline
+            sink.exchange = ex
             if let (code, message) = pipeline.preflight(ex) { ex.respondError(code, message) } else { pipeline.handle(ex) }
             return (ex, sink)
         }

@@ -249,7 +249,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// it there.
     private func start(_ head: consuming HTTPRequestHead) {
         let requestId = worker.requestId(from: head)
-        let ex = Exchange(head: consume head, sink: self, requestId: requestId, clientAddress: transport.peer)
+        let ex = worker.handler.makeExchange(head: consume head, sink: self, requestId: requestId, clientAddress: transport.peer)
         startExchange(ex)
     }
 

@@ -412,7 +412,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         let requestId = worker.requestId(from: head)
         let body = head.body
         let dropped = head.droppedUnderscoreFields
-        let ex = Exchange(head: consume head, sink: s, requestId: requestId, clientAddress: transport.peer)
+        let ex = worker.handler.makeExchange(head: consume head, sink: s, requestId: requestId, clientAddress: transport.peer)
         ex.overTLS = transport.isTLS
         s.exchange = ex
         if dropped > 0 { worker.stats.underscoreHeadersDropped(dropped) }

@@ -1,11 +1,5 @@
 import Glibc
 
-/// Whoever processes an exchange; told once if the client leaves before the response
-/// is complete. Loop thread only.
-protocol ExchangeOwner: AnyObject {
-    func clientLeft()
-}
-
 /// One request and its response, whatever the wire protocol: the normalised request
 /// (head and body) and the response API the stages answer through. The codec that made
 /// the exchange is its `ResponseSink`.
@@ -14,7 +8,10 @@ protocol ExchangeOwner: AnyObject {
 /// sink until the response finishes or the client leaves, when the link is cut; whatever
 /// produces the response (a stage waiting for Redis, an upstream call) holds the
 /// exchange. All on one event-loop thread.
-final class Exchange {
+///
+/// The handler makes it (`RequestHandler.makeExchange`): the proxy's is a
+/// `ProxyContext`, which adds what its stages find, so a proxied request is one object.
+class Exchange {
     let head: HTTPRequestHead
     /// Appended to by the codec and read by the forward stage, never within one
     /// another's call: exempt from run-time exclusivity checks.
@@ -53,9 +50,10 @@ final class Exchange {
     private(set) var bytesSent = 0
     private(set) var isStreaming = false
     private(set) var isFinished = false
-    /// Whoever processes the request (the pipeline's per-request context), kept until
-    /// the exchange ends: the one cancellation signal goes to it.
-    private(set) var owner: ExchangeOwner?
+    /// Someone processes the request and is told once if the client leaves
+    /// (`clientLeft`): set by `setOwned` (the proxy pipeline, once the head stages
+    /// ran), cleared when the exchange ends.
+    private(set) var isOwned = false
 
     /// Runs `body` with the head borrowed in place: passing `exchange.head` as an argument
     /// copies it (its arrays retained and released), reading it here does not.
@@ -79,11 +77,17 @@ final class Exchange {
     /// Someone still waits for this response.
     var isOpen: Bool { sink != nil }
 
-    /// Sets who is told if the client leaves (once per request).
-    func setOwner(_ owner: ExchangeOwner) {
-        precondition(self.owner == nil, "an exchange has one owner")
-        self.owner = owner
+    /// From now until the exchange ends, a client that leaves is reported to
+    /// `clientLeft` (once per request).
+    final func setOwned() {
+        precondition(!isOwned, "an exchange is owned once")
+        isOwned = true
     }
+
+    /// The client left before the response was complete, while the exchange was owned:
+    /// whoever produces the response stops. Nothing to stop here; `ProxyContext` tells
+    /// its pipeline.
+    func clientLeft() {}
 
     // MARK: complete responses
 
@@ -152,7 +156,7 @@ final class Exchange {
         if status == 0 { status = 502 }
         isFinished = true
         self.sink = nil
-        owner = nil
+        isOwned = false
         sink.sendAbort(of: self)
     }
 
@@ -168,7 +172,7 @@ final class Exchange {
         status = 101
         isFinished = true
         self.sink = nil
-        owner = nil
+        isOwned = false
         return true
     }
 
@@ -176,7 +180,7 @@ final class Exchange {
         guard let sink else { return }
         isFinished = true
         self.sink = nil
-        owner = nil
+        isOwned = false
         sink.sendEnd(of: self)
     }
 
@@ -185,8 +189,8 @@ final class Exchange {
         guard !isFinished else { return }
         sink = nil
         if self.status == 0 { self.status = status }
-        let owner = self.owner
-        self.owner = nil
-        owner?.clientLeft()
+        guard isOwned else { return }
+        isOwned = false
+        clientLeft()
     }
 }

@@ -1,11 +1,14 @@
-/// One proxied request's state as it walks the stages: what each stage found (route,
+/// One proxied request: its exchange (this object is one, made by the pipeline's
+/// `makeExchange`) and its state as it walks the stages: what each stage found (route,
 /// credentials, cache plan, flight) and what the request is waiting on, if anything.
-/// Owned by the pipeline run (held by the exchange's cancellation handler and by
-/// whatever the request waits on). Loop thread only.
-final class ProxyContext: ExchangeOwner {
-    let exchange: Exchange
+/// One object, not an exchange and a context beside it: an allocation, its free and
+/// the links between them less per request. Held by the codec and by whatever the
+/// request waits on. Loop thread only.
+final class ProxyContext: Exchange {
+    /// The exchange the stages read and answer through: this object.
+    @inline(__always) var exchange: Exchange { self }
     /// The pipeline running the request. Not counted: the exchange holds it as its
-    /// `handler` for as long as the exchange (and so this context) is in use.
+    /// `handler` for as long as the exchange is in use.
     unowned(unsafe) let pipeline: ProxyPipeline
     /// Where the run goes on after a suspended stage (an index into the pipeline's stages).
     var nextStage = 0
@@ -50,11 +53,11 @@ final class ProxyContext: ExchangeOwner {
     /// result is dropped instead of going upstream.
     var abandoned = false
 
-    func clientLeft() { pipeline.clientLeft(self) }
+    override func clientLeft() { pipeline.clientLeft(self) }
 
-    init(exchange: Exchange, pipeline: ProxyPipeline) {
-        self.exchange = exchange
+    init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String, pipeline: ProxyPipeline) {
         self.pipeline = pipeline
+        super.init(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress)
     }
 }
 

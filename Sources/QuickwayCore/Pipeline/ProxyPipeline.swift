@@ -112,10 +112,20 @@ final class ProxyPipeline: RequestHandler {
 
     // MARK: RequestHandler (called by the codec)
 
+    func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) -> Exchange {
+        ProxyContext(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, pipeline: self)
+    }
+
+    /// The exchange as this pipeline made it (`makeExchange`).
+    @inline(__always) private func context(_ exchange: Exchange) -> ProxyContext {
+        assert(exchange is ProxyContext, "an exchange the proxy pipeline did not make")
+        return unsafeDowncast(exchange, to: ProxyContext.self)
+    }
+
     /// The head stages: answers now (without reading the body) if one refuses.
     func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
-        let ctx = ProxyContext(exchange: exchange, pipeline: self)
-        exchange.setOwner(ctx)
+        let ctx = context(exchange)
+        ctx.setOwned()
         for i in 0..<firstBodyStage {
             switch run(order[i], ctx) {
             case .next: continue
@@ -129,10 +139,9 @@ final class ProxyPipeline: RequestHandler {
 
     /// The rest of the stages, once the body is in.
     func handle(_ exchange: Exchange) {
-        guard let owner = exchange.owner else { return }
-        // Only this pipeline owns the exchanges it handles.
-        let ctx = unsafeDowncast(owner, to: ProxyContext.self)
-        resume(ctx)
+        // Not after the exchange ended (refused by a head stage, or the client left).
+        guard exchange.isOwned else { return }
+        resume(context(exchange))
     }
 
     // MARK: running the stages
