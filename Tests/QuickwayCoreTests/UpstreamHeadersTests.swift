@@ -119,10 +119,18 @@ final class UpstreamHeadersTests: XCTestCase {
             let framed = UpstreamHTTPCall.requestBytes(UpstreamRequest(method: method, isHead: isHead, hasBody: hasBody, body: body,
                                                                        headers: headers, pathAndQuery: target, idempotent: true),
                                                        authority: authority)
-            let wire = UpstreamRequestHeaders.wire(
-                head: h, clientAddress: "::1", requestId: RequestId(Array("r-\(i)".utf8)), authKeyId: keyId, overTLS: i == 2,
-                frame: .init(method: isHead ? Array("HEAD".utf8) : method, target: target, authority: authority, extraLines: extra,
-                             body: hasBody && !isHead ? body : nil))
+            let sentMethod = isHead ? Array("HEAD".utf8) : method
+            let wire = sentMethod.withUnsafeBytes { m in
+                Array(target).withUnsafeBytes { t in
+                    authority.withUnsafeBytes { a in
+                        body.withUnsafeBytes { b in
+                            UpstreamRequestHeaders.wire(
+                                head: h, clientAddress: "::1", requestId: RequestId(Array("r-\(i)".utf8)), authKeyId: keyId, overTLS: i == 2,
+                                frame: .init(method: m, target: t, authority: a, extraLines: extra, body: hasBody && !isHead ? b : nil))
+                        }
+                    }
+                }
+            }
             XCTAssertEqual(String(decoding: wire, as: UTF8.self), String(decoding: framed, as: UTF8.self), text)
         }
     }
@@ -263,6 +271,11 @@ final class RoutingTests: XCTestCase {
             let bytes = Array("GET ".utf8) + Array(target.utf8) + Array(" HTTP/1.1\r\n\r\n".utf8)
             let sliced = ForwardStage.forwardedTarget(bytes, 4..<(4 + target.utf8.count), stripping: prefix.utf8.count)
             XCTAssertEqual(String(decoding: sliced, as: UTF8.self), copied, target)
+            // And the borrowed form the plain-HTTP request is written from.
+            let borrowed = bytes.withUnsafeBytes { raw in
+                ForwardStage.withForwardedTarget(raw, 4..<(4 + target.utf8.count), stripping: prefix.utf8.count) { String(decoding: $0, as: UTF8.self) }
+            }
+            XCTAssertEqual(borrowed, copied, target)
             XCTAssertEqual(String(decoding: ForwardStage.forwardedTarget(bytes, 4..<(4 + target.utf8.count), stripping: nil), as: UTF8.self), target)
             return copied
         }

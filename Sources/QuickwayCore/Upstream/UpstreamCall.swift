@@ -1,6 +1,8 @@
 import Glibc
 
 /// What the proxy stage sends upstream; owned, so a retry can send it again.
+/// For a plain-HTTP service only `wire` and the flags are set (`init(wire:...)`): the
+/// method, target, headers and body are in the wire form already.
 struct UpstreamRequest {
     var method: [UInt8]
     /// A HEAD request: the answer has no body whatever its framing says.
@@ -19,11 +21,37 @@ struct UpstreamRequest {
     var idempotent: Bool
     /// A WebSocket handshake: sent on a fresh connection (never a pooled one), and a
     /// `101` hands that connection to the caller (`upstreamUpgraded`) instead of the pool.
-    var webSocketUpgrade = false
+    var webSocketUpgrade: Bool
     /// The whole request as the plain-HTTP client sends it, when the forward stage made
     /// it so (`UpstreamRequestHeaders.wire`; `headers` is then empty); else empty, and
     /// the client frames `headers` itself (`UpstreamHTTPCall.requestBytes`).
-    var wire: [UInt8] = []
+    var wire: [UInt8]
+
+    init(method: [UInt8], isHead: Bool, hasBody: Bool, body: [UInt8], headers: UpstreamHeaders,
+         pathAndQuery: ArraySlice<UInt8>, idempotent: Bool) {
+        self.method = method
+        self.isHead = isHead
+        self.hasBody = hasBody
+        self.body = body
+        self.headers = headers
+        self.pathAndQuery = pathAndQuery
+        self.idempotent = idempotent
+        webSocketUpgrade = false
+        wire = []
+    }
+
+    /// A request written whole for a plain-HTTP service (`UpstreamRequestHeaders.wire`).
+    init(wire: [UInt8], isHead: Bool, hasBody: Bool, idempotent: Bool, webSocketUpgrade: Bool) {
+        method = []
+        self.isHead = isHead
+        self.hasBody = hasBody
+        body = []
+        headers = UpstreamHeaders()
+        pathAndQuery = []
+        self.idempotent = idempotent
+        self.webSocketUpgrade = webSocketUpgrade
+        self.wire = wire
+    }
 }
 
 /// One upstream call, whichever client makes it (`UpstreamHTTPCall` for plain HTTP,

@@ -14,7 +14,10 @@ struct UpstreamHeaders {
     /// Fields held.
     private(set) var count = 0
 
-    init(byteCapacity: Int = 0) {
+    /// No lines (nothing reserved: `reserveCapacity(0)` still costs a call per request).
+    init() {}
+
+    init(byteCapacity: Int) {
         bytes.reserveCapacity(byteCapacity)
     }
 

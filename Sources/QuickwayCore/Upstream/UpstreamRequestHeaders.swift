@@ -25,15 +25,17 @@ enum UpstreamRequestHeaders {
     /// What the plain-HTTP client sends around the header lines (RFC 9112 sections 3
     /// and 5): the request line, `Host`, lines of its own (a WebSocket handshake's
     /// `Upgrade` and `Connection`), `Content-Length` for a body, the blank line, the body.
+    /// Borrowed bytes, valid for the `wire` call it is made for (held as arrays, each
+    /// piece was a retain and a release per request).
     struct Frame {
         /// The method as sent (`HEAD` for a HEAD relayed as HEAD).
-        let method: [UInt8]
-        let target: ArraySlice<UInt8>
-        let authority: [UInt8]
+        let method: UnsafeRawBufferPointer
+        let target: UnsafeRawBufferPointer
+        let authority: UnsafeRawBufferPointer
         /// Whole `Name: value\r\n` lines, after the gateway's own.
         let extraLines: StaticString
         /// The body, when one is sent (with its `Content-Length`).
-        let body: [UInt8]?
+        let body: UnsafeRawBufferPointer?
     }
 
     /// The whole request as the plain-HTTP client sends it (`UpstreamRequest.wire`):
@@ -71,13 +73,7 @@ enum UpstreamRequestHeaders {
             // instructions a request).
             ByteArrays.make(capacity: capacity) { buffer in
                 var w = BufferWriter(buffer)
-                if let frame {
-                    frame.method.withUnsafeBytes { m in
-                        frame.target.withUnsafeBytes { t in
-                            frame.authority.withUnsafeBytes { a in RequestFraming.putHead(&w, method: m, target: t, authority: a) }
-                        }
-                    }
-                }
+                if let frame { RequestFraming.putHead(&w, method: frame.method, target: frame.target, authority: frame.authority) }
                 var forwardedFor: Range<Int>?
                 for f in fields {
                     let n = f.name
@@ -116,13 +112,7 @@ enum UpstreamRequestHeaders {
                     w.put("\r\n")
                     count += 1
                 }
-                if let frame {
-                    if let body = frame.body {
-                        body.withUnsafeBytes { RequestFraming.putEnd(&w, extraLines: frame.extraLines, body: $0) }
-                    } else {
-                        RequestFraming.putEnd(&w, extraLines: frame.extraLines, body: nil)
-                    }
-                }
+                if let frame { RequestFraming.putEnd(&w, extraLines: frame.extraLines, body: frame.body) }
                 return w.at
             }
         }

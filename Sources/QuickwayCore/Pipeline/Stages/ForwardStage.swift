@@ -16,46 +16,21 @@ final class ForwardStage: RequestStage {
     }
 
     func run(_ ctx: ProxyContext) -> StageResult {
-        let exchange = ctx.exchange
-        return exchange.withHead { forward(ctx, exchange, ctx.route!, $0) }
+        ctx.withHead { forward(ctx, ctx.route!, $0) }
     }
 
     /// `head` is the exchange's, borrowed (a local copy would retain its arrays).
-    private func forward(_ ctx: ProxyContext, _ exchange: Exchange, _ route: Route, _ head: borrowing HTTPRequestHead) -> StageResult {
-        let hasBody = head.body != .none || head.value(of: "content-length") != nil
-        let upstreamHead = exchange.isHeadRequest && ctx.plan == nil
-        let service = route.service
-        var request = head.withBytes { raw -> UpstreamRequest in
-            let method = exchange.isHeadRequest && !upstreamHead ? Self.get : Self.method(UnsafeRawBufferPointer(rebasing: raw[head.method]))
-            let target = Self.forwardedTarget(head.bytes, head.target, stripping: route.config.stripPrefix ? route.prefixLength : nil)
-            guard service.config.scheme == .http else {
-                // libcurl frames it (https): the header lines only.
-                return UpstreamRequest(
-                    method: method, isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
-                    headers: UpstreamRequestHeaders.build(head: head, clientAddress: exchange.clientAddress,
-                                                          requestId: exchange.requestId, authKeyId: exchange.authKeyId,
-                                                          overTLS: exchange.overTLS),
-                    pathAndQuery: target, idempotent: UpstreamRelay.isIdempotent(head))
-            }
-            // Plain HTTP: the whole request written once, as the client sends it. A
-            // WebSocket handshake's hop-by-hop headers are set again for this hop (the
-            // Sec-WebSocket-* ones pass as the client sent them).
-            let frame = UpstreamRequestHeaders.Frame(
-                method: upstreamHead ? Self.head : method, target: target, authority: service.authority,
-                extraLines: head.upgradeWebSocket ? "Upgrade: websocket\r\nConnection: Upgrade\r\n" : "",
-                body: hasBody && !upstreamHead ? exchange.body : nil)
-            var r = UpstreamRequest(method: method, isHead: upstreamHead, hasBody: hasBody, body: exchange.body,
-                                    headers: UpstreamHeaders(), pathAndQuery: target, idempotent: UpstreamRelay.isIdempotent(head))
-            r.wire = UpstreamRequestHeaders.wire(head: head, clientAddress: exchange.clientAddress, requestId: exchange.requestId,
-                                                 authKeyId: exchange.authKeyId, overTLS: exchange.overTLS, frame: frame)
-            return r
-        }
-        request.webSocketUpgrade = head.upgradeWebSocket
+    private func forward(_ ctx: ProxyContext, _ route: Route, _ head: borrowing HTTPRequestHead) -> StageResult {
+        let request = Self.request(ctx, route, head)
         // A WebSocket handshake (checked by the route stage) goes with its own
-        // hop-by-hop headers; other calls pay only the flag test.
-        let relay = head.upgradeWebSocket
-            ? webSocketRelay(ctx, route, request)
-            : UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: consume request, maxObjectBytes: maxObjectBytes)
+        // hop-by-hop headers; other calls pay only the flag test. The request is moved
+        // into the relay (a `?:` between the two copied it).
+        let relay: UpstreamRelay
+        if head.upgradeWebSocket {
+            relay = webSocketRelay(ctx, route, consume request)
+        } else {
+            relay = UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: consume request, maxObjectBytes: maxObjectBytes)
+        }
         ctx.waiting = .upstream(relay)
         if let flight = ctx.flight {
             // The call belongs to the flight: it outlives the leader's client while anyone waits.
@@ -66,7 +41,55 @@ final class ForwardStage: RequestStage {
         return .answered
     }
 
-    private func webSocketRelay(_ ctx: ProxyContext, _ route: Route, _ request: UpstreamRequest) -> UpstreamRelay {
+    /// The request to send. A HEAD on a cached route goes as GET (`upstreamHead` false).
+    private static func request(_ ctx: ProxyContext, _ route: Route, _ head: borrowing HTTPRequestHead) -> UpstreamRequest {
+        let hasBody = head.body != .none || head.value(of: "content-length") != nil
+        let upstreamHead = ctx.isHeadRequest && ctx.plan == nil
+        let service = route.service
+        let stripping = route.config.stripPrefix ? route.prefixLength : nil
+        let idempotent = UpstreamRelay.isIdempotent(head)
+        guard service.config.scheme == .http else {
+            // libcurl frames it (https): the header lines only.
+            var request = head.withBytes { raw in
+                let method = ctx.isHeadRequest && !upstreamHead ? Self.get : Self.method(UnsafeRawBufferPointer(rebasing: raw[head.method]))
+                return UpstreamRequest(
+                    method: method, isHead: upstreamHead, hasBody: hasBody, body: ctx.body,
+                    headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
+                                                          authKeyId: ctx.authKeyId, overTLS: ctx.overTLS),
+                    pathAndQuery: Self.forwardedTarget(head.bytes, head.target, stripping: stripping), idempotent: idempotent)
+            }
+            request.webSocketUpgrade = head.upgradeWebSocket
+            return request
+        }
+        // Plain HTTP: the whole request written once, as the client sends it, from bytes
+        // borrowed where they lie. A WebSocket handshake's hop-by-hop headers are set
+        // again for this hop (the Sec-WebSocket-* ones pass as the client sent them).
+        let wire = head.withBytes { raw in
+            ctx.body.withUnsafeBytes { body in
+                service.authority.withUnsafeBytes { authority in
+                    Self.withForwardedTarget(raw, head.target, stripping: stripping) { target in
+                        let method = upstreamHead ? Self.bytes("HEAD")
+                            : ctx.isHeadRequest ? Self.bytes("GET") : UnsafeRawBufferPointer(rebasing: raw[head.method])
+                        let frame = UpstreamRequestHeaders.Frame(
+                            method: method, target: target, authority: authority,
+                            extraLines: head.upgradeWebSocket ? "Upgrade: websocket\r\nConnection: Upgrade\r\n" : "",
+                            body: hasBody && !upstreamHead ? body : nil)
+                        return UpstreamRequestHeaders.wire(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
+                                                           authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, frame: frame)
+                    }
+                }
+            }
+        }
+        return UpstreamRequest(wire: wire, isHead: upstreamHead, hasBody: hasBody, idempotent: idempotent,
+                               webSocketUpgrade: head.upgradeWebSocket)
+    }
+
+    /// A static string's bytes.
+    @inline(__always) private static func bytes(_ s: StaticString) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)
+    }
+
+    private func webSocketRelay(_ ctx: ProxyContext, _ route: Route, _ request: consuming UpstreamRequest) -> UpstreamRelay {
         // WebSocket routes need a plain-HTTP service (the config loader says so), whose
         // request's wire form already sets `Upgrade` and `Connection` again for this hop.
         precondition(!request.wire.isEmpty, "a WebSocket handshake to an https service")
@@ -79,7 +102,6 @@ final class ForwardStage: RequestStage {
 
     // The common methods as shared arrays: a request's method costs no allocation.
     private static let get = Array("GET".utf8)
-    private static let head = Array("HEAD".utf8)
     private static let common: [[UInt8]] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"].map { Array($0.utf8) }
 
     /// The method's bytes: a shared array for a common one, else a copy.
@@ -98,6 +120,22 @@ final class ForwardStage: RequestStage {
         let start = min(target.lowerBound + prefixLength, target.upperBound)
         if start < target.upperBound && bytes[start] == UInt8(ascii: "/") { return bytes[start..<target.upperBound] }
         return ArraySlice([UInt8(ascii: "/")] + bytes[start..<target.upperBound])
+    }
+
+    /// Runs `body` with the target to forward (`forwardedTarget`'s bytes): where it lies
+    /// in `raw`, or, when stripping leaves no `/` in front, written with one on the stack.
+    @inline(__always)
+    static func withForwardedTarget<R>(_ raw: UnsafeRawBufferPointer, _ target: Range<Int>, stripping prefixLength: Int?,
+                                       _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        guard let prefixLength else { return body(UnsafeRawBufferPointer(rebasing: raw[target])) }
+        let start = min(target.lowerBound + prefixLength, target.upperBound)
+        let rest = UnsafeRawBufferPointer(rebasing: raw[start..<target.upperBound])
+        if rest.first == UInt8(ascii: "/") { return body(rest) }
+        return withUnsafeTemporaryAllocation(byteCount: rest.count + 1, alignment: 1) { buffer in
+            buffer[0] = UInt8(ascii: "/")
+            if rest.count > 0 { buffer.baseAddress!.advanced(by: 1).copyMemory(from: rest.baseAddress!, byteCount: rest.count) }
+            return body(UnsafeRawBufferPointer(buffer))
+        }
     }
 
     /// The target with the route's prefix removed, always starting with `/`.
