@@ -8,14 +8,20 @@ import Glibc
 /// through the pipeline's answer stages (stored, shared with waiters); larger ones are
 /// streamed, pausing the upstream while the client's sink says `.pause`.
 ///
-/// Ownership: the relay holds its context until the call ends or is cancelled (the
-/// context holds the relay in `waiting` meanwhile; both links are cut then). The
-/// upstream call holds the relay as its delegate. Loop thread only.
+/// Ownership: the relay holds its context (the request's exchange); the context holds
+/// the relay in `waiting` until the call ends or is cancelled, when that link is cut.
+/// The upstream call holds the relay as its delegate. Loop thread only.
 final class UpstreamRelay: UpstreamCallDelegate {
-    private var ctx: ProxyContext?
-    private let exchange: Exchange
-    private let service: ServiceRuntime
-    private let upstream: UpstreamCallMaker
+    private let ctx: ProxyContext
+    /// The answer went to the pipeline, or the call was cancelled: nothing more is
+    /// answered through the context.
+    private var done = false
+    /// The request's exchange (the context itself).
+    private var exchange: Exchange { ctx }
+    // Not counted: both are held by the pipeline (its forward stage, its routes), which
+    // the exchange holds as its handler for as long as the relay holds the exchange.
+    private unowned(unsafe) let service: ServiceRuntime
+    private unowned(unsafe) let upstream: UpstreamCallMaker
     private let request: UpstreamRequest
     private let maxObjectBytes: Int
     /// The answer is wanted in full (to store or share), even for a HEAD request.
@@ -58,7 +64,6 @@ final class UpstreamRelay: UpstreamCallDelegate {
     init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: consuming UpstreamRequest, maxObjectBytes: Int,
          webSocket: WebSocketPlan? = nil) {
         self.ctx = ctx
-        self.exchange = ctx.exchange
         self.service = service
         self.upstream = upstream
         retriesLeft = request.idempotent ? service.config.retries : 0
@@ -95,14 +100,14 @@ final class UpstreamRelay: UpstreamCallDelegate {
     func cancel() {
         transfer?.cancel()
         transfer = nil
-        if let ctx, case .upstream = ctx.waiting { ctx.waiting = .nothing }
-        ctx = nil
+        if !done, case .upstream = ctx.waiting { ctx.waiting = .nothing }
+        done = true
     }
 
     /// Hands the answer back to the pipeline (once) and lets go of the context.
     private func finish(_ answer: consuming ProxyAnswer) {
-        guard let ctx else { return }
-        self.ctx = nil
+        guard !done else { return }
+        done = true
         if case .upstream = ctx.waiting { ctx.waiting = .nothing }
         ctx.pipeline.answer(ctx, answer)   // moved on, not copied
     }
@@ -154,7 +159,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
     private func startStreaming() {
         streaming = true
         // Too large to store or share: merged waiters make their own calls.
-        if let ctx { ctx.pipeline.answer(ctx, .streamed) }
+        if !done { ctx.pipeline.answer(ctx, .streamed) }
         // The leader's client left and the waiters are released: nobody wants the rest.
         guard exchange.isOpen else {
             cancel()
@@ -182,7 +187,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
                 release()
                 return
             }
-            if let ctx, !ctx.answerStagesCanUse {
+            if !done, !ctx.answerStagesCanUse {
                 // Nothing to store it under and nobody to share it with: straight to the
                 // client from the relay's buffers, with no `CachedResponse` made for it.
                 respondDirectly()
@@ -206,7 +211,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
             }
             // Retry only while someone still wants the answer (the client, or merged waiters).
             if let c = current, !tried.contains(where: { $0 === c }) { tried.append(c) }
-            if retriesLeft > 0, failure.isConnectionError, exchange.isOpen || ctx?.flight != nil,
+            if retriesLeft > 0, failure.isConnectionError, exchange.isOpen || (!done && ctx.flight != nil),
                let next = service.health.pick(excluding: tried) {
                 retriesLeft -= 1
                 service.health.countRetry()
@@ -258,7 +263,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
     /// The call ended without an answer for the answer stages (streamed, a HEAD relayed
     /// as is, or an answer they could not use): cut the links to the context.
     private func release() {
-        if let ctx, case .upstream = ctx.waiting { ctx.waiting = .nothing }
-        ctx = nil
+        if !done, case .upstream = ctx.waiting { ctx.waiting = .nothing }
+        done = true
     }
 }
