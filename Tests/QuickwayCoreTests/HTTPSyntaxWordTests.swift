@@ -14,6 +14,11 @@ final class HTTPSyntaxWordTests: XCTestCase {
                 XCTAssertEqual(HTTPSyntax.hasByte(below: n, in: w), bytes.contains { $0 < n }, "\(bytes) below \(n)")
             }
             XCTAssertEqual(HTTPSyntax.hasByte(0x7F, in: w), bytes.contains(0x7F), "\(bytes)")
+            // The first flagged byte is the first byte below the bound, exactly.
+            for n: UInt8 in [1, 0x0E, 0x20, 0x80] {
+                let m = HTTPSyntax.bytesBelow(n, in: w)
+                if let first = bytes.firstIndex(where: { $0 < n }) { XCTAssertEqual(HTTPSyntax.firstFlagged(m), first, "\(bytes) below \(n)") }
+            }
         }
     }
 

@@ -93,10 +93,16 @@ public struct HTTPRequestParser: Sendable {
         while i < n {
             // Eight bytes with no LF, CR or NUL (none below 0x0E) need nothing but the
             // size check; the head's end and its bad bytes are looked at one by one.
-            if i + 8 <= n && !HTTPSyntax.hasByte(below: 0x0E, in: buf.loadUnaligned(fromByteOffset: i, as: UInt64.self)) {
-                i += 8
+            if i + 8 <= n {
+                let flagged = HTTPSyntax.bytesBelow(0x0E, in: buf.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+                if flagged == 0 {
+                    i += 8
+                    if i - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
+                    continue
+                }
+                // Straight to the first byte below 0x0E (the bytes before it need nothing).
+                i += HTTPSyntax.firstFlagged(flagged)
                 if i - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
-                continue
             }
             let c = buf[i]
             if c == 0x0A {

@@ -30,8 +30,24 @@ public enum HTTPSyntax {
     /// Hacks. The answer (any or none) is exact; it tests eight bytes in a few
     /// instructions, so the scanning loops skip runs of ordinary text a word at a time.
     @inline(__always) static func hasByte(below n: UInt8, in w: UInt64) -> Bool {
+        bytesBelow(n, in: w) != 0
+    }
+
+    /// High bits flagging bytes of `w` below `n` (at most 128). The lowest flag is exact
+    /// (a false flag can only follow a true one, through a borrow), so
+    /// `firstFlagged` of it is the index of the first such byte.
+    @inline(__always) static func bytesBelow(_ n: UInt8, in w: UInt64) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101
-        return (w &- ones &* UInt64(n)) & ~w & (ones &* 0x80) != 0
+        return (w &- ones &* UInt64(n)) & ~w & (ones &* 0x80)
+    }
+
+    /// The index (0-7, in memory order) of the first byte a non-zero flag mask marks.
+    @inline(__always) static func firstFlagged(_ mask: UInt64) -> Int {
+        #if _endian(little)
+        return mask.trailingZeroBitCount >> 3
+        #else
+        return mask.leadingZeroBitCount >> 3
+        #endif
     }
 
     /// Whether any byte of `w` equals `b`.
@@ -47,7 +63,12 @@ public enum HTTPSyntax {
         while true {
             while i + 8 <= to {
                 let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
-                if hasByte(below: 0x20, in: w) || hasByte(0x7F, in: w) { break }
+                let flagged = bytesBelow(0x20, in: w) | bytesBelow(1, in: w ^ (0x0101_0101_0101_0101 &* 0x7F))
+                if flagged != 0 {
+                    // Straight to the first control byte or DEL (or tab, which is allowed).
+                    i += firstFlagged(flagged)
+                    break
+                }
                 i += 8
             }
             // A word that needs a look (or the tail): one byte, then words again.
