@@ -22,6 +22,21 @@ final class HTTPSyntaxWordTests: XCTestCase {
         }
     }
 
+    func testPutLowercasedLowersExactlyTheCapitalsAtEveryLength() {
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<3_000 {
+            let bytes = (0..<Int.random(in: 0...40, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            let expected = [0x5A] + bytes.map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }   // after a byte put before
+            let got = withUnsafeTemporaryAllocation(byteCount: bytes.count + 1, alignment: 1) { buffer -> [UInt8] in
+                var w = BufferWriter(buffer)
+                w.put(byte: 0x5A)
+                bytes.withUnsafeBytes { w.putLowercased($0) }
+                return Array(w.written)
+            }
+            XCTAssertEqual(got, expected, "\(bytes)")
+        }
+    }
+
     func testFieldValueEndStopsAtTheFirstByteThatIsNotAFieldValueByte() {
         var rng = SystemRandomNumberGenerator()
         for _ in 0..<5_000 {

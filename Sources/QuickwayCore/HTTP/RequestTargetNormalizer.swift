@@ -46,9 +46,10 @@ public enum RequestTargetNormalizer {
         while i < n {
             let c = t[i]
             if isOrdinary(c) {
-                // Most bytes of a path: one load decides.
-                if !params { other = true }
+                // Most bytes of a path: one load each decides, in a loop of its own.
                 i += 1
+                while i < n && isOrdinary(t[i]) { i += 1 }
+                if !params { other = true }
                 continue
             }
             if c == UInt8(ascii: "#") { throw .badRequest("the request target must not contain # (a fragment is never sent to a server)") }

@@ -40,13 +40,22 @@ struct BufferWriter {
         at += digits
     }
 
-    /// `bytes` with `A`-`Z` made lower case.
+    /// `bytes` with `A`-`Z` made lower case: eight at a time (`HTTPSyntax.lowercased`),
+    /// then the rest one by one.
     @inline(__always) mutating func putLowercased(_ bytes: UnsafeRawBufferPointer) {
-        precondition(at + bytes.count <= buffer.count)
-        for b in bytes {
-            buffer[at] = HTTPSyntax.lower(b)
-            at += 1
+        let n = bytes.count
+        precondition(at + n <= buffer.count)
+        var i = 0
+        while i + 8 <= n {
+            buffer.storeBytes(of: HTTPSyntax.lowercased(bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)),
+                              toByteOffset: at + i, as: UInt64.self)
+            i += 8
         }
+        while i < n {
+            buffer[at + i] = HTTPSyntax.lower(bytes[i])
+            i += 1
+        }
+        at += n
     }
 
     /// What was written.
