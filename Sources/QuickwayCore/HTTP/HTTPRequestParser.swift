@@ -317,7 +317,27 @@ public struct HTTPRequestParser: Sendable {
         let used = rewritten == nil ? headLength : signedTarget.upperBound
         let tableStart = (used + 3) & ~3
         let size = tableStart + HTTPRequestHead.Fields.entryBytes * fieldCount
-        let storage = ByteArrays.make(capacity: size) { o in
+        let storage = headStorage(raw, target: target, rewritten: rewritten, table: table, fieldCount: fieldCount,
+                                  tableStart: tableStart, size: size)
+        return HTTPRequestHead(bytes: storage, headLength: headLength, method: method, target: normalTarget, signedTarget: signedTarget,
+                               encodedSlashInPath: normal.encodedSlash, rawPlusInQuery: normal.rawPlusInQuery,
+                               droppedUnderscoreFields: droppedUnderscore, keptUnderscoreFields: keptUnderscore,
+                               minorVersion: minor,
+                               fields: .init(storage: storage, tableStart: tableStart, count: fieldCount),
+                               body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
+                               hostField: hostField, upgradeWebSocket: upgradeWebSocket, connectionUpgrade: connectionUpgrade)
+    }
+
+    /// The head's one array (`HTTPRequestHead.bytes`): the head with the normalised
+    /// target (`rewritten`, when normalising changed it), the raw target after it, zeros
+    /// to `tableStart`, then the field table, every offset moved by the target's change in
+    /// length (all fields come after the request line). Apart from `parseFields`, which
+    /// grew past inlining its closure.
+    private static func headStorage(_ raw: UnsafeRawBufferPointer, target: Range<Int>, rewritten: [UInt8]?,
+                                    table: UnsafeMutableBufferPointer<UInt32>, fieldCount: Int,
+                                    tableStart: Int, size: Int) -> [UInt8] {
+        let delta = rewritten.map { $0.count - target.count } ?? 0
+        return ByteArrays.make(capacity: size) { o in
             if let rewritten {
                 var at = 0
                 func put(_ piece: UnsafeRawBufferPointer) {
@@ -331,21 +351,14 @@ public struct HTTPRequestParser: Sendable {
             } else {
                 o.baseAddress!.copyMemory(from: raw.baseAddress!, byteCount: raw.count)
             }
+            let used = rewritten == nil ? raw.count : raw.count + delta + target.count
             for p in used..<tableStart { o[p] = 0 }
-            // Every field comes after the request line, so each moves by `delta`.
             let d = UInt32(bitPattern: Int32(delta))
             for k in 0..<(4 * fieldCount) {
                 o.storeBytes(of: table[k] &+ d, toByteOffset: tableStart + 4 * k, as: UInt32.self)
             }
             return size
         }
-        return HTTPRequestHead(bytes: storage, headLength: headLength, method: method, target: normalTarget, signedTarget: signedTarget,
-                               encodedSlashInPath: normal.encodedSlash, rawPlusInQuery: normal.rawPlusInQuery,
-                               droppedUnderscoreFields: droppedUnderscore, keptUnderscoreFields: keptUnderscore,
-                               minorVersion: minor,
-                               fields: .init(storage: storage, tableStart: tableStart, count: fieldCount),
-                               body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
-                               hostField: hostField, upgradeWebSocket: upgradeWebSocket, connectionUpgrade: connectionUpgrade)
     }
 
     /// Two header names equal, ignoring ASCII case.

@@ -62,8 +62,7 @@ public enum HTTPSyntax {
         var i = from
         while true {
             while i + 8 <= to {
-                let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
-                let flagged = bytesBelow(0x20, in: w) | bytesBelow(1, in: w ^ (0x0101_0101_0101_0101 &* 0x7F))
+                let flagged = controlOrDel(raw.loadUnaligned(fromByteOffset: i, as: UInt64.self))
                 if flagged != 0 {
                     // Straight to the first control byte or DEL (or tab, which is allowed).
                     i += firstFlagged(flagged)
@@ -71,10 +70,23 @@ public enum HTTPSyntax {
                 }
                 i += 8
             }
-            // A word that needs a look (or the tail): one byte, then words again.
+            if i + 8 > to && i < to && to - from >= 8 {
+                // The tail, as the last eight bytes (overlapping bytes already looked at,
+                // which are clean): one word instead of up to seven bytes.
+                let flagged = controlOrDel(raw.loadUnaligned(fromByteOffset: to - 8, as: UInt64.self))
+                if flagged == 0 { return to }
+                i = max(i, to - 8 + firstFlagged(flagged))
+            }
+            // A word that needs a look (or a short tail): one byte, then words again.
             guard i < to, isFieldValueByte(raw[i]) else { return i }
             i += 1
         }
+    }
+
+    /// High bits flagging the bytes of `w` below 0x20 (tab included) or DEL; the lowest
+    /// flag is exact (`bytesBelow`).
+    @inline(__always) static func controlOrDel(_ w: UInt64) -> UInt64 {
+        bytesBelow(0x20, in: w) | bytesBelow(1, in: w ^ (0x0101_0101_0101_0101 &* 0x7F))
     }
 
     /// Request-target bytes: visible ASCII and obs-text only, no spaces or controls.
@@ -96,6 +108,7 @@ public enum HTTPSyntax {
         bytes.count == literal.utf8CodeUnitCount && (bytes.count == 0 || memcmp(bytes.baseAddress!, literal.utf8Start, bytes.count) == 0)
     }
 
+    @inline(__always)
     static func equalsLowercase(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ literal: StaticString) -> Bool {
         let n = literal.utf8CodeUnitCount
         guard range.count == n else { return false }
