@@ -249,11 +249,17 @@ final class UpstreamRelay: UpstreamCallDelegate {
         }
     }
 
-    /// Answers the client from the buffered answer, past the answer stages.
+    /// Answers the client from the buffered answer, past the answer stages. The last
+    /// use of the answer's arrays: moved out first (lent from the properties, each was
+    /// retained and released around the call).
     private func respondDirectly(length: ResponseLength? = nil) {
-        upstreamReason.withUnsafeBytes { reason in
-            relayLines.withUnsafeBytes { lines in
-                body.withUnsafeBytes { b in
+        var reason: [UInt8] = [], lines: [UInt8] = [], b: [UInt8] = []
+        swap(&reason, &upstreamReason)
+        swap(&lines, &relayLines)
+        swap(&b, &body)
+        reason.withUnsafeBytes { reason in
+            lines.withUnsafeBytes { lines in
+                b.withUnsafeBytes { b in
                     exchange.respond(status: upstreamStatus, reason: reason, headerLines: lines, body: b, length: length)
                 }
             }

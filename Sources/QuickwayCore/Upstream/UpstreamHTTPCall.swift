@@ -18,7 +18,9 @@ import Glibc
 /// Ownership: keeps itself alive while running (released when it finishes or is
 /// cancelled) and holds its delegate until then. Loop thread only.
 final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
-    private let client: UpstreamClient
+    /// Not counted: the worker's client outlives every call on its loop (it is shut
+    /// down after the loop ends).
+    private unowned(unsafe) let client: UpstreamClient
     private let service: ServiceRuntime
     let member: UpstreamMember
     /// Parsed in place (`consume`): a struct with three arrays, which a copy would
