@@ -37,6 +37,27 @@ final class HTTPSyntaxWordTests: XCTestCase {
         }
     }
 
+    func testTargetEndStopsAtTheFirstByteThatIsNotATargetByte() {
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<5_000 {
+            let count = Int.random(in: 0...40, using: &rng)
+            let bytes: [UInt8] = (0..<count).map { _ in
+                switch Int.random(in: 0..<30, using: &rng) {
+                case 0: return 0x20
+                case 1: return UInt8.random(in: 0...0x1F, using: &rng)
+                case 2: return 0x7F
+                case 3: return UInt8.random(in: 0x80...0xFF, using: &rng)
+                default: return UInt8.random(in: 0x21...0x7E, using: &rng)
+                }
+            }
+            let from = count == 0 ? 0 : Int.random(in: 0...count, using: &rng)
+            let expected = bytes[from...].firstIndex { !HTTPSyntax.isTargetByte($0) } ?? count
+            bytes.withUnsafeBytes { raw in
+                XCTAssertEqual(HTTPSyntax.targetEnd(raw, from: from, to: count), expected, "\(bytes) from \(from)")
+            }
+        }
+    }
+
     func testFieldValueEndStopsAtTheFirstByteThatIsNotAFieldValueByte() {
         var rng = SystemRandomNumberGenerator()
         for _ in 0..<5_000 {

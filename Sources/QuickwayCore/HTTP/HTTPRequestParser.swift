@@ -168,7 +168,7 @@ public struct HTTPRequestParser: Sendable {
         guard !method.isEmpty, i < n, raw[i] == 0x20 else { throw .badRequest("malformed request line") }
         i += 1
         let targetStart = i
-        while i < n && HTTPSyntax.isTargetByte(raw[i]) { i += 1 }
+        i = HTTPSyntax.targetEnd(raw, from: i, to: n)
         let target = targetStart..<i
         guard !target.isEmpty, i < n, raw[i] == 0x20 else { throw .badRequest("malformed request line") }
         i += 1

@@ -92,6 +92,21 @@ public enum HTTPSyntax {
     /// Request-target bytes: visible ASCII and obs-text only, no spaces or controls.
     @inline(__always) static func isTargetByte(_ c: UInt8) -> Bool { c > 0x20 && c != 0x7F }
 
+    /// The index of the first byte in `raw[from..<to]` that is not a target byte
+    /// (`isTargetByte`), or `to`: eight bytes at a time, then straight to the first
+    /// flagged one.
+    @inline(__always) static func targetEnd(_ raw: UnsafeRawBufferPointer, from: Int, to: Int) -> Int {
+        var i = from
+        while i + 8 <= to {
+            let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            let flagged = bytesBelow(0x21, in: w) | bytesBelow(1, in: w ^ (0x0101_0101_0101_0101 &* 0x7F))
+            if flagged != 0 { return i + firstFlagged(flagged) }
+            i += 8
+        }
+        while i < to && isTargetByte(raw[i]) { i += 1 }
+        return i
+    }
+
     /// Whether a response puts a body on the wire (RFC 9110 6.4.1): not to HEAD, not 1xx,
     /// 204 or 304.
     @inline(__always) static func responseHasBody(toHead: Bool, status: Int) -> Bool {
