@@ -18,7 +18,7 @@ public final class NonceStore: @unchecked Sendable {
     public enum Outcome: Equatable { case accepted, replayed, full }
 
     private final class Shard {
-        let lock = NSLock()
+        let lock = Lock()
         /// Read and written only under `lock`.
         @exclusivity(unchecked) var table: NonceTable
         init(limit: Int) { table = NonceTable(limit: limit) }

@@ -60,7 +60,7 @@ public final class ResponseCache: @unchecked Sendable {
     /// that could reach the shard again: the map is exempt from run-time exclusivity
     /// checks (about 110 instructions a lookup).
     final class Shard {
-        let lock = NSLock()
+        let lock = Lock()
         @exclusivity(unchecked) var map: [HashedKey: Node] = [:]
         var head: Node?   // most recently used
         var tail: Node?   // least recently used

@@ -47,7 +47,7 @@ final class FlightTable: @unchecked Sendable {
         case full
     }
 
-    private let lock = NSLock()
+    private let lock = Lock()
     private var flights: [HashedKey: Flight] = [:]
     private var nextId = 0
     private(set) var leaders: Int64 = 0

@@ -47,7 +47,7 @@ public final class UpstreamMember: @unchecked Sendable {
 /// briefly; nothing blocks inside it.
 public final class ServiceHealth: @unchecked Sendable {
     public let config: ServiceConfig
-    private let lock = NSLock()
+    private let lock = Lock()
     /// Under `lock`, touched by no re-entrant call: no run-time exclusivity checks.
     @exclusivity(unchecked) private(set) var members: [UpstreamMember] = []
     @exclusivity(unchecked) private var selected: UpstreamMember?

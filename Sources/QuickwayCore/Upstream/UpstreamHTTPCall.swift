@@ -52,7 +52,9 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     // Backpressure.
     private var paused = false
     private var refusedBody: [UInt8]?
-    private var unreadInput: [UInt8] = []
+    /// Changed only by the call's own methods, which reach nothing that could touch it
+    /// again: exempt from run-time exclusivity checks (one a call, in `finish`).
+    @exclusivity(unchecked) private var unreadInput: [UInt8] = []
     // Lifecycle.
     private var done = false
     private var retainedSelf: Unmanaged<UpstreamHTTPCall>?
