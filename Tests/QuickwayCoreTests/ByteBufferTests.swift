@@ -52,4 +52,22 @@ final class ByteBufferTests: XCTestCase {
         for x in c { x.consume(1); x.releaseStorage() }
         XCTAssertEqual(pool.freeCount, 2)
     }
+
+    /// `ByteArrays.append` gives what `append(contentsOf:)` gives, within the reserved
+    /// capacity and past it, for empty pieces too.
+    func testByteArraysAppendMatchesAppendContentsOf() {
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            var fast: [UInt8] = []
+            var slow: [UInt8] = []
+            if Bool.random(using: &rng) { fast.reserveCapacity(Int.random(in: 0...64, using: &rng)) }
+            for _ in 0..<Int.random(in: 0...12, using: &rng) {
+                let piece = (0..<Int.random(in: 0...40, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+                piece.withUnsafeBytes { ByteArrays.append($0, to: &fast) }
+                slow.append(contentsOf: piece)
+            }
+            XCTAssertEqual(fast, slow)
+        }
+    }
 }
+

@@ -134,7 +134,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
             stream(bytes, t)
             return true
         }
-        body.append(contentsOf: bytes)
+        ByteArrays.append(bytes, to: &body)
         if body.count > maxObjectBytes {
             startStreaming()
             let pending = body

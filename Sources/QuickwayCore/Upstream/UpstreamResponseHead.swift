@@ -103,9 +103,9 @@ public struct UpstreamResponseHead {
         if relayLines.capacity == 0 { relayLines.reserveCapacity(512) }
         if end + 2 == line.count && line[end] == 0x0D && line[end + 1] == 0x0A {
             // Already ends in CRLF (the last byte is the LF): one copy with its line end.
-            relayLines.append(contentsOf: line)
+            ByteArrays.append(line, to: &relayLines)
         } else {
-            relayLines.append(contentsOf: l)
+            ByteArrays.append(l, to: &relayLines)
             relayLines.append(0x0D)   // not `[0x0D, 0x0A]`: an array literal is a heap allocation per line
             relayLines.append(0x0A)
         }
