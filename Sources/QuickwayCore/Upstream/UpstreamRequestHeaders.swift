@@ -147,14 +147,15 @@ enum UpstreamRequestHeaders {
     /// A header name equals a gateway-managed one, with `_` read as `-`: with
     /// `limits.underscores_in_headers` on, `X_Quickway_Key` reaches this point, and a
     /// CGI/WSGI backend would read it as `X-Quickway-Key`.
+    @inline(__always)
     static func named(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, _ literal: StaticString) -> Bool {
         guard range.count == literal.utf8CodeUnitCount else { return false }
         let lit = literal.utf8Start
-        var i = 0
-        for p in range {
-            let c = raw[p] == UInt8(ascii: "_") ? UInt8(ascii: "-") : HTTPSyntax.lower(raw[p])
+        let p = raw.baseAddress! + range.lowerBound
+        for i in 0..<range.count {
+            let b = p.load(fromByteOffset: i, as: UInt8.self)
+            let c = b == UInt8(ascii: "_") ? UInt8(ascii: "-") : HTTPSyntax.lower(b)
             if c != lit[i] { return false }
-            i += 1
         }
         return true
     }
