@@ -21,7 +21,7 @@ OUT=.build-fuzz
 mkdir -p "$OUT"
 SRC=Sources/QuickwayCore
 HTTP_SOURCES=("$SRC/HTTP/HTTPSyntax.swift" "$SRC/HTTP/HTTPRequestHead.swift" "$SRC/HTTP/HTTPRequestParser.swift" "$SRC/HTTP/HTTPBodyDecoder.swift"
-              "$SRC/HTTP/RequestTargetNormalizer.swift")
+              "$SRC/HTTP/RequestTargetNormalizer.swift" "$SRC/Support/ByteArrays.swift")
 build() {
   local name=$1; shift
   swiftc -sanitize=fuzzer,address -parse-as-library -Onone -g "$@" -o "$OUT/fuzz-$name" 2>&1 | grep -v "warning:" || true

@@ -88,7 +88,15 @@ start_server() {   # start_server quickway|nginx [valgrind args...]: sets SRV (P
   PIDS+=("$SRV")
   TLSBASE="https://127.0.0.1:$QTLS"; [ "$who" = nginx ] && TLSBASE="https://127.0.0.1:$NTLS"
 }
-stop_server() { kill -INT "$SRV" 2>/dev/null || true; wait "$SRV" 2>/dev/null || true; }
+# stop_server: SIGINT, then (a server under valgrind may not act on it) SIGTERM after
+# 20 s and SIGKILL after 30 s, so a run never hangs here.
+stop_server() {
+  kill -INT "$SRV" 2>/dev/null || true
+  for i in $(seq 300); do kill -0 "$SRV" 2>/dev/null || break; sleep 0.1
+    [ "$i" = 200 ] && kill -TERM "$SRV" 2>/dev/null; done
+  kill -KILL "$SRV" 2>/dev/null || true
+  wait "$SRV" 2>/dev/null || true
+}
 url_for() {   # url_for CASE: the URL the case loads on the started server
   case "$1" in cache) echo "$BASE/cached/item" ;; h2) echo "$TLSBASE/item" ;; *) echo "$BASE/item" ;; esac
 }

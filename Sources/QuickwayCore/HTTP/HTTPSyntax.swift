@@ -34,8 +34,10 @@ public enum HTTPSyntax {
     }
 
     /// High bits flagging bytes of `w` below `n` (at most 128). The lowest flag is exact
-    /// (a false flag can only follow a true one, through a borrow), so
-    /// `firstFlagged` of it is the index of the first such byte.
+    /// (a false flag can only sit above a true one, through a borrow), so on a
+    /// little-endian machine `firstFlagged` of it is the index of the first such byte.
+    /// Callers look at the byte they land on before acting on it, so a false flag (on a
+    /// big-endian machine) costs only a step.
     @inline(__always) static func bytesBelow(_ n: UInt8, in w: UInt64) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101
         return (w &- ones &* UInt64(n)) & ~w & (ones &* 0x80)
@@ -100,7 +102,12 @@ public enum HTTPSyntax {
         while i + 8 <= to {
             let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
             let flagged = bytesBelow(0x21, in: w) | bytesBelow(1, in: w ^ (0x0101_0101_0101_0101 &* 0x7F))
-            if flagged != 0 { return i + firstFlagged(flagged) }
+            if flagged != 0 {
+                // To the first flagged byte, then byte by byte: exact on little-endian
+                // machines, and on big-endian ones (where a flag can be false) too.
+                i += firstFlagged(flagged)
+                break
+            }
             i += 8
         }
         while i < to && isTargetByte(raw[i]) { i += 1 }

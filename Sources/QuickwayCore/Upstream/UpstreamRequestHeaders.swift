@@ -52,7 +52,7 @@ enum UpstreamRequestHeaders {
                               authKeyId: String?, overTLS: Bool, frame: Frame?) -> (bytes: [UInt8], count: Int) {
         // What is needed of the head, taken out first: the closure below capturing the
         // head itself copied it (a retain of each of its arrays).
-        let bytes = head.bytes, fields = head.fields
+        let bytes = head.bytes, fields = head.fields, headLength = head.headLength
         let host = head.hostField.map { fields[$0].value }
         var client = clientAddress, keyId = authKeyId
         // Every kept line is a name and a value of the head (disjoint ranges, each used
@@ -60,7 +60,7 @@ enum UpstreamRequestHeaders {
         // gateway's own lines add their names (at most `ownLineBytes`), the client's
         // address, the id and the key id; a frame what `RequestFraming` counts.
         // `BufferWriter` checks each copy against it.
-        var capacity = bytes.count + 4 * fields.count + Self.ownLineBytes + client.utf8.count + requestId.count
+        var capacity = headLength + 4 * fields.count + Self.ownLineBytes + client.utf8.count + requestId.count
             + (keyId?.utf8.count ?? 0)
         if let frame {
             capacity += RequestFraming.headCount(method: frame.method.count, target: frame.target.count, authority: frame.authority.count)
