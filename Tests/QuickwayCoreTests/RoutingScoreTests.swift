@@ -133,6 +133,28 @@ final class ServiceHealthTests: XCTestCase {
         XCTAssertTrue(back, "back after eject_for")
     }
 
+    /// One IP (the pick's fast path): it takes every call, failing or not (the last
+    /// healthy IP is never ejected), counts them in flight, is the selected one for
+    /// `fastest`, and a retry that excludes it has nowhere to go.
+    func testASingleIPTakesEveryCallUnlessExcluded() {
+        for strategy in [SelectionStrategy.fastest, .roundRobin] {
+            let clock = FakeClock()
+            var cfg = service(strategy: strategy)
+            cfg.ips = ["127.0.0.2"]
+            let h = ServiceHealth(config: cfg) { clock.millis }
+            let m = h.pick()!
+            XCTAssertEqual(m.ip, "127.0.0.2")
+            XCTAssertEqual(m.inFlight, 1)
+            XCTAssertNil(h.pick(excluding: [m]), "\(strategy): a retry has nowhere else to go")
+            finish(h, m, 5)
+            XCTAssertEqual(m.inFlight, 0)
+            for _ in 0..<100 { clock.advance(10); let x = h.pick()!; finish(h, x, 5, error: true) }
+            XCTAssertEqual(h.pick()?.ip, "127.0.0.2", "\(strategy): the only IP is never ejected")
+            XCTAssertEqual(h.figures.members.first?.state, "up")
+            if strategy == .fastest { XCTAssertEqual(h.figures.selected, "127.0.0.2") }
+        }
+    }
+
     func testNeverEjectsTheLastHealthyIP() {
         let clock = FakeClock()
         var cfg = service(strategy: .roundRobin)

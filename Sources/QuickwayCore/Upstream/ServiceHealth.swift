@@ -84,6 +84,17 @@ public final class ServiceHealth: @unchecked Sendable {
         var anyLive = false
         let list = members
         let n = list.count
+        if n == 1 {
+            // One IP (nginx's `single` peer): it takes the call unless removed or
+            // excluded, up or not (with none up, every live one may: panic mode), and
+            // there is nothing to choose between.
+            let m = list[0]
+            if m.removed || Self.isExcluded(m, excluding) { return nil }
+            refreshEjection(m, t)
+            if config.strategy == .fastest && excluding.isEmpty && selected !== m { selected = m }
+            m.inFlight += 1
+            return m
+        }
         // Index loops and a plain function for "excluded" (closures over the list and a
         // `contains(where:)` per member retained each of them, on every call).
         for i in 0..<n {

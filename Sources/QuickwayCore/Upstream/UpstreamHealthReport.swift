@@ -2,10 +2,12 @@
 /// response head (to the end when no head came) and whether the call counts as an error
 /// (any failure, or an error status: `UpstreamFailure.isErrorStatus`). A call the client
 /// cancelled is not the upstream's fault. Both clients report through this, so they
-/// count alike. Loop thread only (a value inside its call).
+/// count alike. Loop thread only (a value inside its call, and only there).
 struct UpstreamHealthReport {
-    private let health: ServiceHealth
-    private let member: UpstreamMember
+    // Not counted: the call that holds this report holds the service (whose `health`
+    // this is, a `let`) and the member, both for as long as it lives.
+    private unowned(unsafe) let health: ServiceHealth
+    private unowned(unsafe) let member: UpstreamMember
     private var startNanos: UInt64 = 0
     private var headMillis: Double?
     private var reported = false
