@@ -177,3 +177,27 @@ final class ResponseCacheTests: XCTestCase {
         XCTAssertEqual(c.figures.entries, 0)
     }
 }
+
+/// `HashedKey`: a probe over borrowed bytes equals the stored key with the same bytes,
+/// and keys that differ anywhere (a trailing zero byte, one byte more or less, across
+/// the eight-byte words the hasher is fed) hash apart.
+final class HashedKeyTests: XCTestCase {
+    func testProbesMatchStoredKeysAndNearbyKeysHashApart() {
+        var keys: [[UInt8]] = [[]]
+        for n in 1...20 {
+            keys.append([UInt8](repeating: 0, count: n))
+            keys.append((0..<n).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+            keys.append((0..<n).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) } + [0])
+        }
+        let stored = keys.map { HashedKey($0) }
+        XCTAssertEqual(Set(stored.map(\.hash)).count, Set(keys).count, "distinct keys, distinct hashes")
+        for (k, s) in zip(keys, stored) {
+            k.withUnsafeBytes { raw in
+                let probe = HashedKey(probing: raw)
+                XCTAssertEqual(probe, s)
+                XCTAssertEqual(probe.hash, s.hash)
+            }
+        }
+        XCTAssertNotEqual(HashedKey([1, 2, 3]), HashedKey([1, 2, 3, 0]))
+    }
+}
