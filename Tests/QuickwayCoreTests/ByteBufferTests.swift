@@ -69,5 +69,34 @@ final class ByteBufferTests: XCTestCase {
             XCTAssertEqual(fast, slow)
         }
     }
+
+    /// A spare array comes back empty with its storage, only an array's own storage is
+    /// kept, and the pool holds at most its count of arrays of at most its size.
+    func testByteArrayPoolReusesOnlyItsOwnEmptiedStorage() {
+        let pool = ByteArrayPool(maxSpares: 2, maxCapacity: 4096)
+        var a = pool.take(minimumCapacity: 100)
+        XCTAssertTrue(a.isEmpty)
+        XCTAssertGreaterThanOrEqual(a.capacity, 100)
+        a.append(contentsOf: [UInt8](repeating: 0xAB, count: 100))
+        let storage = a.withUnsafeBufferPointer { $0.baseAddress }
+        pool.give(&a)
+        XCTAssertTrue(a.isEmpty, "given away")
+        XCTAssertEqual(pool.count, 1)
+        let b = pool.take(minimumCapacity: 50)
+        XCTAssertTrue(b.isEmpty, "nothing of the last request's bytes")
+        XCTAssertEqual(b.withUnsafeBufferPointer { $0.baseAddress }, storage, "the same storage")
+        // Storage another array shares is not kept (emptying it made a new buffer).
+        var shared = [UInt8](repeating: 1, count: 64)
+        let other = shared
+        pool.give(&shared)
+        XCTAssertEqual(pool.count, 0)
+        XCTAssertEqual(other.count, 64, "the other holder's bytes are untouched")
+        // Too large, and past the count.
+        var big = [UInt8](repeating: 2, count: 8192)
+        pool.give(&big)
+        XCTAssertEqual(pool.count, 0)
+        for _ in 0..<3 { var x = [UInt8](repeating: 3, count: 10); pool.give(&x) }
+        XCTAssertEqual(pool.count, 2)
+    }
 }
 

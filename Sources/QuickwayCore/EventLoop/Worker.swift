@@ -24,6 +24,8 @@ final class Worker: @unchecked Sendable {
     let bufferPool = BufferPool()
     /// Where its connections' parsers gather a head's fields (loop thread only).
     let headFieldScratch: HeadFieldScratch
+    /// Spare body buffers for proxied answers (loop thread only).
+    let spareArrays = ByteArrayPool()
     /// Above this many open connections an HTTP/1.1 connection gives its buffer objects
     /// back as soon as it is idle, below it at the next sweep
     /// (`HTTP1Connection.dropBuffersSoon`): as many as the pool keeps spare objects for

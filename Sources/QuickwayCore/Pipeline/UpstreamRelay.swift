@@ -120,7 +120,16 @@ final class UpstreamRelay: UpstreamCallDelegate {
         upstreamLength = head.contentLength
         relayLines = head.linesToRelay()
         if !exchange.isHeadRequest || buffersForCache, let n = upstreamLength {
-            if n > maxObjectBytes { startStreaming() } else { body.reserveCapacity(n) }
+            if n > maxObjectBytes {
+                startStreaming()
+            } else if !done && !ctx.answerStagesCanUse {
+                // Answered from here and then given back (`respondDirectly`): a spare
+                // buffer. Not one kept with the answer (stored, shared): its spare room
+                // would be memory the cache's byte budget does not count.
+                body = ctx.pipeline.worker.spareArrays.take(minimumCapacity: n)
+            } else {
+                body.reserveCapacity(n)
+            }
         }
     }
 
@@ -264,6 +273,8 @@ final class UpstreamRelay: UpstreamCallDelegate {
                 }
             }
         }
+        // The body was copied into the client's output: its buffer serves the next answer.
+        ctx.pipeline.worker.spareArrays.give(&b)
     }
 
     /// The call ended without an answer for the answer stages (streamed, a HEAD relayed
