@@ -265,13 +265,11 @@ final class RoutingTests: XCTestCase {
 
     func testStripPrefix() {
         func strip(_ target: String, _ prefix: String) -> String {
-            var t = target
-            let copied = t.withUTF8 { String(decoding: ForwardStage.stripped(UnsafeRawBufferPointer($0), prefixLength: prefix.utf8.count), as: UTF8.self) }
-            // The forwarded slice of a head's bytes says the same, wherever the target lies.
+            // The borrowed form (the plain-HTTP request, the route's dot-segment check) and
+            // the sliced one (https) say the same, wherever the target lies in the head.
             let bytes = Array("GET ".utf8) + Array(target.utf8) + Array(" HTTP/1.1\r\n\r\n".utf8)
             let sliced = ForwardStage.forwardedTarget(bytes, 4..<(4 + target.utf8.count), stripping: prefix.utf8.count)
-            XCTAssertEqual(String(decoding: sliced, as: UTF8.self), copied, target)
-            // And the borrowed form the plain-HTTP request is written from.
+            let copied = String(decoding: sliced, as: UTF8.self)
             let borrowed = bytes.withUnsafeBytes { raw in
                 ForwardStage.withForwardedTarget(raw, 4..<(4 + target.utf8.count), stripping: prefix.utf8.count) { String(decoding: $0, as: UTF8.self) }
             }

@@ -64,7 +64,7 @@ public enum HTTPSyntax {
         var i = from
         while true {
             while i + 8 <= to {
-                let flagged = controlOrDel(raw.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+                let flagged = belowOrDel(0x20, raw.loadUnaligned(fromByteOffset: i, as: UInt64.self))
                 if flagged != 0 {
                     // Straight to the first control byte or DEL (or tab, which is allowed).
                     i += firstFlagged(flagged)
@@ -75,7 +75,7 @@ public enum HTTPSyntax {
             if i + 8 > to && i < to && to - from >= 8 {
                 // The tail, as the last eight bytes (overlapping bytes already looked at,
                 // which are clean): one word instead of up to seven bytes.
-                let flagged = controlOrDel(raw.loadUnaligned(fromByteOffset: to - 8, as: UInt64.self))
+                let flagged = belowOrDel(0x20, raw.loadUnaligned(fromByteOffset: to - 8, as: UInt64.self))
                 if flagged == 0 { return to }
                 i = max(i, to - 8 + firstFlagged(flagged))
             }
@@ -85,10 +85,11 @@ public enum HTTPSyntax {
         }
     }
 
-    /// High bits flagging the bytes of `w` below 0x20 (tab included) or DEL; the lowest
-    /// flag is exact (`bytesBelow`).
-    @inline(__always) static func controlOrDel(_ w: UInt64) -> UInt64 {
-        bytesBelow(0x20, in: w) | bytesBelow(1, in: w ^ (0x0101_0101_0101_0101 &* 0x7F))
+    /// High bits flagging the bytes of `w` below `bound` (0x20 for field values, tab
+    /// included; 0x21 for targets, space included) or DEL; the lowest flag is exact
+    /// (`bytesBelow`).
+    @inline(__always) static func belowOrDel(_ bound: UInt8, _ w: UInt64) -> UInt64 {
+        bytesBelow(bound, in: w) | bytesBelow(1, in: w ^ (0x0101_0101_0101_0101 &* 0x7F))
     }
 
     /// Request-target bytes: visible ASCII and obs-text only, no spaces or controls.
@@ -101,7 +102,7 @@ public enum HTTPSyntax {
         var i = from
         while i + 8 <= to {
             let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
-            let flagged = bytesBelow(0x21, in: w) | bytesBelow(1, in: w ^ (0x0101_0101_0101_0101 &* 0x7F))
+            let flagged = belowOrDel(0x21, w)
             if flagged != 0 {
                 // To the first flagged byte, then byte by byte: exact on little-endian
                 // machines, and on big-endian ones (where a flag can be false) too.

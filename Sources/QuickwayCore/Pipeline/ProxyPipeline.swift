@@ -41,8 +41,8 @@ final class ProxyPipeline: RequestHandler {
     let sharedTierLookupStage: SharedTierLookupStage?
     let forwardStage: ForwardStage
     let answerStages: [AnswerStage]
-    /// Index in `order` of the first stage that needs the body (set once, in `init`).
-    @exclusivity(unchecked) private var firstBodyStage: Int
+    /// Index in `order` of the first stage that needs the body.
+    private let firstBodyStage: Int
     let shared: SharedStages
     let sharedTier: SharedTier?
     let authenticator: Authenticator?
@@ -55,22 +55,28 @@ final class ProxyPipeline: RequestHandler {
         self.authenticator = authenticator
         let routes = RouteSnapshot(config: config, statSlots: statSlots, services: services)
         self.routes = routes
-        routeStage = RouteStage(routes: routes)
-        authenticateHeadStage = AuthenticateHeadStage(authenticator: authenticator, stats: worker.stats)
-        authenticateBodyStage = AuthenticateBodyStage(authenticator: authenticator, sharedTier: sharedTier, stats: worker.stats)
-        cacheLookupStage = CacheLookupStage(cache: shared.cache, cacheConfig: config.cache)
-        coalesceStage = CoalesceStage(flights: shared.flights, worker: worker)
-        forwardStage = ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes)
-        var order: [StageKind] = [.route, .authenticateHead, .authenticateBody, .cacheLookup, .coalesce]
+        let route = RouteStage(routes: routes)
+        let authenticateHead = AuthenticateHeadStage(authenticator: authenticator, stats: worker.stats)
+        let authenticateBody = AuthenticateBodyStage(authenticator: authenticator, sharedTier: sharedTier, stats: worker.stats)
+        let cacheLookup = CacheLookupStage(cache: shared.cache, cacheConfig: config.cache)
+        let coalesce = CoalesceStage(flights: shared.flights, worker: worker)
+        let forward = ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes)
+        (routeStage, authenticateHeadStage, authenticateBodyStage) = (route, authenticateHead, authenticateBody)
+        (cacheLookupStage, coalesceStage, forwardStage) = (cacheLookup, coalesce, forward)
+        var inOrder: [(StageKind, RequestStage)] = [(.route, route), (.authenticateHead, authenticateHead),
+                                                    (.authenticateBody, authenticateBody), (.cacheLookup, cacheLookup),
+                                                    (.coalesce, coalesce)]
         // Left out when there is no shared cache to look in (it would only continue).
         if let tier = sharedTier, tier.config.cache {
-            sharedTierLookupStage = SharedTierLookupStage(sharedTier: tier)
-            order.append(.sharedTierLookup)
+            let lookup = SharedTierLookupStage(sharedTier: tier)
+            sharedTierLookupStage = lookup
+            inOrder.append((.sharedTierLookup, lookup))
         } else {
             sharedTierLookupStage = nil
         }
-        order.append(.forward)
-        self.order = order
+        inOrder.append((.forward, forward))
+        order = inOrder.map(\.0)
+        firstBodyStage = inOrder.firstIndex { $0.1.needsBody } ?? inOrder.count
         // Each acts only with a cache plan or a flight: an upstream answer with neither
         // goes straight to the client (`ProxyContext.answerStagesCanUse`).
         answerStages = [
@@ -78,22 +84,6 @@ final class ProxyPipeline: RequestHandler {
             StoreStage(cache: shared.cache, cacheConfig: config.cache, sharedTier: sharedTier),
             ShareWithWaitersStage(flights: shared.flights),
         ]
-        // Every stored property but this one is set: the stages can be asked.
-        firstBodyStage = order.count
-        firstBodyStage = order.firstIndex { stage($0).needsBody } ?? order.count
-    }
-
-    /// The stage object of a kind (for what does not run per request).
-    func stage(_ kind: StageKind) -> RequestStage {
-        switch kind {
-        case .route: routeStage
-        case .authenticateHead: authenticateHeadStage
-        case .authenticateBody: authenticateBodyStage
-        case .cacheLookup: cacheLookupStage
-        case .coalesce: coalesceStage
-        case .sharedTierLookup: sharedTierLookupStage!
-        case .forward: forwardStage
-        }
     }
 
     /// Runs one stage: a direct call on a `let` of this pipeline.

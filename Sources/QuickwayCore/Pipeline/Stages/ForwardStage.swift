@@ -112,37 +112,38 @@ final class ForwardStage: RequestStage {
         return Array(m)
     }
 
-    /// The target to forward: a slice of the head's bytes (no copy), with the route's
-    /// prefix removed when it strips one; as `stripped`, a `/` is put in front (a copy)
-    /// only when what is left does not start with one.
+    /// What is left of `target` once a route strips `prefixLength` bytes, and whether a
+    /// `/` must go in front of it (a stripped target always starts with one). The one
+    /// rule both forms below follow.
+    @inline(__always)
+    static func strippedPart(of target: Range<Int>, prefixLength: Int, firstByte: (Int) -> UInt8) -> (rest: Range<Int>, needsSlash: Bool) {
+        let start = min(target.lowerBound + prefixLength, target.upperBound)
+        return (start..<target.upperBound, !(start < target.upperBound && firstByte(start) == UInt8(ascii: "/")))
+    }
+
+    /// The target to forward, as the https request keeps it: a slice of the head's bytes
+    /// (no copy), with the route's prefix removed when it strips one (`strippedPart`; a
+    /// copy only when a `/` must go in front).
     static func forwardedTarget(_ bytes: [UInt8], _ target: Range<Int>, stripping prefixLength: Int?) -> ArraySlice<UInt8> {
         guard let prefixLength else { return bytes[target] }
-        let start = min(target.lowerBound + prefixLength, target.upperBound)
-        if start < target.upperBound && bytes[start] == UInt8(ascii: "/") { return bytes[start..<target.upperBound] }
-        return ArraySlice([UInt8(ascii: "/")] + bytes[start..<target.upperBound])
+        let (rest, needsSlash) = strippedPart(of: target, prefixLength: prefixLength) { bytes[$0] }
+        return needsSlash ? ArraySlice([UInt8(ascii: "/")] + bytes[rest]) : bytes[rest]
     }
 
     /// Runs `body` with the target to forward (`forwardedTarget`'s bytes): where it lies
-    /// in `raw`, or, when stripping leaves no `/` in front, written with one on the stack.
+    /// in `raw`, or, when a `/` must go in front, written with one on the stack.
     @inline(__always)
     static func withForwardedTarget<R>(_ raw: UnsafeRawBufferPointer, _ target: Range<Int>, stripping prefixLength: Int?,
                                        _ body: (UnsafeRawBufferPointer) -> R) -> R {
         guard let prefixLength else { return body(UnsafeRawBufferPointer(rebasing: raw[target])) }
-        let start = min(target.lowerBound + prefixLength, target.upperBound)
-        let rest = UnsafeRawBufferPointer(rebasing: raw[start..<target.upperBound])
-        if rest.first == UInt8(ascii: "/") { return body(rest) }
+        let (range, needsSlash) = strippedPart(of: target, prefixLength: prefixLength) { raw[$0] }
+        let rest = UnsafeRawBufferPointer(rebasing: raw[range])
+        guard needsSlash else { return body(rest) }
         return withUnsafeTemporaryAllocation(byteCount: rest.count + 1, alignment: 1) { buffer in
             buffer[0] = UInt8(ascii: "/")
             if rest.count > 0 { buffer.baseAddress!.advanced(by: 1).copyMemory(from: rest.baseAddress!, byteCount: rest.count) }
             return body(UnsafeRawBufferPointer(buffer))
         }
-    }
-
-    /// The target with the route's prefix removed, always starting with `/`.
-    static func stripped(_ target: UnsafeRawBufferPointer, prefixLength: Int) -> [UInt8] {
-        let rest = target[min(prefixLength, target.count)...]
-        if rest.first == UInt8(ascii: "/") { return Array(rest) }
-        return [UInt8(ascii: "/")] + Array(rest)
     }
 }
 

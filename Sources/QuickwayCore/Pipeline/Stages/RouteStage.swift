@@ -42,7 +42,7 @@ final class RouteStage: RequestStage {
                 // prefix `/catalog` would be `/../x` (only a prefix not ending in `/` can
                 // make a new segment).
                 if route.strippingCanJoinSegments,
-                   ForwardStage.stripped(path, prefixLength: route.prefixLength).withUnsafeBytes({ RequestTargetNormalizer.hasDotSegment($0) }) {
+                   ForwardStage.withForwardedTarget(raw, head.path, stripping: route.prefixLength, { RequestTargetNormalizer.hasDotSegment($0) }) {
                     return .refuse(.badRequest, "the path must not contain . or .. segments")
                 }
                 ctx.route = route
