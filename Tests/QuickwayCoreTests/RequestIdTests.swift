@@ -13,19 +13,26 @@ final class RequestIdTests: XCTestCase {
         let ids = loop.onLoop { (1...101).map { _ in worker.newRequestId().string } }
         let parts = ids[0].split(separator: "-")
         XCTAssertEqual(parts.count, 3, ids[0])
-        XCTAssertTrue(parts[0].allSatisfy { $0.isHexDigit } && !parts[0].isEmpty, ids[0])
+        XCTAssertTrue(parts[0].allSatisfy { $0.isHexDigit } && parts[0].count == 12, ids[0])
         XCTAssertEqual(parts[1], "0", "worker 0")
         let prefix = "\(parts[0])-0-"
         for (i, id) in ids.enumerated() { XCTAssertEqual(id, prefix + String(i + 1)) }
     }
 
-    func testTheLargestCounterFitsAfterALongPrefix() {
-        let prefix = Array("ffffffffffffffff-4096-".utf8)
-        let id = prefix.withUnsafeBytes { RequestId(prefix: $0, counter: .max) }
-        XCTAssertEqual(id.string, "ffffffffffffffff-4096-" + String(UInt64.max))
-        XCTAssertEqual(prefix.withUnsafeBytes { RequestId(prefix: $0, counter: 0) }.string, "ffffffffffffffff-4096-0")
+    func testTheLargestNumbersFitAndCountMatchesTheBytes() {
+        let prefix = RequestId(worker: 0, counter: 0).string.prefix(12)
+        XCTAssertEqual(prefix.count, 12, "the process prefix is twelve hex digits")
+        XCTAssertTrue(prefix.allSatisfy { $0.isHexDigit })
+        let cases: [(Int, UInt64)] = [(0, 0), (0, 9), (7, 10), (4096, 99_999), (Int(UInt32.max), .max)]
+        for (worker, counter) in cases {
+            let id = RequestId(worker: worker, counter: counter)
+            XCTAssertEqual(id.string, "\(prefix)-\(worker)-\(counter)")
+            XCTAssertEqual(id.count, id.string.utf8.count)
+            XCTAssertLessThanOrEqual(id.count, id.countBound)
+        }
         XCTAssertEqual(RequestId([]).count, 0, "an empty one is safe to make")
-        XCTAssertEqual([UInt8]().withUnsafeBytes { RequestId(prefix: $0, counter: 7) }.string, "7")
+        XCTAssertEqual(RequestId(Array("abc".utf8)).string, "abc")
+        XCTAssertEqual(RequestId(Array("abc".utf8)).countBound, 3)
     }
 
     func testAClientIdIsKeptOnlyWhenItIsShortAndPlain() throws {

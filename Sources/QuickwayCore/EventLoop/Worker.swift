@@ -73,7 +73,6 @@ final class Worker: @unchecked Sendable {
     /// Runs once the loop exits (frees the handler's resources on the loop thread).
     var onLoopExit: (() -> Void)?
     private var requestCounter: UInt64 = 0
-    private let requestIdPrefix: [UInt8]
 
     /// The gateway-wide connection limit (nil: only this worker's `maxConnections`).
     var budget: ConnectionBudget?
@@ -102,9 +101,6 @@ final class Worker: @unchecked Sendable {
         base = EventLoopSupport.makeBase()
         wakeFD = qw_wake_fd()
         guard wakeFD >= 0 else { throw ListeningSocket.Failure(description: "eventfd() for \(name): \(String(cString: strerror(errno)))") }
-        // Request ids: a random per-process prefix, the worker id, a counter.
-        let seed = UInt64.random(in: 0..<(1 << 48))
-        requestIdPrefix = Array(String(seed, radix: 16).utf8) + Array("-\(id)-".utf8)
         listenFD = try ListeningSocket.open(listen)
         if let tlsListen, let tlsContext {
             tlsListenFD = try ListeningSocket.open(tlsListen)
@@ -444,10 +440,11 @@ final class Worker: @unchecked Sendable {
         return newRequestId()
     }
 
-    /// A new request id: the per-process prefix and this worker's next counter value.
+    /// A new request id: the per-process prefix, this worker's id and its next counter
+    /// value (`RequestId`).
     func newRequestId() -> RequestId {
         requestCounter &+= 1
-        return requestIdPrefix.withUnsafeBytes { RequestId(prefix: $0, counter: requestCounter) }
+        return RequestId(worker: id, counter: requestCounter)
     }
 
     var connectionCount: Int { connections.count }

@@ -11,44 +11,114 @@ import Glibc
 /// covers (`spec/signature.md`); it differs from `target` only by percent-encoded
 /// unreserved bytes decoded and hex upper-cased, which change no meaning.
 public struct HTTPRequestHead: Sendable {
+    // Stored compactly (offsets as 32-bit values, flags as bytes; the parts read through
+    // the computed properties below): the head is moved from the parser into its
+    // exchange, and at 160 bytes each move was a `memcpy` call. Offsets fit in 32 bits:
+    // a head is bounded by `limits.max_header_bytes`.
+
     /// One allocation holds the whole head: the head as received, request line through
     /// the final empty line, with the target normalised (`headLength` bytes); when
     /// normalising changed it, the raw target after that; then the field table that
     /// `fields` reads. Ranges into it name the parts.
     public let bytes: [UInt8]
-    /// The head's own bytes: `bytes[0..<headLength]`.
-    public let headLength: Int
-    public let method: Range<Int>
-    public let target: Range<Int>
-    /// The raw target, as signed by the client.
-    public let signedTarget: Range<Int>
+    private let contentLength: Int
+    private let headEnd: UInt32
+    private let methodEnd: UInt32
+    private let targetStart: UInt32
+    private let targetEnd: UInt32
+    /// Where the normalised target's path ends (its `?`, or `targetEnd`).
+    private let pathEnd: UInt32
+    private let signedStart: UInt32
+    private let signedEnd: UInt32
+    private let tableStart: UInt32
+    private let fieldCount: UInt32
+    private let dropped: UInt32
+    /// Index of the Host field, -1 for none.
+    private let hostIndex: Int32
+    private let framing: UInt8
+    private let minor: UInt8
     /// The path holds `%2F` or `%5C` (refused unless the route allows encoded slashes).
     public let encodedSlashInPath: Bool
     /// The query holds a raw `+` (refused on signed calls).
     public let rawPlusInQuery: Bool
-    /// Header lines left out because their names hold `_`.
-    public let droppedUnderscoreFields: Int
     /// Some kept header name holds `_` (`limits.underscores_in_headers: true`): a backend
     /// may read `Accept_Language` as `Accept-Language`, which the cache key and the
     /// merge checks would not, so such requests are neither cached nor merged.
     public let keptUnderscoreFields: Bool
-    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
-    public let minorVersion: Int
-    /// The header fields in order, read from the table at the end of `bytes` (no array
-    /// of their own: one allocation a request less).
-    public let fields: Fields
-    /// Body framing decided from the headers.
-    public let body: HTTPBodyFraming
     /// Whether the client wants the connection kept open after this exchange.
     public let keepAlive: Bool
     public let expectsContinue: Bool
-    /// Index in `fields` of the Host header.
-    public let hostField: Int?
     /// `Upgrade` names `websocket` (the header itself is hop-by-hop and not in `fields`
     /// when `Connection` names it): a WebSocket handshake (`WebSocket/WebSocketHandshake.swift`).
-    public var upgradeWebSocket = false
+    public let upgradeWebSocket: Bool
     /// `Connection` names `upgrade`.
-    public var connectionUpgrade = false
+    public let connectionUpgrade: Bool
+
+    /// `method` starts the head (at 0); every offset is below 4 GiB. `fieldsTableStart`
+    /// and `fieldCount` place the field table in `bytes`.
+    @inline(__always)
+    init(bytes: [UInt8], headLength: Int, method: Range<Int>, target: Range<Int>, signedTarget: Range<Int>,
+         encodedSlashInPath: Bool, rawPlusInQuery: Bool, droppedUnderscoreFields: Int, keptUnderscoreFields: Bool,
+         minorVersion: Int, fieldsTableStart: Int, fieldCount: Int, body: HTTPBodyFraming, keepAlive: Bool,
+         expectsContinue: Bool, hostField: Int?, upgradeWebSocket: Bool, connectionUpgrade: Bool) {
+        precondition(method.lowerBound == 0 && bytes.count <= Int(UInt32.max), "a head's method starts it; offsets are 32-bit")
+        // Every value below is an offset or count within `bytes` (checked above).
+        headEnd = UInt32(truncatingIfNeeded: headLength)
+        methodEnd = UInt32(truncatingIfNeeded: method.upperBound)
+        targetStart = UInt32(truncatingIfNeeded: target.lowerBound)
+        targetEnd = UInt32(truncatingIfNeeded: target.upperBound)
+        pathEnd = bytes.withUnsafeBytes { raw in
+            let t = UnsafeRawBufferPointer(rebasing: raw[target])
+            guard t.count > 0, let q = memchr(t.baseAddress!, Int32(UInt8(ascii: "?")), t.count) else { return UInt32(truncatingIfNeeded: target.upperBound) }
+            return UInt32(truncatingIfNeeded: target.lowerBound + t.baseAddress!.distance(to: UnsafeRawPointer(q)))
+        }
+        self.bytes = bytes
+        signedStart = UInt32(truncatingIfNeeded: signedTarget.lowerBound)
+        signedEnd = UInt32(truncatingIfNeeded: signedTarget.upperBound)
+        tableStart = UInt32(truncatingIfNeeded: fieldsTableStart)
+        self.fieldCount = UInt32(truncatingIfNeeded: fieldCount)
+        dropped = UInt32(truncatingIfNeeded: droppedUnderscoreFields)
+        hostIndex = Int32(truncatingIfNeeded: hostField ?? -1)
+        switch body {
+        case .none: framing = 0; contentLength = 0
+        case .contentLength(let n): framing = 1; contentLength = n
+        case .chunked: framing = 2; contentLength = 0
+        }
+        minor = UInt8(minorVersion)
+        self.encodedSlashInPath = encodedSlashInPath
+        self.rawPlusInQuery = rawPlusInQuery
+        self.keptUnderscoreFields = keptUnderscoreFields
+        self.keepAlive = keepAlive
+        self.expectsContinue = expectsContinue
+        self.upgradeWebSocket = upgradeWebSocket
+        self.connectionUpgrade = connectionUpgrade
+    }
+
+    /// The head's own bytes: `bytes[0..<headLength]`.
+    public var headLength: Int { Int(headEnd) }
+    public var method: Range<Int> { 0..<Int(methodEnd) }
+    public var target: Range<Int> { Int(targetStart)..<Int(targetEnd) }
+    /// The raw target, as signed by the client.
+    public var signedTarget: Range<Int> { Int(signedStart)..<Int(signedEnd) }
+    /// Header lines left out because their names hold `_`.
+    public var droppedUnderscoreFields: Int { Int(dropped) }
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    public var minorVersion: Int { Int(minor) }
+    /// The header fields in order, read from the table at the end of `bytes` (no array
+    /// of their own: one allocation a request less).
+    public var fields: Fields { Fields(storage: bytes, tableStart: Int(tableStart), count: Int(fieldCount)) }
+    /// Body framing decided from the headers.
+    public var body: HTTPBodyFraming {
+        switch framing {
+        case 0: return .none
+        case 1: return .contentLength(contentLength)
+        default: return .chunked
+        }
+    }
+    /// Index in `fields` of the Host header.
+    public var hostField: Int? { hostIndex < 0 ? nil : Int(hostIndex) }
+    /// Whether the request has no body (cheaper than comparing `body`).
+    public var hasNoBody: Bool { framing == 0 }
 
     public struct HTTPField: Sendable {
         public let name: Range<Int>
@@ -89,12 +159,12 @@ public struct HTTPRequestHead: Sendable {
     public var targetString: String { string(target) }
 
     public func methodIs(_ literal: StaticString) -> Bool {
-        guard method.count == literal.utf8CodeUnitCount else { return false }
-        return bytes.withUnsafeBytes { memcmp($0.baseAddress! + method.lowerBound, literal.utf8Start, method.count) == 0 }
+        guard Int(methodEnd) == literal.utf8CodeUnitCount else { return false }
+        return bytes.withUnsafeBytes { memcmp($0.baseAddress!, literal.utf8Start, Int(methodEnd)) == 0 }
     }
 
     /// The target's path part (before `?`).
-    public var path: Range<Int> { Self.pathPart(of: target, in: bytes) }
+    public var path: Range<Int> { Int(targetStart)..<Int(pathEnd) }
     /// The signed (raw) target's path part.
     public var signedPath: Range<Int> { Self.pathPart(of: signedTarget, in: bytes) }
 

@@ -322,8 +322,7 @@ public struct HTTPRequestParser: Sendable {
         return HTTPRequestHead(bytes: storage, headLength: headLength, method: method, target: normalTarget, signedTarget: signedTarget,
                                encodedSlashInPath: normal.encodedSlash, rawPlusInQuery: normal.rawPlusInQuery,
                                droppedUnderscoreFields: droppedUnderscore, keptUnderscoreFields: keptUnderscore,
-                               minorVersion: minor,
-                               fields: .init(storage: storage, tableStart: tableStart, count: fieldCount),
+                               minorVersion: minor, fieldsTableStart: tableStart, fieldCount: fieldCount,
                                body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
                                hostField: hostField, upgradeWebSocket: upgradeWebSocket, connectionUpgrade: connectionUpgrade)
     }

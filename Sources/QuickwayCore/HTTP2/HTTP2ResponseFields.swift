@@ -23,7 +23,7 @@ struct HTTP2ResponseFields {
         // values never take more than their lines, plus the gateway's own fields (an
         // append per byte cost about 5,000 instructions per answer).
         let lines = head.headerLines
-        let capacity = (lines?.count ?? 0) + requestId.count + (cacheStatus?.utf8CodeUnitCount ?? 0) + 128
+        let capacity = (lines?.count ?? 0) + requestId.countBound + (cacheStatus?.utf8CodeUnitCount ?? 0) + 128
         var fields: [(name: Range<Int>, value: Range<Int>)] = []
         fields.reserveCapacity(16)
         var unique = -1

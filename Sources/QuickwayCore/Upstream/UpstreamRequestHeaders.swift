@@ -60,7 +60,7 @@ enum UpstreamRequestHeaders {
         // gateway's own lines add their names (at most `ownLineBytes`), the client's
         // address, the id and the key id; a frame what `RequestFraming` counts.
         // `BufferWriter` checks each copy against it.
-        var capacity = headLength + 4 * fields.count + Self.ownLineBytes + client.utf8.count + requestId.count
+        var capacity = headLength + 4 * fields.count + Self.ownLineBytes + client.utf8.count + requestId.countBound
             + (keyId?.utf8.count ?? 0)
         if let frame {
             capacity += RequestFraming.headCount(method: frame.method.count, target: frame.target.count, authority: frame.authority.count)
