@@ -173,6 +173,37 @@ final class HTTPRequestParserTests: XCTestCase {
         XCTAssertEqual(parseByteByByte(partial, maxHead: 1024).0, .error(.headersTooLarge))
     }
 
+    /// spec/config.md `max_header_bytes`: a larger head gets 431. The head is counted from
+    /// its request line (empty lines before it are skipped, RFC 9112 2.2) through the LF
+    /// of the empty line that ends it: exactly the limit is served, a byte more is not,
+    /// whether it arrives whole or a byte at a time, and pipelined bytes after it count
+    /// for nothing.
+    func testTheHeadLimitIsExact() {
+        func head(_ length: Int) -> String {
+            let start = "GET / HTTP/1.1\r\nHost: h\r\nX: "
+            let text = start + String(repeating: "a", count: length - start.utf8.count - 4) + "\r\n\r\n"
+            precondition(text.utf8.count == length)
+            return text
+        }
+        for prefix in ["", "\r\n", "\r\n\r\n"] {
+            for length in [100, 1023, 1024] {
+                let text = prefix + head(length)
+                XCTAssertEqual(parseOnce(text, maxHead: 1024).0, .head(consumed: text.utf8.count), "\(prefix.count) \(length)")
+                XCTAssertEqual(parseOnce(text + "GET / HTTP/1.1\r\n", maxHead: 1024).0, .head(consumed: text.utf8.count))
+                let (outcome, _, at) = parseByteByByte(text, maxHead: 1024)
+                XCTAssertEqual(outcome, .head(consumed: text.utf8.count))
+                XCTAssertEqual(at, text.utf8.count, "served once its last byte is in")
+            }
+            for length in [1025, 1026, 1100] {
+                let text = prefix + head(length)
+                XCTAssertEqual(parseOnce(text, maxHead: 1024).0, .error(.headersTooLarge), "\(prefix.count) \(length)")
+                let (outcome, _, at) = parseByteByByte(text, maxHead: 1024)
+                XCTAssertEqual(outcome, .error(.headersTooLarge))
+                XCTAssertEqual(at, prefix.utf8.count + 1024, "refused once the limit is full without an end")
+            }
+        }
+    }
+
     func testDeclaredBodyOverLimitGives413() {
         XCTAssertEqual(parseOnce("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2000000\r\n\r\n").0, .error(.bodyTooLarge))
     }

@@ -84,59 +84,68 @@ public struct HTTPRequestParser: Sendable {
         return try result.get()
     }
 
+    /// Finds the end of the head: the first empty line. A head may be `maxHeadBytes`
+    /// long, from its first byte (after any empty lines before the request line, which
+    /// RFC 9112 2.2 lets us skip) through the final LF; no byte past that is looked at,
+    /// and a buffer that reaches it without an end gets 431. Bare LF, bare CR and NUL are
+    /// refused as they are met; the rest is checked by `parseFields`.
     private mutating func scanHead(_ buf: UnsafeRawBufferPointer, scratch: HeadFieldScratch?) throws(HTTPParseError) -> HeadResult {
         precondition(buf.count < Int(Int32.max), "a request buffer of 2 GiB")
         var i = Int(scanned)
         var lineStart = Int(lineStart)
         var skippedPrefix = Int(skippedPrefix)
         let n = buf.count
-        while i < n {
-            // Eight bytes with no LF, CR or NUL (none below 0x0E) need nothing but the
-            // size check; the head's end and its bad bytes are looked at one by one.
-            if i + 8 <= n {
+        // Bytes at `limit` and after cannot be part of an acceptable head.
+        var limit = min(n, skippedPrefix + maxHeadBytes)
+        scan: while i < limit {
+            // Eight bytes with no LF, CR or NUL (none below 0x0E) need nothing more; else
+            // straight to the first byte below 0x0E (the bytes before it need nothing).
+            if i + 8 <= limit {
                 let flagged = HTTPSyntax.bytesBelow(0x0E, in: buf.loadUnaligned(fromByteOffset: i, as: UInt64.self))
                 if flagged == 0 {
                     i += 8
-                    if i - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
                     continue
                 }
-                // Straight to the first byte below 0x0E (the bytes before it need nothing).
                 i += HTTPSyntax.firstFlagged(flagged)
-                if i - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
             }
-            let c = buf[i]
-            if c == 0x0A {
-                if i == 0 || buf[i - 1] != 0x0D { throw .badRequest("line ends in a bare LF") }
-                if i - lineStart == 1 {
+            switch buf[i] {
+            case 0x0D:
+                // CR LF, a line's end, taken in one step at its CR. A CR whose next byte is
+                // not here yet (or lies past the limit) is looked at again later.
+                guard i + 1 < limit else { break scan }
+                guard buf[i + 1] == 0x0A else { throw .badRequest("bare CR in the request head") }
+                let next = i + 2
+                if i == lineStart {
+                    // An empty line: before any request line, skipped; else the end.
                     if lineStart == skippedPrefix {
-                        // Empty line before any request line: skip it.
-                        skippedPrefix = i + 1
-                        lineStart = i + 1
-                        i += 1
+                        skippedPrefix = next
+                        lineStart = next
+                        i = next
+                        limit = min(n, skippedPrefix + maxHeadBytes)
                         continue
                     }
-                    let end = i + 1
                     let start = skippedPrefix
                     reset()
-                    let head = try Self.parseCompleteHead(buf, from: start, to: end, maxBody: maxBodyBytes,
+                    let head = try Self.parseCompleteHead(buf, from: start, to: next, maxBody: maxBodyBytes,
                                                          allowUnderscores: allowUnderscoresInHeaders, scratch: scratch)
-                    return .head(head, consumed: end)
+                    return .head(head, consumed: next)
                 }
-                lineStart = i + 1
-            } else if c == 0x0D {
-                // A CR must be followed by LF; checked when the next byte is there.
-                if i + 1 < n && buf[i + 1] != 0x0A { throw .badRequest("bare CR in the request head") }
-            } else if c == 0 {
+                lineStart = next
+                i = next
+            case 0x0A:
+                // Every LF after a CR was taken with it.
+                throw .badRequest("line ends in a bare LF")
+            case 0:
                 throw .badRequest("NUL byte in the request head")
+            default:
+                i += 1
             }
-            i += 1
-            if i - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
         }
-        // Re-examine a trailing CR next time, when the byte after it is there.
-        scanned = Int32((n > 0 && buf[n - 1] == 0x0D) ? n - 1 : n)
+        // No end within the limit: too large once the buffer reaches it.
+        if n - skippedPrefix >= maxHeadBytes { throw .headersTooLarge }
+        scanned = Int32(i)
         self.lineStart = Int32(lineStart)
         self.skippedPrefix = Int32(skippedPrefix)
-        if n - skippedPrefix > maxHeadBytes { throw .headersTooLarge }
         return .needMore
     }
 
