@@ -41,7 +41,8 @@ struct BufferWriter {
     }
 
     /// `bytes` with `A`-`Z` made lower case: eight at a time (`HTTPSyntax.lowercased`),
-    /// then the rest one by one.
+    /// the last up-to-seven as the last eight (re-writing bytes already written, with the
+    /// same values); under eight bytes one by one.
     @inline(__always) mutating func putLowercased(_ bytes: UnsafeRawBufferPointer) {
         let n = bytes.count
         precondition(at + n <= buffer.count)
@@ -50,6 +51,11 @@ struct BufferWriter {
             buffer.storeBytes(of: HTTPSyntax.lowercased(bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)),
                               toByteOffset: at + i, as: UInt64.self)
             i += 8
+        }
+        if i < n && n >= 8 {
+            buffer.storeBytes(of: HTTPSyntax.lowercased(bytes.loadUnaligned(fromByteOffset: n - 8, as: UInt64.self)),
+                              toByteOffset: at + n - 8, as: UInt64.self)
+            i = n
         }
         while i < n {
             buffer[at + i] = HTTPSyntax.lower(bytes[i])
