@@ -204,6 +204,21 @@ final class HTTPRequestParserTests: XCTestCase {
         }
     }
 
+    /// The lent-bytes view of the fields (`fieldTable.fields(in:)`, what the cache key and
+    /// the upstream head read) gives the same fields as `fields`, and `hostValue` the
+    /// Host field's value.
+    func testTheFieldTableViewMatchesTheFields() {
+        for text in ["GET / HTTP/1.1\r\nA: 1\r\nHost: h.test\r\nB:\r\n\r\n", "GET /%7e HTTP/1.0\r\nX: y\r\n\r\n",
+                     "GET / HTTP/1.1\r\nHost: [::1]:8\r\n\r\n"] {
+            guard let h = parseOnce(text).1 else { return XCTFail(text) }
+            let viewed = h.withBytes { raw in h.fieldTable.fields(in: raw).map { [$0.name, $0.value] } }
+            XCTAssertEqual(viewed, h.fields.map { [$0.name, $0.value] }, text)
+            XCTAssertEqual(h.fieldTable.count, h.fields.count)
+            XCTAssertEqual(h.hostValue, h.hostField.map { h.fields[$0].value }, text)
+        }
+        XCTAssertEqual(parseOnce("GET / HTTP/1.0\r\n\r\n").1?.hostValue, nil)
+    }
+
     func testDeclaredBodyOverLimitGives413() {
         XCTAssertEqual(parseOnce("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2000000\r\n\r\n").0, .error(.bodyTooLarge))
     }

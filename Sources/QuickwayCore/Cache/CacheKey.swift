@@ -30,11 +30,12 @@ public enum CacheKey {
     static func withKey<R>(head: borrowing HTTPRequestHead, vary: [[UInt8]], scope: Scope, overTLS: Bool,
                            _ body: (UnsafeRawBufferPointer) -> R) -> R {
         // What the key needs of the head, taken out first: a closure that captured the
-        // head itself would copy it (a retain of each of its arrays).
-        let bytes = head.bytes, fields = head.fields
-        let host = head.hostField.map { fields[$0].value } ?? 0..<0
+        // head itself would copy it (a retain of its array); the bytes are lent in place.
+        let table = head.fieldTable
+        let host = head.hostValue ?? 0..<0
         let path = head.path, target = head.target
-        return bytes.withUnsafeBytes { raw in
+        return head.bytes.withUnsafeBytes { raw in
+            let fields = table.fields(in: raw)
             let rawQuery = CanonicalQuery.rawQuery(ofTarget: UnsafeRawBufferPointer(rebasing: raw[target]))
             return CanonicalQuery.withCanonical(rawQuery, form: .cacheKey) { query in
                 var size = 4 + host.count + path.count + 1 + query.count

@@ -108,6 +108,9 @@ public final class ResponseCache: @unchecked Sendable {
     public let maxBytes: Int
     public let maxObjectBytes: Int
     private let shards: [Shard]
+    /// The same shards, not counted (`shards` holds them for the cache's life): a lookup
+    /// borrows its shard (`withShard`) instead of retaining and releasing it.
+    private let shardRefs: [Unmanaged<Shard>]
     private let shardBudget: Int
 
     /// `shardCount` defaults to 16, or 1 for budgets under 16 MiB (where one lock is no
@@ -117,11 +120,16 @@ public final class ResponseCache: @unchecked Sendable {
         self.maxObjectBytes = maxObjectBytes
         let shardCount = shardCount ?? (maxBytes < 16 << 20 ? 1 : 16)
         shards = (0..<shardCount).map { _ in Shard() }
+        shardRefs = shards.map { Unmanaged.passUnretained($0) }
         shardBudget = max(1, maxBytes / shardCount)
     }
 
     private func shard(_ key: HashedKey) -> Shard {
         shards[Int(UInt(bitPattern: key.hash) % UInt(shards.count))]
+    }
+
+    @inline(__always) private func withShard<R>(_ key: HashedKey, _ body: (Shard) -> R) -> R {
+        shardRefs[Int(UInt(bitPattern: key.hash) % UInt(shardRefs.count))]._withUnsafeGuaranteedRef(body)
     }
 
     public struct Hit {
@@ -141,7 +149,11 @@ public final class ResponseCache: @unchecked Sendable {
     }
 
     private func lookup(_ key: HashedKey, nowMillis: Int64, staleMillis: Int64, countAsMiss: Bool) -> Hit? {
-        let s = shard(key)
+        withShard(key) { s in lookup(key, in: s, nowMillis: nowMillis, staleMillis: staleMillis, countAsMiss: countAsMiss) }
+    }
+
+    @inline(__always)
+    private func lookup(_ key: HashedKey, in s: Shard, nowMillis: Int64, staleMillis: Int64, countAsMiss: Bool) -> Hit? {
         s.lock.lock()
         defer { s.lock.unlock() }
         guard let n = s.map[key] else {

@@ -146,6 +146,41 @@ public struct HTTPRequestHead: Sendable {
         }
     }
 
+    /// Where the field table lies in `bytes`, to read while the bytes are lent
+    /// (`withBytes`): iterating `fields(in:)` holds no reference to the array, where
+    /// `fields` (a collection that keeps the array) costs a retain and a release.
+    public struct FieldTable: Sendable {
+        let start: Int
+        public let count: Int
+        /// The fields, read from `raw` (the head's bytes, as `withBytes` lends them).
+        @inline(__always) public func fields(in raw: UnsafeRawBufferPointer) -> RawFields { RawFields(raw: raw, tableStart: start, count: count) }
+    }
+
+    /// The header fields read from lent bytes (`FieldTable`); valid while they are.
+    public struct RawFields: RandomAccessCollection {
+        let raw: UnsafeRawBufferPointer
+        let tableStart: Int
+        public let count: Int
+        public var startIndex: Int { 0 }
+        public var endIndex: Int { count }
+
+        @inline(__always) public subscript(i: Int) -> HTTPField {
+            precondition(i >= 0 && i < count, "field index out of range")
+            let p = tableStart + i * Fields.entryBytes
+            @inline(__always) func at(_ k: Int) -> Int { Int(raw.loadUnaligned(fromByteOffset: p + 4 * k, as: UInt32.self)) }
+            return HTTPField(name: at(0)..<at(1), value: at(2)..<at(3))
+        }
+    }
+
+    public var fieldTable: FieldTable { FieldTable(start: Int(tableStart), count: Int(fieldCount)) }
+
+    /// The Host header's value, if there is one.
+    public var hostValue: Range<Int>? {
+        guard hostIndex >= 0 else { return nil }
+        let table = fieldTable, h = Int(hostIndex)
+        return bytes.withUnsafeBytes { table.fields(in: $0)[h].value }
+    }
+
     /// Runs `body` with the head's bytes.
     @inline(__always) public func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         try bytes.withUnsafeBytes(body)
@@ -178,8 +213,9 @@ public struct HTTPRequestHead: Sendable {
     /// request), each followed by `,`, so that an absent header and an empty one differ
     /// (the `vary` part of cache keys and variants).
     public func appendValues(ofLowercaseName name: [UInt8], to out: inout [UInt8]) {
+        let table = fieldTable
         withBytes { raw in
-            for f in fields where HTTPSyntax.equalsLowercase(raw, f.name, name) {
+            for f in table.fields(in: raw) where HTTPSyntax.equalsLowercase(raw, f.name, name) {
                 out.append(contentsOf: raw[f.value])
                 out.append(UInt8(ascii: ","))
             }
@@ -188,8 +224,9 @@ public struct HTTPRequestHead: Sendable {
 
     /// The first value of a header, by lower-case name.
     public func value(of lowercaseName: StaticString) -> Range<Int>? {
-        withBytes { raw in
-            for f in fields where HTTPSyntax.equalsLowercase(raw, f.name, lowercaseName) { return f.value }
+        let table = fieldTable
+        return withBytes { raw in
+            for f in table.fields(in: raw) where HTTPSyntax.equalsLowercase(raw, f.name, lowercaseName) { return f.value }
             return nil
         }
     }

@@ -33,8 +33,9 @@ class Exchange {
 
     /// The matched route's counter slot (`RouteStatSlots`), -1 for none.
     var routeStatSlot = -1
-    /// The matched route's name, as bytes (shared with the route table, not copied).
-    var routeName: [UInt8]?
+    /// The matched route's name, as bytes (shared with the route table, not copied):
+    /// a `ProxyContext`'s route's, read only when wanted (the access log).
+    var routeName: [UInt8]? { nil }
     /// `X-Cache` value for routed requests (HIT, MISS, COALESCED, STALE, BYPASS).
     var cacheStatus: StaticString?
     /// `Age` in seconds for answers from the cache.

@@ -15,6 +15,7 @@ final class ProxyContext: Exchange {
 
     /// Set by the route stage: the matched route.
     var route: Route!
+    override var routeName: [UInt8]? { route?.nameBytes }
 
     /// Credentials that passed the head checks, waiting for the body hash.
     var pendingAuth: Authenticator.PendingAuth?

@@ -51,27 +51,28 @@ enum UpstreamRequestHeaders {
     private static func write(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
                               authKeyId: String?, overTLS: Bool, frame: Frame?) -> (bytes: [UInt8], count: Int) {
         // What is needed of the head, taken out first: the closure below capturing the
-        // head itself copied it (a retain of each of its arrays).
-        let bytes = head.bytes, fields = head.fields, headLength = head.headLength
-        let host = head.hostField.map { fields[$0].value }
+        // head itself copied it (a retain of its array); the bytes are lent in place.
+        let table = head.fieldTable, headLength = head.headLength
+        let host = head.hostValue
         var client = clientAddress, keyId = authKeyId
         // Every kept line is a name and a value of the head (disjoint ranges, each used
         // at most once, the first X-Forwarded-For's included) plus `: ` and CRLF; the
         // gateway's own lines add their names (at most `ownLineBytes`), the client's
         // address, the id and the key id; a frame what `RequestFraming` counts.
         // `BufferWriter` checks each copy against it.
-        var capacity = headLength + 4 * fields.count + Self.ownLineBytes + client.utf8.count + requestId.countBound
+        var capacity = headLength + 4 * table.count + Self.ownLineBytes + client.utf8.count + requestId.countBound
             + (keyId?.utf8.count ?? 0)
         if let frame {
             capacity += RequestFraming.headCount(method: frame.method.count, target: frame.target.count, authority: frame.authority.count)
                 + RequestFraming.endCount(extraLines: frame.extraLines, body: frame.body?.count)
         }
         var count = 0
-        let written = bytes.withUnsafeBytes { raw in
+        let written = head.bytes.withUnsafeBytes { raw -> [UInt8] in
+            let fields = table.fields(in: raw)
             // Written in place, one copy per piece (appending a small string's UTF-8 view
             // to an array went byte by byte; the five appends cost about 2,000
             // instructions a request).
-            ByteArrays.make(capacity: capacity) { buffer in
+            return ByteArrays.make(capacity: capacity) { buffer in
                 var w = BufferWriter(buffer)
                 if let frame { RequestFraming.putHead(&w, method: frame.method, target: frame.target, authority: frame.authority) }
                 var forwardedFor: Range<Int>?
