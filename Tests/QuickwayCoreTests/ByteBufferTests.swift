@@ -29,6 +29,24 @@ final class ByteBufferTests: XCTestCase {
         XCTAssertEqual(String(decoding: Array(b.readable), as: UTF8.self), "0 7 10 99 12345 \(Int.max) 0 1f2e")
     }
 
+    /// Against Swift's own decimal text: every number to 10,100, each side of every power
+    /// of ten, and the largest; a negative one is written as 0.
+    func testDecimalMatchesStringAtEveryDigitCount() {
+        var values = Array(0...10_100)
+        var p = 10
+        while p <= Int.max / 10 { values += [p - 1, p, p + 1]; p *= 10 }
+        values += [p - 1, p, p + 1, Int.max - 1, Int.max]
+        let b = ByteBuffer(capacity: 64, lazy: true)
+        for v in values {
+            b.clear()
+            b.appendDecimal(v)
+            XCTAssertEqual(String(decoding: Array(b.readable), as: UTF8.self), String(v))
+        }
+        b.clear()
+        b.appendDecimal(-5)
+        XCTAssertEqual(Array(b.readable), Array("0".utf8))
+    }
+
     func testPooledStorageComesFromThePoolAndGoesBack() {
         let pool = BufferPool(blockSize: 4096, maxFree: 2)
         let a = ByteBuffer(capacity: 4096, lazy: true, pool: pool)
