@@ -263,6 +263,26 @@ final class RoutingTests: XCTestCase {
         XCTAssertEqual(t.match(method: "get", path: "/catalog/x"), .methodNotAllowed, "methods are case-sensitive")
     }
 
+    /// Prefixes of every length to 20 against paths that differ from them at each byte
+    /// (and paths shorter than them): a match exactly when Swift's `starts(with:)` says so.
+    func testPrefixMatchAgreesWithStartsWithAtEveryPosition() {
+        for length in 0...20 {
+            let prefix = "/" + String((0..<max(0, length - 1)).map { Character(UnicodeScalar(UInt8(97 + $0 % 26))) })
+            let p = String(prefix.prefix(length))
+            let t = RouteTable([route("r", p.isEmpty ? "/" : p, [])])
+            var paths = [p, p + "/x", String(p.dropLast())]
+            for k in 0..<p.utf8.count {
+                var bytes = Array((p + "/tail").utf8)
+                bytes[k] ^= 0x01
+                paths.append(String(decoding: bytes, as: UTF8.self))
+            }
+            let routed = p.isEmpty ? "/" : p
+            for path in paths {
+                XCTAssertEqual(t.match(method: "GET", path: path) == .route(0), path.utf8.starts(with: routed.utf8), "\(routed) \(path)")
+            }
+        }
+    }
+
     func testStripPrefix() {
         func strip(_ target: String, _ prefix: String) -> String {
             // The borrowed form (the plain-HTTP request, the route's dot-segment check) and
