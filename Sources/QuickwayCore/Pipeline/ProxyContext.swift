@@ -8,8 +8,14 @@ final class ProxyContext: Exchange {
     /// The exchange the stages read and answer through: this object.
     @inline(__always) var exchange: Exchange { self }
     /// The pipeline running the request. Not counted: the exchange holds it as its
-    /// `handler` for as long as the exchange is in use.
-    unowned(unsafe) let pipeline: ProxyPipeline
+    /// `handler` for as long as the exchange is in use. Held as `Unmanaged` and lent by
+    /// `withPipeline` on the request path (a method call on an `unowned(unsafe)`
+    /// property retains and releases it around the call).
+    private let pipelineRef: Unmanaged<ProxyPipeline>
+    var pipeline: ProxyPipeline { pipelineRef.takeUnretainedValue() }
+
+    /// Lends the pipeline to `body` without counting it.
+    @inline(__always) func withPipeline<R>(_ body: (ProxyPipeline) -> R) -> R { pipelineRef._withUnsafeGuaranteedRef(body) }
     /// Where the run goes on after a suspended stage (an index into the pipeline's stages).
     var nextStage = 0
 
@@ -57,7 +63,7 @@ final class ProxyContext: Exchange {
     override func clientLeft() { pipeline.clientLeft(self) }
 
     init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String, pipeline: ProxyPipeline) {
-        self.pipeline = pipeline
+        self.pipelineRef = .passUnretained(pipeline)
         super.init(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress)
     }
 }

@@ -162,15 +162,16 @@ final class ProxyPipeline: RequestHandler {
                     r.body.withUnsafeBytes { b in exchange.respond(status: r.status, reason: reason, headerLines: lines, body: b) }
                 }
             }
-        case .sharedTier(let r, _): respondCached(exchange, r, "HIT")
-        case .stale(let r): respondCached(exchange, r, "STALE")
+        case .sharedTier(let r, _): Self.respondCached(exchange, r, "HIT")
+        case .stale(let r): Self.respondCached(exchange, r, "STALE")
         case let .failed(code, message): exchange.respondError(code, message)
         case .streamed: break   // the relay is streaming it
         }
     }
 
     /// Answers from a stored response (a hit, a merged answer, a stale one), with `Age`.
-    func respondCached(_ exchange: Exchange, _ r: CachedResponse, _ status: StaticString) {
+    /// Static: it needs nothing of a pipeline (a call through `ctx.pipeline` retained it).
+    static func respondCached(_ exchange: Exchange, _ r: CachedResponse, _ status: StaticString) {
         exchange.cacheStatus = status
         exchange.age = max(0, Int(Clock.wallSeconds() - r.receivedAt))
         r.reason.withUnsafeBytes { reason in

@@ -126,7 +126,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
                 // Answered from here and then given back (`respondDirectly`): a spare
                 // buffer. Not one kept with the answer (stored, shared): its spare room
                 // would be memory the cache's byte budget does not count.
-                body = ctx.pipeline.worker.spareArrays.take(minimumCapacity: n)
+                body = ctx.withPipeline { $0.worker.spareArrays.take(minimumCapacity: n) }
             } else {
                 body.reserveCapacity(n)
             }
@@ -168,7 +168,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
     private func startStreaming() {
         streaming = true
         // Too large to store or share: merged waiters make their own calls.
-        if !done { ctx.pipeline.answer(ctx, .streamed) }
+        if !done { ctx.withPipeline { $0.answer(ctx, .streamed) } }
         // The leader's client left and the waiters are released: nobody wants the rest.
         guard exchange.isOpen else {
             cancel()
@@ -274,7 +274,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
             }
         }
         // The body was copied into the client's output: its buffer serves the next answer.
-        ctx.pipeline.worker.spareArrays.give(&b)
+        ctx.withPipeline { $0.worker.spareArrays.give(&b) }
     }
 
     /// The call ended without an answer for the answer stages (streamed, a HEAD relayed

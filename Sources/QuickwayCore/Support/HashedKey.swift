@@ -2,9 +2,10 @@ import Glibc
 
 /// A key with its hash computed once, in one pass over its bytes. The hash picks the
 /// shard and is the dictionary's hash: hashing a `[UInt8]` itself feeds the hasher one
-/// byte at a time, and a lookup did that twice (shard, then dictionary). The hasher is
-/// the standard library's seeded one, so keys an attacker chooses cannot be made to
-/// collide on purpose. Used by the response cache and the flight table.
+/// byte at a time, and a lookup did that twice (shard, then dictionary). The hash is
+/// SipHash-1-3 under a random per-process key (`SipHash13`, the standard library's
+/// `Hasher` function, on words), so keys an attacker chooses cannot be made to collide
+/// on purpose. Used by the response cache and the flight table.
 struct HashedKey: Hashable {
     /// The key's bytes (empty for a probe).
     let bytes: [UInt8]
@@ -27,11 +28,8 @@ struct HashedKey: Hashable {
         hash = Self.hash(of: bytes)
     }
 
-    private static func hash(of bytes: UnsafeRawBufferPointer) -> Int {
-        var h = Hasher()
-        h.combine(bytes: bytes)
-        return h.finalize()
-    }
+    @inline(__always)
+    private static func hash(of bytes: UnsafeRawBufferPointer) -> Int { Int(truncatingIfNeeded: SipHash13.hash(bytes)) }
 
     @inline(__always) private func withBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
         if let probe { return body(probe) }

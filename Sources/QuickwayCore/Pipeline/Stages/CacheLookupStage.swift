@@ -44,7 +44,7 @@ final class CacheLookupStage: RequestStage {
         let key: [UInt8]
         switch found {
         case .fresh(let response) where response.suits(head, keyId: exchange.authKeyId):
-            ctx.pipeline.respondCached(exchange, response, "HIT")
+            ProxyPipeline.respondCached(exchange, response, "HIT")
             return .answered
         case .fresh:
             // A fresh entry for another variant (rare): the key is made again, as an array.

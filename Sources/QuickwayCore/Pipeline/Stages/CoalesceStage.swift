@@ -55,9 +55,9 @@ final class CoalesceStage: RequestStage {
         guard exchange.isOpen else { return }
         switch outcome {
         case .response(let r) where r.suits(exchange.head, keyId: exchange.authKeyId):
-            ctx.pipeline.respondCached(exchange, r, "COALESCED")
+            ProxyPipeline.respondCached(exchange, r, "COALESCED")
         case .stale(let r) where r.suits(exchange.head, keyId: exchange.authKeyId):
-            ctx.pipeline.respondCached(exchange, r, "STALE")
+            ProxyPipeline.respondCached(exchange, r, "STALE")
         case .response, .stale, .goUpstream:
             // Not shareable, or it varies on a header this waiter sent otherwise: the
             // waiter makes its own call, uncached.
