@@ -42,6 +42,11 @@ final class ByteBufferTests: XCTestCase {
             b.appendDecimal(v)
             XCTAssertEqual(String(decoding: Array(b.readable), as: UTF8.self), String(v))
         }
+        for v: UInt64 in [UInt64(Int.max) + 1, 9_999_999_999_999_999_999, 10_000_000_000_000_000_000, .max - 1, .max] {
+            b.clear()
+            b.appendDecimal(v)
+            XCTAssertEqual(String(decoding: Array(b.readable), as: UTF8.self), String(v))
+        }
         b.clear()
         b.appendDecimal(-5)
         XCTAssertEqual(Array(b.readable), Array("0".utf8))

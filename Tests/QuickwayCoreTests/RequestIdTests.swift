@@ -29,10 +29,17 @@ final class RequestIdTests: XCTestCase {
             XCTAssertEqual(id.string, "\(prefix)-\(worker)-\(counter)")
             XCTAssertEqual(id.count, id.string.utf8.count)
             XCTAssertLessThanOrEqual(id.count, id.countBound)
+            let out = ByteBuffer(capacity: 8, lazy: true)
+            out.append(byte: 0x41)
+            id.append(to: out)
+            XCTAssertEqual(String(decoding: Array(out.readable), as: UTF8.self), "A" + id.string, "written into a buffer as by withBytes")
         }
         XCTAssertEqual(RequestId([]).count, 0, "an empty one is safe to make")
         XCTAssertEqual(RequestId(Array("abc".utf8)).string, "abc")
         XCTAssertEqual(RequestId(Array("abc".utf8)).countBound, 3)
+        let out = ByteBuffer(capacity: 8, lazy: true)
+        RequestId(Array("abc".utf8)).append(to: out)
+        XCTAssertEqual(Array(out.readable), Array("abc".utf8))
     }
 
     func testAClientIdIsKeptOnlyWhenItIsShortAndPlain() throws {

@@ -34,9 +34,11 @@ public enum CacheKey {
         let table = head.fieldTable
         let host = head.hostValue ?? 0..<0
         let path = head.path, target = head.target
+        // The query: after the path's `?` (the parser refuses `#`, so it runs to the end).
+        let query = path.upperBound < target.upperBound ? (path.upperBound + 1)..<target.upperBound : target.upperBound..<target.upperBound
         return head.bytes.withUnsafeBytes { raw in
             let fields = table.fields(in: raw)
-            let rawQuery = CanonicalQuery.rawQuery(ofTarget: UnsafeRawBufferPointer(rebasing: raw[target]))
+            let rawQuery = UnsafeRawBufferPointer(rebasing: raw[query])
             return CanonicalQuery.withCanonical(rawQuery, form: .cacheKey) { query in
                 var size = 4 + host.count + path.count + 1 + query.count
                 for name in vary {

@@ -362,7 +362,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         // Each line's CRLF goes out with the next line's name (one copy for both): the
         // last line's with the empty line that ends the head.
         output.append("X-Request-Id: ")
-        exchange.requestId.withBytes { output.append($0) }
+        exchange.requestId.append(to: output)
         if let cache = exchange.cacheStatus {
             output.append("\r\nX-Cache: ")
             output.append(cache)

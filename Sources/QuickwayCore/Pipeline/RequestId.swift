@@ -76,6 +76,22 @@ struct RequestId {
         }
     }
 
+    /// Appends the id to `out` (a response head): a generated one is written there
+    /// directly, its numbers two digits at a time (`ByteBuffer.appendDecimal`).
+    @inline(__always)
+    func append(to out: ByteBuffer) {
+        if let client { return client.withUnsafeBytes { out.append($0) } }
+        let prefix = Self.processPrefix
+        let space = out.writableSpace(atLeast: 13)
+        space.storeBytes(of: prefix.0, toByteOffset: 0, as: UInt64.self)
+        space.storeBytes(of: prefix.1, toByteOffset: 8, as: UInt32.self)
+        space[12] = UInt8(ascii: "-")
+        out.didWrite(13)
+        out.appendDecimal(UInt64(worker))
+        out.append(byte: UInt8(ascii: "-"))
+        out.appendDecimal(counter)
+    }
+
     /// `value` in decimal, its last digit just before `end`; returns where it starts.
     @inline(__always)
     private static func writeDecimal(_ value: UInt64, endingAt end: Int, in buffer: UnsafeMutableRawBufferPointer) -> Int {

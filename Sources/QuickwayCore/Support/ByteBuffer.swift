@@ -182,11 +182,14 @@ public final class ByteBuffer {
     /// Appends a non-negative integer in decimal, straight into the buffer (no String,
     /// no closure context).
     /// Digits counted by comparisons, then written two at a time from the end.
-    public func appendDecimal(_ value: Int) {
-        var v = UInt64(max(0, value))
+    public func appendDecimal(_ value: Int) { appendDecimal(UInt64(max(0, value))) }
+
+    public func appendDecimal(_ value: UInt64) {
+        var v = value
         var n = 1
         var bound: UInt64 = 10
-        while v >= bound && n < 19 { n += 1; bound &*= 10 }   // an Int has at most 19 digits
+        // Up to 20 digits; `bound` stops at 10^19 (the next power is past UInt64).
+        while n < 20 && v >= bound { n += 1; if n < 20 { bound &*= 10 } }
         let space = writableSpace(atLeast: n)
         let pairs = UnsafeRawPointer(Self.digitPairs.utf8Start)
         var i = n
