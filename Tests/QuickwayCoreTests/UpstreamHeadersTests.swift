@@ -158,6 +158,71 @@ final class UpstreamHeadersTests: XCTestCase {
         XCTAssertTrue(r.isChunked && r.hasTransferEncoding && !r.allowsReuse, "both framings: closed after")
     }
 
+    /// Feeds a whole head as `UpstreamHTTPCall` does: the plain header lines in one pass
+    /// (`feedPlainLines`), any other line alone (`feed`). Returns whether it ended a head.
+    private static func feedWhole(_ text: String, into r: inout UpstreamResponseHead) -> Bool {
+        let bytes = Array(text.utf8)
+        return bytes.withUnsafeBytes { raw in
+            var i = 0
+            while i < raw.count {
+                i += r.feedPlainLines(UnsafeRawBufferPointer(rebasing: raw[i...]))
+                guard i < raw.count else { break }
+                let end = (raw[i...].firstIndex(of: 0x0A) ?? raw.count - 1) + 1
+                if r.feed(UnsafeRawBufferPointer(rebasing: raw[i..<end])) { return true }
+                i = end
+            }
+            return false
+        }
+    }
+
+    /// The same head and expectations as `testResponseHeadFiltering`, fed a run of lines
+    /// at a time: framing and hop-by-hop headers taken in, malformed lines dropped, the
+    /// rest relayed in order.
+    func testPlainLinesInOnePassFilterAsLineByLine() {
+        var r = UpstreamResponseHead()
+        let head = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created Now\r\nContent-Type: text/plain\r\n"
+            + "Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nTransfer-Encoding: chunked\r\nContent-Length: 12\r\n"
+            + "Keep-Alive: timeout=4\r\nBad Header: x\r\nX-Ctl: a\u{1}b\r\nSet-Cookie: a=1\r\nX-Forwarded-Host: h\r\n\r\n"
+        XCTAssertTrue(Self.feedWhole(head, into: &r))
+        XCTAssertEqual(r.status, 201)
+        XCTAssertEqual(String(decoding: r.reason, as: UTF8.self), "Created Now")
+        XCTAssertEqual(r.contentLength, 12)
+        XCTAssertEqual(String(decoding: r.linesToRelay(), as: UTF8.self), "Content-Type: text/plain\r\nSet-Cookie: a=1\r\n")
+        XCTAssertTrue(r.isChunked && r.hasTransferEncoding && !r.allowsReuse, "both framings: closed after")
+        XCTAssertEqual(r.feedPlainLines(UnsafeRawBufferPointer(start: nil, count: 0)), 0)
+    }
+
+    /// Random heads of well-formed and odd lines (bare LF, stray CR, controls, folding,
+    /// underscores, the managed names): a run at a time gives what line by line gives.
+    func testPlainLinesInOnePassMatchLineByLineOnRandomHeads() {
+        var rng = SystemRandomNumberGenerator()
+        let names = ["Server", "Date", "Content-Type", "content-length", "Connection", "Upgrade", "X-Request-Id", "Keep-Alive",
+                     "Transfer-Encoding", "X_Under", "Set-Cookie", "ETag", "X-A", "Forwarded", "Bad Name", " Folded", ""]
+        let values = ["nginx", "12", "0", "close", "keep-alive, X-A", "websocket", "chunked", "a\u{1}b", "v\u{7f}", "", "  padded  ", "x\ry"]
+        let ends = ["\r\n", "\r\n", "\r\n", "\n", "\r\r\n", ""]
+        for _ in 0..<2_000 {
+            var text = "HTTP/1.1 200 OK\r\n"
+            var lines = [text]
+            for _ in 0..<Int.random(in: 0...8, using: &rng) {
+                let line = names.randomElement(using: &rng)! + ": " + values.randomElement(using: &rng)! + ends.randomElement(using: &rng)!
+                guard line.hasSuffix("\n") else { continue }
+                text += line
+                lines.append(line)
+            }
+            text += "\r\n"
+            lines.append("\r\n")
+            var whole = UpstreamResponseHead(), one = UpstreamResponseHead()
+            let endedWhole = Self.feedWhole(text, into: &whole)
+            var endedOne = false
+            for line in lines where !endedOne { endedOne = Self.feed(line, into: &one) }
+            XCTAssertEqual(endedWhole, endedOne, text)
+            XCTAssertEqual(whole.linesToRelay(), one.linesToRelay(), text)
+            XCTAssertEqual(whole.contentLength, one.contentLength, text)
+            XCTAssertEqual([whole.framingError, whole.isChunked, whole.connectionClose, whole.connectionKeepAlive, whole.upgradeWebSocket],
+                           [one.framingError, one.isChunked, one.connectionClose, one.connectionKeepAlive, one.upgradeWebSocket], text)
+        }
+    }
+
     /// Every relayed line ends in exactly one CRLF, whatever line end it came with (one
     /// copy when it already is CRLF), and a head after a 1xx starts afresh.
     func testRelayedLinesEndInOneCRLFWhateverTheyCameWith() {

@@ -202,6 +202,15 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
             var finished = false
             let switching = upgrading
             while i < input.count {
+                if line.isEmpty && !expect {
+                    // Plain header lines, in one pass (`feedPlainLines`), no further than
+                    // the head's size limit allows; the rest line by line below.
+                    let room = min(input.count - i, Self.maxHeadBytes - seen)
+                    let used = room > 0 ? head.feedPlainLines(UnsafeRawBufferPointer(rebasing: input[i..<(i + room)])) : 0
+                    seen += used
+                    i += used
+                    if i == input.count { break }
+                }
                 let rest = UnsafeRawBufferPointer(rebasing: input[i...])
                 guard let p = memchr(rest.baseAddress!, 0x0A, rest.count) else {
                     line.append(contentsOf: rest)

@@ -60,11 +60,65 @@ public struct UpstreamResponseHead {
         while colon < l.count && HTTPSyntax.isTokenChar(l[colon]) { colon += 1 }
         guard colon > 0, colon < l.count, l[colon] == UInt8(ascii: ":") else { return false }
         if HTTPSyntax.fieldValueEnd(l, from: colon + 1, to: l.count) != l.count { return false }
-        let name = 0..<colon
         var vs = colon + 1
         while vs < l.count && (l[vs] == 0x20 || l[vs] == 0x09) { vs += 1 }
-        let value = vs..<l.count
-        switch colon {
+        guard relays(l, name: 0..<colon, value: vs..<l.count) else { return false }
+        // One allocation for a typical head, not a regrowth every few lines.
+        if relayLines.capacity == 0 { relayLines.reserveCapacity(512) }
+        if end + 2 == line.count && line[end] == 0x0D && line[end + 1] == 0x0A {
+            // Already ends in CRLF (the last byte is the LF): one copy with its line end.
+            ByteArrays.append(line, to: &relayLines)
+        } else {
+            ByteArrays.append(l, to: &relayLines)
+            relayLines.append(0x0D)   // not `[0x0D, 0x0A]`: an array literal is a heap allocation per line
+            relayLines.append(0x0A)
+        }
+        return false
+    }
+
+    /// Feeds the plain header lines at the start of `buf`: each a token name, a colon, a
+    /// value of field-value bytes and CRLF, all of it in `buf`. Returns the bytes they
+    /// took; it stops before the first other line (the empty line that ends the head, a
+    /// status line, a folded or bare-LF line, one not complete yet), which the caller
+    /// gives to `feed(_:)`. Nothing before the status line. The same outcome as feeding
+    /// the lines one by one, in one pass: no search for each line's end first (the value
+    /// scan finds it), and a run of relayed lines is copied at once.
+    public mutating func feedPlainLines(_ buf: UnsafeRawBufferPointer) -> Int {
+        guard status != 0 else { return 0 }
+        let n = buf.count
+        var i = 0
+        var runStart = 0
+        while i < n {
+            var colon = i
+            while colon < n && HTTPSyntax.isTokenChar(buf[colon]) { colon += 1 }
+            guard colon > i, colon < n, buf[colon] == UInt8(ascii: ":") else { break }
+            let valueEnd = HTTPSyntax.fieldValueEnd(buf, from: colon + 1, to: n)
+            guard valueEnd + 1 < n, buf[valueEnd] == 0x0D, buf[valueEnd + 1] == 0x0A else { break }
+            var vs = colon + 1
+            while vs < valueEnd && (buf[vs] == 0x20 || buf[vs] == 0x09) { vs += 1 }
+            let l = UnsafeRawBufferPointer(rebasing: buf[i..<valueEnd])
+            if !relays(l, name: 0..<(colon - i), value: (vs - i)..<(valueEnd - i)) {
+                appendRun(buf, runStart..<i)
+                runStart = valueEnd + 2
+            }
+            i = valueEnd + 2
+        }
+        appendRun(buf, runStart..<i)
+        return i
+    }
+
+    /// Lines to relay, copied as they are (each ends in CRLF).
+    @inline(__always) private mutating func appendRun(_ buf: UnsafeRawBufferPointer, _ run: Range<Int>) {
+        guard !run.isEmpty else { return }
+        if relayLines.capacity == 0 { relayLines.reserveCapacity(max(512, run.count)) }
+        ByteArrays.append(UnsafeRawBufferPointer(rebasing: buf[run]), to: &relayLines)
+    }
+
+    /// What a well-formed header line (`l`, without its line end) does: the framing
+    /// and hop-by-hop headers are taken in (or refused) here; the rest is relayed unless
+    /// the gateway manages it (`UpstreamRequestHeaders.isDropped`). True to relay it.
+    private mutating func relays(_ l: UnsafeRawBufferPointer, name: Range<Int>, value: Range<Int>) -> Bool {
+        switch name.count {
         case 14 where HTTPSyntax.equalsLowercase(l, name, "content-length"):
             var n = 0
             var digits = 0
@@ -97,19 +151,8 @@ public struct UpstreamResponseHead {
             }
             return false
         default:
-            if UpstreamRequestHeaders.isDropped(l, name) { return false }
+            return !UpstreamRequestHeaders.isDropped(l, name)
         }
-        // One allocation for a typical head, not a regrowth every few lines.
-        if relayLines.capacity == 0 { relayLines.reserveCapacity(512) }
-        if end + 2 == line.count && line[end] == 0x0D && line[end + 1] == 0x0A {
-            // Already ends in CRLF (the last byte is the LF): one copy with its line end.
-            ByteArrays.append(line, to: &relayLines)
-        } else {
-            ByteArrays.append(l, to: &relayLines)
-            relayLines.append(0x0D)   // not `[0x0D, 0x0A]`: an array literal is a heap allocation per line
-            relayLines.append(0x0A)
-        }
-        return false
     }
 
     /// Takes a `101` as the final head (a WebSocket handshake asked to switch protocols;
