@@ -201,3 +201,22 @@ final class HashedKeyTests: XCTestCase {
         XCTAssertNotEqual(HashedKey([1, 2, 3]), HashedKey([1, 2, 3, 0]))
     }
 }
+
+/// The shard a key goes to is chosen from bits the shard's dictionary does not take its
+/// buckets from: the keys of one shard differ in their low bits.
+final class CacheShardTests: XCTestCase {
+    func testTheKeysOfOneShardDoNotShareTheirLowBits() {
+        var lowBits = Set<Int>()
+        var perShard = [Int](repeating: 0, count: 16)
+        for i in 0..<4_000 {
+            let key = HashedKey(Array("GET h/item/\(i)?".utf8))
+            let shard = ResponseCache.shardIndex(key, count: 16)
+            perShard[shard] += 1
+            if shard == 0 { lowBits.insert(key.hash & 15) }
+        }
+        XCTAssertGreaterThan(lowBits.count, 8, "the keys of shard 0 spread over the low four bits")
+        XCTAssertTrue(perShard.allSatisfy { $0 > 150 }, "every shard gets a share: \(perShard)")
+        XCTAssertEqual(ResponseCache.shardIndex(HashedKey(Array("k".utf8)), count: 1), 0)
+    }
+}
+

@@ -174,10 +174,10 @@ final class HTTPRequestParserTests: XCTestCase {
     }
 
     /// spec/config.md `max_header_bytes`: a larger head gets 431. The head is counted from
-    /// its request line (empty lines before it are skipped, RFC 9112 2.2) through the LF
-    /// of the empty line that ends it: exactly the limit is served, a byte more is not,
-    /// whether it arrives whole or a byte at a time, and pipelined bytes after it count
-    /// for nothing.
+    /// the buffer's first byte (empty lines before the request line, which RFC 9112 2.2
+    /// lets us skip, included) through the LF of the empty line that ends it: exactly the
+    /// limit is served, a byte more is not, whether it arrives whole or a byte at a time,
+    /// and pipelined bytes after it count for nothing.
     func testTheHeadLimitIsExact() {
         func head(_ length: Int) -> String {
             let start = "GET / HTTP/1.1\r\nHost: h\r\nX: "
@@ -186,7 +186,8 @@ final class HTTPRequestParserTests: XCTestCase {
             return text
         }
         for prefix in ["", "\r\n", "\r\n\r\n"] {
-            for length in [100, 1023, 1024] {
+            let room = 1024 - prefix.utf8.count
+            for length in [100, room - 1, room] {
                 let text = prefix + head(length)
                 XCTAssertEqual(parseOnce(text, maxHead: 1024).0, .head(consumed: text.utf8.count), "\(prefix.count) \(length)")
                 XCTAssertEqual(parseOnce(text + "GET / HTTP/1.1\r\n", maxHead: 1024).0, .head(consumed: text.utf8.count))
@@ -194,14 +195,25 @@ final class HTTPRequestParserTests: XCTestCase {
                 XCTAssertEqual(outcome, .head(consumed: text.utf8.count))
                 XCTAssertEqual(at, text.utf8.count, "served once its last byte is in")
             }
-            for length in [1025, 1026, 1100] {
+            for length in [room + 1, room + 2, 1100] {
                 let text = prefix + head(length)
                 XCTAssertEqual(parseOnce(text, maxHead: 1024).0, .error(.headersTooLarge), "\(prefix.count) \(length)")
                 let (outcome, _, at) = parseByteByByte(text, maxHead: 1024)
                 XCTAssertEqual(outcome, .error(.headersTooLarge))
-                XCTAssertEqual(at, prefix.utf8.count + 1024, "refused once the limit is full without an end")
+                XCTAssertEqual(at, 1024, "refused once the limit is full without an end")
             }
         }
+    }
+
+    /// Empty lines before the request line count toward the limit: a stream of them is
+    /// refused with 431 when the limit is full, not left waiting for a head forever.
+    func testAStreamOfEmptyLinesIsRefusedAtTheLimit() {
+        let flood = String(repeating: "\r\n", count: 1000)
+        XCTAssertEqual(parseOnce(flood, maxHead: 1024).0, .error(.headersTooLarge))
+        let (outcome, _, at) = parseByteByByte(flood, maxHead: 1024)
+        XCTAssertEqual(outcome, .error(.headersTooLarge))
+        XCTAssertEqual(at, 1024)
+        XCTAssertEqual(parseOnce(String(repeating: "\r\n", count: 10), maxHead: 1024).0, .needMore)
     }
 
     /// The lent-bytes view of the fields (`fieldTable.fields(in:)`, what the cache key and

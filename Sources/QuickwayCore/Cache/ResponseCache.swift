@@ -124,12 +124,20 @@ public final class ResponseCache: @unchecked Sendable {
         shardBudget = max(1, maxBytes / shardCount)
     }
 
+    /// The shard of a key, from the hash's top 32 bits (multiply-shift): the shard's
+    /// dictionary takes its buckets from the low bits, and a shard picked by those too
+    /// (`hash % 16`) held only keys sharing their low four bits, which start in a
+    /// sixteenth of its buckets and probe long runs.
+    @inline(__always) static func shardIndex(_ key: HashedKey, count: Int) -> Int {
+        Int(truncatingIfNeeded: ((UInt64(truncatingIfNeeded: key.hash) >> 32) &* UInt64(count)) >> 32)
+    }
+
     private func shard(_ key: HashedKey) -> Shard {
-        shards[Int(UInt(bitPattern: key.hash) % UInt(shards.count))]
+        shards[Self.shardIndex(key, count: shards.count)]
     }
 
     @inline(__always) private func withShard<R>(_ key: HashedKey, _ body: (Shard) -> R) -> R {
-        shardRefs[Int(UInt(bitPattern: key.hash) % UInt(shardRefs.count))]._withUnsafeGuaranteedRef(body)
+        shardRefs[Self.shardIndex(key, count: shardRefs.count)]._withUnsafeGuaranteedRef(body)
     }
 
     public struct Hit {

@@ -149,22 +149,23 @@ public struct HTTPRequestHead: Sendable {
     /// Where the field table lies in `bytes`, to read while the bytes are lent
     /// (`withBytes`): iterating `fields(in:)` holds no reference to the array, where
     /// `fields` (a collection that keeps the array) costs a retain and a release.
-    public struct FieldTable: Sendable {
+    struct FieldTable: Sendable {
         let start: Int
-        public let count: Int
+        let count: Int
         /// The fields, read from `raw` (the head's bytes, as `withBytes` lends them).
-        @inline(__always) public func fields(in raw: UnsafeRawBufferPointer) -> RawFields { RawFields(raw: raw, tableStart: start, count: count) }
+        @inline(__always) func fields(in raw: UnsafeRawBufferPointer) -> RawFields { RawFields(raw: raw, tableStart: start, count: count) }
     }
 
-    /// The header fields read from lent bytes (`FieldTable`); valid while they are.
-    public struct RawFields: RandomAccessCollection {
+    /// The header fields read from lent bytes (`FieldTable`); valid only while they are
+    /// lent, so not public (it must not leave the closure that lends them).
+    struct RawFields: RandomAccessCollection {
         let raw: UnsafeRawBufferPointer
         let tableStart: Int
-        public let count: Int
-        public var startIndex: Int { 0 }
-        public var endIndex: Int { count }
+        let count: Int
+        var startIndex: Int { 0 }
+        var endIndex: Int { count }
 
-        @inline(__always) public subscript(i: Int) -> HTTPField {
+        @inline(__always) subscript(i: Int) -> HTTPField {
             precondition(i >= 0 && i < count, "field index out of range")
             let p = tableStart + i * Fields.entryBytes
             @inline(__always) func at(_ k: Int) -> Int { Int(raw.loadUnaligned(fromByteOffset: p + 4 * k, as: UInt32.self)) }
@@ -172,7 +173,7 @@ public struct HTTPRequestHead: Sendable {
         }
     }
 
-    public var fieldTable: FieldTable { FieldTable(start: Int(tableStart), count: Int(fieldCount)) }
+    var fieldTable: FieldTable { FieldTable(start: Int(tableStart), count: Int(fieldCount)) }
 
     /// The Host header's value, if there is one.
     public var hostValue: Range<Int>? {

@@ -85,9 +85,10 @@ public struct HTTPRequestParser: Sendable {
     }
 
     /// Finds the end of the head: the first empty line. A head may be `maxHeadBytes`
-    /// long, from its first byte (after any empty lines before the request line, which
-    /// RFC 9112 2.2 lets us skip) through the final LF; no byte past that is looked at,
-    /// and a buffer that reaches it without an end gets 431. Bare LF, bare CR and NUL are
+    /// long, from the buffer's first byte through the final LF, empty lines before the
+    /// request line (which RFC 9112 2.2 lets us skip) included, so that a stream of them
+    /// is refused like any other oversized head; no byte past that is looked at, and a
+    /// buffer that reaches it without an end gets 431. Bare LF, bare CR and NUL are
     /// refused as they are met; the rest is checked by `parseFields`.
     private mutating func scanHead(_ buf: UnsafeRawBufferPointer, scratch: HeadFieldScratch?) throws(HTTPParseError) -> HeadResult {
         precondition(buf.count < Int(Int32.max), "a request buffer of 2 GiB")
@@ -96,7 +97,7 @@ public struct HTTPRequestParser: Sendable {
         var skippedPrefix = Int(skippedPrefix)
         let n = buf.count
         // Bytes at `limit` and after cannot be part of an acceptable head.
-        var limit = min(n, skippedPrefix + maxHeadBytes)
+        let limit = min(n, maxHeadBytes)
         scan: while i < limit {
             // Eight bytes with no LF, CR or NUL (none below 0x0E) need nothing more; else
             // straight to the first byte below 0x0E (the bytes before it need nothing).
@@ -121,7 +122,6 @@ public struct HTTPRequestParser: Sendable {
                         skippedPrefix = next
                         lineStart = next
                         i = next
-                        limit = min(n, skippedPrefix + maxHeadBytes)
                         continue
                     }
                     let start = skippedPrefix
@@ -142,7 +142,7 @@ public struct HTTPRequestParser: Sendable {
             }
         }
         // No end within the limit: too large once the buffer reaches it.
-        if n - skippedPrefix >= maxHeadBytes { throw .headersTooLarge }
+        if n >= maxHeadBytes { throw .headersTooLarge }
         scanned = Int32(i)
         self.lineStart = Int32(lineStart)
         self.skippedPrefix = Int32(skippedPrefix)

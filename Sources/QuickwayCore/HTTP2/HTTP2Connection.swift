@@ -412,12 +412,14 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         let requestId = worker.requestId(from: head)
         let body = head.body
         let dropped = head.droppedUnderscoreFields
-        let ex = worker.handler.makeExchange(head: consume head, sink: s, requestId: requestId, clientAddress: transport.peer)
+        // The handler read once: the exchange keeps the one that made it.
+        let handler: RequestHandler = worker.handler
+        let ex = handler.makeExchange(head: consume head, sink: s, requestId: requestId, clientAddress: transport.peer)
         ex.overTLS = transport.isTLS
         s.exchange = ex
         if dropped > 0 { worker.stats.underscoreHeadersDropped(dropped) }
-        ex.handler = worker.handler
-        if let (code, message) = worker.handler.preflight(ex) {
+        ex.handler = handler
+        if let (code, message) = handler.preflight(ex) {
             s.phase = .refused
             ex.respondError(code, message)
             return
