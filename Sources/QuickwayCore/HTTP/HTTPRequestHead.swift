@@ -67,11 +67,7 @@ public struct HTTPRequestHead: Sendable {
         methodEnd = UInt32(truncatingIfNeeded: method.upperBound)
         targetStart = UInt32(truncatingIfNeeded: target.lowerBound)
         targetEnd = UInt32(truncatingIfNeeded: target.upperBound)
-        pathEnd = bytes.withUnsafeBytes { raw in
-            let t = UnsafeRawBufferPointer(rebasing: raw[target])
-            guard t.count > 0, let q = memchr(t.baseAddress!, Int32(UInt8(ascii: "?")), t.count) else { return UInt32(truncatingIfNeeded: target.upperBound) }
-            return UInt32(truncatingIfNeeded: target.lowerBound + t.baseAddress!.distance(to: UnsafeRawPointer(q)))
-        }
+        pathEnd = UInt32(truncatingIfNeeded: Self.pathPart(of: target, in: bytes).upperBound)
         self.bytes = bytes
         signedStart = UInt32(truncatingIfNeeded: signedTarget.lowerBound)
         signedEnd = UInt32(truncatingIfNeeded: signedTarget.upperBound)
@@ -137,12 +133,7 @@ public struct HTTPRequestHead: Sendable {
         public var endIndex: Int { count }
 
         @inline(__always) public subscript(i: Int) -> HTTPField {
-            precondition(i >= 0 && i < count, "field index out of range")
-            return storage.withUnsafeBytes { raw in
-                let p = tableStart + i * Self.entryBytes
-                @inline(__always) func at(_ k: Int) -> Int { Int(raw.loadUnaligned(fromByteOffset: p + 4 * k, as: UInt32.self)) }
-                return HTTPField(name: at(0)..<at(1), value: at(2)..<at(3))
-            }
+            storage.withUnsafeBytes { RawFields(raw: $0, tableStart: tableStart, count: count)[i] }
         }
     }
 
@@ -204,10 +195,14 @@ public struct HTTPRequestHead: Sendable {
     /// The signed (raw) target's path part.
     public var signedPath: Range<Int> { Self.pathPart(of: signedTarget, in: bytes) }
 
+    /// `t` up to its first `?`.
+    @inline(__always)
     static func pathPart(of t: Range<Int>, in bytes: [UInt8]) -> Range<Int> {
-        var end = t.lowerBound
-        while end < t.upperBound && bytes[end] != UInt8(ascii: "?") { end += 1 }
-        return t.lowerBound..<end
+        bytes.withUnsafeBytes { raw in
+            let s = UnsafeRawBufferPointer(rebasing: raw[t])
+            guard s.count > 0, let q = memchr(s.baseAddress!, Int32(UInt8(ascii: "?")), s.count) else { return t }
+            return t.lowerBound..<(t.lowerBound + s.baseAddress!.distance(to: UnsafeRawPointer(q)))
+        }
     }
 
     /// Appends every value of the header named `lowercaseName` (any case in the

@@ -50,68 +50,43 @@ struct RequestId {
     /// Bytes in the id.
     var count: Int {
         if let client { return client.count }
-        return 14 + Self.decimalDigits(UInt64(worker)) + Self.decimalDigits(counter)
+        return 14 + DecimalText.count(UInt64(worker)) + DecimalText.count(counter)
     }
 
     /// At least `count` (for sizing a buffer without counting digits).
     var countBound: Int { client?.count ?? Self.maxGeneratedBytes }
 
-    /// Runs `body` with the id's bytes, valid only during the call. A generated id is
-    /// written on the stack from its end backwards (the numbers' digits need no
-    /// counting first).
+    /// Runs `body` with the id's bytes, valid only during the call (a generated id is
+    /// written on the stack).
     @inline(__always)
     func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         if let client { return try client.withUnsafeBytes(body) }
         return try withUnsafeTemporaryAllocation(byteCount: Self.maxGeneratedBytes, alignment: 8) { buffer in
-            var at = Self.writeDecimal(counter, endingAt: Self.maxGeneratedBytes, in: buffer)
-            at -= 1
-            buffer[at] = UInt8(ascii: "-")
-            at = Self.writeDecimal(UInt64(worker), endingAt: at, in: buffer)
-            at -= 13
-            buffer[at + 12] = UInt8(ascii: "-")
-            let prefix = Self.processPrefix
-            buffer.storeBytes(of: prefix.0, toByteOffset: at, as: UInt64.self)
-            buffer.storeBytes(of: prefix.1, toByteOffset: at + 8, as: UInt32.self)
-            return try body(UnsafeRawBufferPointer(rebasing: buffer[at..<Self.maxGeneratedBytes]))
+            try body(UnsafeRawBufferPointer(rebasing: buffer[0..<writeGenerated(at: buffer.baseAddress!)]))
         }
     }
 
-    /// Appends the id to `out` (a response head): a generated one is written there
-    /// directly, its numbers two digits at a time (`ByteBuffer.appendDecimal`).
+    /// Appends the id to `out` (a response head), a generated one written there directly.
     @inline(__always)
     func append(to out: ByteBuffer) {
         if let client { return client.withUnsafeBytes { out.append($0) } }
-        let prefix = Self.processPrefix
-        let space = out.writableSpace(atLeast: 13)
-        space.storeBytes(of: prefix.0, toByteOffset: 0, as: UInt64.self)
-        space.storeBytes(of: prefix.1, toByteOffset: 8, as: UInt32.self)
-        space[12] = UInt8(ascii: "-")
-        out.didWrite(13)
-        out.appendDecimal(UInt64(worker))
-        out.append(byte: UInt8(ascii: "-"))
-        out.appendDecimal(counter)
+        out.didWrite(writeGenerated(at: out.writableSpace(atLeast: Self.maxGeneratedBytes).baseAddress!))
     }
 
-    /// `value` in decimal, its last digit just before `end`; returns where it starts.
+    /// Writes a generated id at `p` (room for `maxGeneratedBytes`); returns its length.
     @inline(__always)
-    private static func writeDecimal(_ value: UInt64, endingAt end: Int, in buffer: UnsafeMutableRawBufferPointer) -> Int {
-        var x = value
-        var at = end
-        repeat {
-            let q = x / 10
-            at -= 1
-            buffer[at] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: x &- q &* 10)
-            x = q
-        } while x > 0
-        return at
+    private func writeGenerated(at p: UnsafeMutableRawPointer) -> Int {
+        let prefix = Self.processPrefix
+        p.storeBytes(of: prefix.0, as: UInt64.self)
+        p.storeBytes(of: prefix.1, toByteOffset: 8, as: UInt32.self)
+        p.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 12, as: UInt8.self)
+        let w = DecimalText.count(UInt64(worker))
+        DecimalText.write(UInt64(worker), digits: w, at: p + 13)
+        p.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 13 + w, as: UInt8.self)
+        let c = DecimalText.count(counter)
+        DecimalText.write(counter, digits: c, at: p + 14 + w)
+        return 14 + w + c
     }
 
     var string: String { withBytes { String(decoding: $0, as: UTF8.self) } }
-
-    private static func decimalDigits(_ value: UInt64) -> Int {
-        var digits = 1
-        var rest = value / 10
-        while rest > 0 { digits += 1; rest /= 10 }
-        return digits
-    }
 }

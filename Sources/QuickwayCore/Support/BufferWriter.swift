@@ -24,20 +24,12 @@ struct BufferWriter {
         at += 1
     }
 
-    /// `value` in decimal.
+    /// `value` in decimal (`DecimalText`).
     @inline(__always) mutating func putDecimal(_ value: UInt64) {
-        var digits = 1
-        var rest = value / 10
-        while rest > 0 { digits += 1; rest /= 10 }
-        precondition(at + digits <= buffer.count)
-        var x = value
-        var i = at + digits
-        repeat {
-            i -= 1
-            buffer[i] = UInt8(ascii: "0") + UInt8(x % 10)
-            x /= 10
-        } while x > 0
-        at += digits
+        let n = DecimalText.count(value)
+        precondition(at + n <= buffer.count)
+        DecimalText.write(value, digits: n, at: buffer.baseAddress! + at)
+        at += n
     }
 
     /// `bytes` with `A`-`Z` made lower case: eight at a time (`HTTPSyntax.lowercased`),

@@ -181,34 +181,14 @@ public final class ByteBuffer {
 
     /// Appends a non-negative integer in decimal, straight into the buffer (no String,
     /// no closure context).
-    /// Digits counted by comparisons, then written two at a time from the end.
+    /// Appends a non-negative integer in decimal (`DecimalText`), straight into the buffer.
     public func appendDecimal(_ value: Int) { appendDecimal(UInt64(max(0, value))) }
 
     public func appendDecimal(_ value: UInt64) {
-        var v = value
-        var n = 1
-        var bound: UInt64 = 10
-        // Up to 20 digits; `bound` stops at 10^19 (the next power is past UInt64).
-        while n < 20 && v >= bound { n += 1; if n < 20 { bound &*= 10 } }
-        let space = writableSpace(atLeast: n)
-        let pairs = UnsafeRawPointer(Self.digitPairs.utf8Start)
-        var i = n
-        while v >= 100 {
-            let q = v / 100
-            i -= 2
-            space.storeBytes(of: pairs.loadUnaligned(fromByteOffset: 2 * Int(v &- q &* 100), as: UInt16.self), toByteOffset: i, as: UInt16.self)
-            v = q
-        }
-        if v >= 10 {
-            space.storeBytes(of: pairs.loadUnaligned(fromByteOffset: 2 * Int(v), as: UInt16.self), toByteOffset: 0, as: UInt16.self)
-        } else {
-            space[0] = UInt8(truncatingIfNeeded: 0x30 &+ v)
-        }
+        let n = DecimalText.count(value)
+        DecimalText.write(value, digits: n, at: writableSpace(atLeast: n).baseAddress!)
         writeIndex += n
     }
-
-    /// "00" through "99", two bytes each.
-    private static let digitPairs: StaticString = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
 
     /// Appends a non-negative integer in lower-case hex (chunk sizes).
     public func appendHex(_ value: Int) {
