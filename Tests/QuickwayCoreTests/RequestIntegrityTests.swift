@@ -16,6 +16,16 @@ final class RequestTargetNormalizerTests: XCTestCase {
         return h.string(h.target)
     }
 
+    /// The head's path is its normalised target up to the first `?` (the normaliser
+    /// hands over where that is, rewritten or not).
+    func testThePathEndsAtTheNormalisedTargetsFirstQuestionMark() {
+        for target in ["/", "/a", "/a?", "/a?b=1", "/a?b=?", "/%61b/c?x=%41", "//a//b?q", "/a/%7e?z", "/a%3Fb?c", "/p?%3F"] {
+            guard let h = head(target).1 else { return XCTFail(target) }
+            let t = h.string(h.target)
+            XCTAssertEqual(h.string(h.path), String(t.prefix { $0 != "?" }), target)
+        }
+    }
+
     func testUnreservedBytesAreDecodedOthersKeptUpperCase() {
         XCTAssertEqual(normalised("/api/%61dmin/users"), "/api/admin/users", "RFC 3986 6.2.2.2: %61 is a")
         XCTAssertEqual(normalised("/a%2Db%2Ec%5Fd%7Ee%30"), "/a-b.c_d~e0")

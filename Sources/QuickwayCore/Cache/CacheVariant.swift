@@ -59,7 +59,7 @@ public struct CacheVariant: Sendable, Equatable {
                     continue
                 }
                 if name == forwardedHostName {
-                    if let h = head.hostField { for b in raw[head.fields[h].value] { out.append(HTTPSyntax.lower(b)) } }
+                    if let h = head.hostValue { for b in raw[h] { out.append(HTTPSyntax.lower(b)) } }
                     continue
                 }
                 head.appendValues(ofLowercaseName: name, to: &out)

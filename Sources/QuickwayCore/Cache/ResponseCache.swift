@@ -132,10 +132,6 @@ public final class ResponseCache: @unchecked Sendable {
         Int(truncatingIfNeeded: ((UInt64(truncatingIfNeeded: key.hash) >> 32) &* UInt64(count)) >> 32)
     }
 
-    private func shard(_ key: HashedKey) -> Shard {
-        shards[Self.shardIndex(key, count: shards.count)]
-    }
-
     @inline(__always) private func withShard<R>(_ key: HashedKey, _ body: (Shard) -> R) -> R {
         shardRefs[Self.shardIndex(key, count: shardRefs.count)]._withUnsafeGuaranteedRef(body)
     }
@@ -183,11 +179,12 @@ public final class ResponseCache: @unchecked Sendable {
     public func stale(_ key: [UInt8], nowMillis: Int64, staleMillis: Int64) -> CachedResponse? {
         guard staleMillis > 0 else { return nil }
         let key = HashedKey(key)
-        let s = shard(key)
-        s.lock.lock()
-        defer { s.lock.unlock() }
-        guard let n = s.map[key], nowMillis - n.expiresAt <= staleMillis else { return nil }
-        return n.response
+        return withShard(key) { s in
+            s.lock.lock()
+            defer { s.lock.unlock() }
+            guard let n = s.map[key], nowMillis - n.expiresAt <= staleMillis else { return nil }
+            return n.response
+        }
     }
 
     /// Stores (or replaces) an entry, evicting least recently used ones to stay in budget.
@@ -197,18 +194,20 @@ public final class ResponseCache: @unchecked Sendable {
         let key = HashedKey(key)
         let node = Node(key: key, response: response, expiresAt: nowMillis + ttlMillis)
         guard response.body.count <= maxObjectBytes, node.size <= shardBudget else { return false }
-        let s = shard(key)
-        s.lock.lock()
-        defer { s.lock.unlock() }
-        if let old = s.map[key] { s.remove(old) }
-        while s.bytes + node.size > shardBudget, let victim = s.tail {
-            s.remove(victim)
-            if victim.expiresAt <= nowMillis { s.expired += 1 } else { s.evictions += 1 }
+        let budget = shardBudget
+        withShard(key) { s in
+            s.lock.lock()
+            defer { s.lock.unlock() }
+            if let old = s.map[key] { s.remove(old) }
+            while s.bytes + node.size > budget, let victim = s.tail {
+                s.remove(victim)
+                if victim.expiresAt <= nowMillis { s.expired += 1 } else { s.evictions += 1 }
+            }
+            s.map[key] = node
+            s.pushFront(node)
+            s.bytes += node.size
+            s.stores += 1
         }
-        s.map[key] = node
-        s.pushFront(node)
-        s.bytes += node.size
-        s.stores += 1
         return true
     }
 

@@ -54,10 +54,11 @@ public struct HTTPRequestHead: Sendable {
     /// `Connection` names `upgrade`.
     public let connectionUpgrade: Bool
 
-    /// `method` starts the head (at 0); every offset is below 4 GiB. `fieldsTableStart`
-    /// and `fieldCount` place the field table in `bytes`.
+    /// `method` starts the head (at 0); every offset is below 4 GiB. `pathLength`: the
+    /// target's path, up to its `?` (the normaliser found it). `fieldsTableStart` and
+    /// `fieldCount` place the field table in `bytes`.
     @inline(__always)
-    init(bytes: [UInt8], headLength: Int, method: Range<Int>, target: Range<Int>, signedTarget: Range<Int>,
+    init(bytes: [UInt8], headLength: Int, method: Range<Int>, target: Range<Int>, pathLength: Int, signedTarget: Range<Int>,
          encodedSlashInPath: Bool, rawPlusInQuery: Bool, droppedUnderscoreFields: Int, keptUnderscoreFields: Bool,
          minorVersion: Int, fieldsTableStart: Int, fieldCount: Int, body: HTTPBodyFraming, keepAlive: Bool,
          expectsContinue: Bool, hostField: Int?, upgradeWebSocket: Bool, connectionUpgrade: Bool) {
@@ -67,7 +68,8 @@ public struct HTTPRequestHead: Sendable {
         methodEnd = UInt32(truncatingIfNeeded: method.upperBound)
         targetStart = UInt32(truncatingIfNeeded: target.lowerBound)
         targetEnd = UInt32(truncatingIfNeeded: target.upperBound)
-        pathEnd = UInt32(truncatingIfNeeded: Self.pathPart(of: target, in: bytes).upperBound)
+        precondition(pathLength <= target.count, "the path is part of the target")
+        pathEnd = UInt32(truncatingIfNeeded: target.lowerBound + pathLength)
         self.bytes = bytes
         signedStart = UInt32(truncatingIfNeeded: signedTarget.lowerBound)
         signedEnd = UInt32(truncatingIfNeeded: signedTarget.upperBound)

@@ -328,7 +328,8 @@ public struct HTTPRequestParser: Sendable {
         let size = tableStart + HTTPRequestHead.Fields.entryBytes * fieldCount
         let storage = headStorage(raw, target: target, rewritten: rewritten, table: table, fieldCount: fieldCount,
                                   tableStart: tableStart, size: size)
-        return HTTPRequestHead(bytes: storage, headLength: headLength, method: method, target: normalTarget, signedTarget: signedTarget,
+        return HTTPRequestHead(bytes: storage, headLength: headLength, method: method, target: normalTarget,
+                               pathLength: normal.pathLength, signedTarget: signedTarget,
                                encodedSlashInPath: normal.encodedSlash, rawPlusInQuery: normal.rawPlusInQuery,
                                droppedUnderscoreFields: droppedUnderscore, keptUnderscoreFields: keptUnderscore,
                                minorVersion: minor, fieldsTableStart: tableStart, fieldCount: fieldCount,

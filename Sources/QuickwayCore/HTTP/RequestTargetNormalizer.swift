@@ -30,6 +30,8 @@ public enum RequestTargetNormalizer {
         public var encodedSlash = false
         /// The query holds a raw `+`.
         public var rawPlusInQuery = false
+        /// The normalised target's path length (up to its `?`, or all of it).
+        public var pathLength = 0
     }
 
     public static func normalize(_ t: UnsafeRawBufferPointer) throws(HTTPParseError) -> Result {
@@ -86,6 +88,7 @@ public enum RequestTargetNormalizer {
         }
         if !other && (dots == 1 || dots == 2) { dotSegment = true }
         pathEnd = i
+        result.pathLength = pathEnd
         while i < n {
             let c = t[i]
             if c == UInt8(ascii: "#") { throw .badRequest("the request target must not contain # (a fragment is never sent to a server)") }
@@ -115,7 +118,8 @@ public enum RequestTargetNormalizer {
                 }
             }
             out.append(contentsOf: UnsafeRawBufferPointer(rebasing: t[pathEnd...]))
-            let dot = out.withUnsafeBytes { hasDotSegment(UnsafeRawBufferPointer(rebasing: $0[0..<pathEnd - (n - out.count)])) }
+            result.pathLength = pathEnd - (n - out.count)
+            let dot = out.withUnsafeBytes { hasDotSegment(UnsafeRawBufferPointer(rebasing: $0[0..<result.pathLength])) }
             if dot { throw .badRequest("the path must not contain . or .. segments") }
             result.rewritten = out
         } else if dotSegment {

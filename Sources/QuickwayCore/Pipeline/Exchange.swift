@@ -31,10 +31,10 @@ class Exchange {
 
     // What the stages found, for the response head, the access log and the counters.
 
-    /// The matched route's counter slot (`RouteStatSlots`), -1 for none.
-    var routeStatSlot = -1
-    /// The matched route's name, as bytes (shared with the route table, not copied):
-    /// a `ProxyContext`'s route's, read only when wanted (the access log).
+    /// The matched route's counter slot (`RouteStatSlots`), -1 for none, and its name as
+    /// bytes (shared with the route table, not copied): a `ProxyContext`'s route's, read
+    /// when wanted (the counters, the access log).
+    var routeStatSlot: Int { -1 }
     var routeName: [UInt8]? { nil }
     /// `X-Cache` value for routed requests (HIT, MISS, COALESCED, STALE, BYPASS).
     var cacheStatus: StaticString?
@@ -57,11 +57,11 @@ class Exchange {
     private(set) var isOwned = false
 
     /// Runs `body` with the head borrowed in place: passing `exchange.head` as an argument
-    /// copies it (its arrays retained and released), reading it here does not.
+    /// copies it (its array retained and released), reading it here does not.
     @inline(__always)
     func withHead<R>(_ body: (borrowing HTTPRequestHead) -> R) -> R { body(head) }
 
-    /// `head` is moved in, not copied (a copy retained each of its arrays).
+    /// `head` is moved in, not copied (a copy retained its array).
     init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) {
         isHeadRequest = head.methodIs("HEAD")
         self.head = head

@@ -9,8 +9,9 @@ final class ProxyContext: Exchange {
     @inline(__always) var exchange: Exchange { self }
     /// The pipeline running the request. Not counted: the exchange holds it as its
     /// `handler` for as long as the exchange is in use. Held as `Unmanaged` and lent by
-    /// `withPipeline` on the request path (a method call on an `unowned(unsafe)`
-    /// property retains and releases it around the call).
+    /// `withPipeline` where the request path calls it (a method call on an
+    /// `unowned(unsafe)` property retains and releases it around the call); `pipeline`
+    /// (counted) where a closure cannot be used, as for an answer passed on consumed.
     private let pipelineRef: Unmanaged<ProxyPipeline>
     var pipeline: ProxyPipeline { pipelineRef.takeUnretainedValue() }
 
@@ -21,6 +22,7 @@ final class ProxyContext: Exchange {
 
     /// Set by the route stage: the matched route.
     var route: Route!
+    override var routeStatSlot: Int { route?.statSlot ?? -1 }
     override var routeName: [UInt8]? { route?.nameBytes }
 
     /// Credentials that passed the head checks, waiting for the body hash.

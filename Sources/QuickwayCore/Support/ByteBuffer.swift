@@ -181,9 +181,11 @@ public final class ByteBuffer {
 
     /// Appends a non-negative integer in decimal, straight into the buffer (no String,
     /// no closure context).
-    /// Appends a non-negative integer in decimal (`DecimalText`), straight into the buffer.
+    /// Appends `value` in decimal (`DecimalText`), straight into the buffer; a negative
+    /// one as 0.
     public func appendDecimal(_ value: Int) { appendDecimal(UInt64(max(0, value))) }
 
+    /// Appends `value` in decimal (`DecimalText`), straight into the buffer.
     public func appendDecimal(_ value: UInt64) {
         let n = DecimalText.count(value)
         DecimalText.write(value, digits: n, at: writableSpace(atLeast: n).baseAddress!)

@@ -55,25 +55,34 @@ public struct UpstreamResponseHead {
             if status >= 200 { isComplete = true; return true }
             return false
         }
-        guard status != 0 else { return false }
-        var colon = 0
-        while colon < l.count && HTTPSyntax.isTokenChar(l[colon]) { colon += 1 }
-        guard colon > 0, colon < l.count, l[colon] == UInt8(ascii: ":") else { return false }
-        if HTTPSyntax.fieldValueEnd(l, from: colon + 1, to: l.count) != l.count { return false }
-        var vs = colon + 1
-        while vs < l.count && (l[vs] == 0x20 || l[vs] == 0x09) { vs += 1 }
-        guard relays(l, name: 0..<colon, value: vs..<l.count) else { return false }
-        // One allocation for a typical head, not a regrowth every few lines.
-        if relayLines.capacity == 0 { relayLines.reserveCapacity(512) }
+        guard status != 0, let colon = Self.nameEnd(l, from: 0),
+              HTTPSyntax.fieldValueEnd(l, from: colon + 1, to: l.count) == l.count else { return false }
+        guard relays(l, name: 0..<colon, value: Self.valueStart(l, after: colon, to: l.count)..<l.count) else { return false }
         if end + 2 == line.count && line[end] == 0x0D && line[end + 1] == 0x0A {
             // Already ends in CRLF (the last byte is the LF): one copy with its line end.
-            ByteArrays.append(line, to: &relayLines)
+            appendRun(line, 0..<line.count)
         } else {
-            ByteArrays.append(l, to: &relayLines)
+            appendRun(l, 0..<l.count)
             relayLines.append(0x0D)   // not `[0x0D, 0x0A]`: an array literal is a heap allocation per line
             relayLines.append(0x0A)
         }
         return false
+    }
+
+    /// Where a header line's name (token characters from `from`) ends at a colon; nil if
+    /// it is empty or not followed by one.
+    @inline(__always) private static func nameEnd(_ b: UnsafeRawBufferPointer, from: Int) -> Int? {
+        var colon = from
+        while colon < b.count && HTTPSyntax.isTokenChar(b[colon]) { colon += 1 }
+        guard colon > from, colon < b.count, b[colon] == UInt8(ascii: ":") else { return nil }
+        return colon
+    }
+
+    /// The first byte of a value after the colon at `colon`: optional whitespace skipped.
+    @inline(__always) private static func valueStart(_ b: UnsafeRawBufferPointer, after colon: Int, to end: Int) -> Int {
+        var vs = colon + 1
+        while vs < end && (b[vs] == 0x20 || b[vs] == 0x09) { vs += 1 }
+        return vs
     }
 
     /// Feeds the plain header lines at the start of `buf`: each a token name, a colon, a
@@ -89,13 +98,10 @@ public struct UpstreamResponseHead {
         var i = 0
         var runStart = 0
         while i < n {
-            var colon = i
-            while colon < n && HTTPSyntax.isTokenChar(buf[colon]) { colon += 1 }
-            guard colon > i, colon < n, buf[colon] == UInt8(ascii: ":") else { break }
+            guard let colon = Self.nameEnd(buf, from: i) else { break }
             let valueEnd = HTTPSyntax.fieldValueEnd(buf, from: colon + 1, to: n)
             guard valueEnd + 1 < n, buf[valueEnd] == 0x0D, buf[valueEnd + 1] == 0x0A else { break }
-            var vs = colon + 1
-            while vs < valueEnd && (buf[vs] == 0x20 || buf[vs] == 0x09) { vs += 1 }
+            let vs = Self.valueStart(buf, after: colon, to: valueEnd)
             let l = UnsafeRawBufferPointer(rebasing: buf[i..<valueEnd])
             if !relays(l, name: 0..<(colon - i), value: (vs - i)..<(valueEnd - i)) {
                 appendRun(buf, runStart..<i)
@@ -107,7 +113,8 @@ public struct UpstreamResponseHead {
         return i
     }
 
-    /// Lines to relay, copied as they are (each ends in CRLF).
+    /// Relayed bytes, copied as they are. One allocation for a typical head, not a
+    /// regrowth every few lines.
     @inline(__always) private mutating func appendRun(_ buf: UnsafeRawBufferPointer, _ run: Range<Int>) {
         guard !run.isEmpty else { return }
         if relayLines.capacity == 0 { relayLines.reserveCapacity(max(512, run.count)) }

@@ -25,7 +25,7 @@ final class AuthenticateBodyStage: RequestStage {
             exchange.bodyHasher = nil
         }
         let nonce: Authenticator.OneTimeValue
-        // The head is borrowed, not copied (a copy retains its arrays), except by the
+        // The head is borrowed, not copied (a copy retains its array), except by the
         // shared tier's callback below, which outlives this call.
         switch exchange.withHead({ auth.verifySignature(p, head: $0, bodyHashHex: bodyHash) }) {
         case .verified(let n): nonce = n

@@ -19,7 +19,7 @@ final class ForwardStage: RequestStage {
         ctx.withHead { forward(ctx, ctx.route!, $0) }
     }
 
-    /// `head` is the exchange's, borrowed (a local copy would retain its arrays).
+    /// `head` is the exchange's, borrowed (a local copy would retain its array).
     private func forward(_ ctx: ProxyContext, _ route: Route, _ head: borrowing HTTPRequestHead) -> StageResult {
         let request = Self.request(ctx, route, head)
         // A WebSocket handshake (checked by the route stage) goes with its own

@@ -22,12 +22,11 @@ final class RouteStage: RequestStage {
     }
 
     func run(_ ctx: ProxyContext) -> StageResult {
-        let exchange = ctx.exchange
-        return exchange.withHead { route(ctx, exchange, $0) }
+        ctx.withHead { route(ctx, $0) }
     }
 
-    /// `head` is the exchange's, borrowed (a local copy would retain its arrays).
-    private func route(_ ctx: ProxyContext, _ exchange: Exchange, _ head: borrowing HTTPRequestHead) -> StageResult {
+    /// `head` is the exchange's, borrowed (a local copy would retain its array).
+    private func route(_ ctx: ProxyContext, _ head: borrowing HTTPRequestHead) -> StageResult {
         head.withBytes { raw in
             // The normalised path (`RequestTargetNormalizer`): `/api/%61dmin` is routed,
             // keyed and forwarded as `/api/admin`.
@@ -45,9 +44,8 @@ final class RouteStage: RequestStage {
                    ForwardStage.withForwardedTarget(raw, head.path, stripping: route.prefixLength, { RequestTargetNormalizer.hasDotSegment($0) }) {
                     return .refuse(.badRequest, "the path must not contain . or .. segments")
                 }
-                exchange.routeStatSlot = route.statSlot
-                // The route's last use here, so it is moved into the context, not copied
-                // (a retain and a release less).
+                // Moved into the context, not copied (a retain and a release less); the
+                // exchange's route counter slot and name are read from it.
                 ctx.route = route
                 if head.upgradeWebSocket { return Self.checkWebSocket(ctx, ctx.route) }
                 return .next
