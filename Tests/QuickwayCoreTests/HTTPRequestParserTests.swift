@@ -231,6 +231,17 @@ final class HTTPRequestParserTests: XCTestCase {
         XCTAssertEqual(parseOnce("GET / HTTP/1.0\r\n\r\n").1?.hostValue, nil)
     }
 
+    /// `Content-Length: 0` frames no body but is stated (the upstream request keeps it);
+    /// without the header nothing is stated.
+    func testAStatedZeroLengthIsKeptApartFromNoLength() {
+        let zero = parseOnce("POST / HTTP/1.1\r\nHost: h\r\ncontent-length: 0\r\n\r\n").1
+        XCTAssertEqual(zero?.body, HTTPBodyFraming.none)
+        XCTAssertEqual(zero?.statesContentLength, true)
+        XCTAssertEqual(parseOnce("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n").1?.statesContentLength, true)
+        XCTAssertEqual(parseOnce("GET / HTTP/1.1\r\nHost: h\r\n\r\n").1?.statesContentLength, false)
+        XCTAssertEqual(parseOnce("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n").1?.statesContentLength, false)
+    }
+
     func testDeclaredBodyOverLimitGives413() {
         XCTAssertEqual(parseOnce("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2000000\r\n\r\n").0, .error(.bodyTooLarge))
     }

@@ -45,6 +45,8 @@ public struct HTTPRequestHead: Sendable {
     /// may read `Accept_Language` as `Accept-Language`, which the cache key and the
     /// merge checks would not, so such requests are neither cached nor merged.
     public let keptUnderscoreFields: Bool
+    /// A `Content-Length` header is there (`Content-Length: 0` too, which frames no body).
+    public let statesContentLength: Bool
     /// Whether the client wants the connection kept open after this exchange.
     public let keepAlive: Bool
     public let expectsContinue: Bool
@@ -60,7 +62,7 @@ public struct HTTPRequestHead: Sendable {
     @inline(__always)
     init(bytes: [UInt8], headLength: Int, method: Range<Int>, target: Range<Int>, pathLength: Int, signedTarget: Range<Int>,
          encodedSlashInPath: Bool, rawPlusInQuery: Bool, droppedUnderscoreFields: Int, keptUnderscoreFields: Bool,
-         minorVersion: Int, fieldsTableStart: Int, fieldCount: Int, body: HTTPBodyFraming, keepAlive: Bool,
+         minorVersion: Int, fieldsTableStart: Int, fieldCount: Int, body: HTTPBodyFraming, statesContentLength: Bool, keepAlive: Bool,
          expectsContinue: Bool, hostField: Int?, upgradeWebSocket: Bool, connectionUpgrade: Bool) {
         precondition(method.lowerBound == 0 && bytes.count <= Int(UInt32.max), "a head's method starts it; offsets are 32-bit")
         // Every value below is an offset or count within `bytes` (checked above).
@@ -86,6 +88,7 @@ public struct HTTPRequestHead: Sendable {
         self.encodedSlashInPath = encodedSlashInPath
         self.rawPlusInQuery = rawPlusInQuery
         self.keptUnderscoreFields = keptUnderscoreFields
+        self.statesContentLength = statesContentLength
         self.keepAlive = keepAlive
         self.expectsContinue = expectsContinue
         self.upgradeWebSocket = upgradeWebSocket

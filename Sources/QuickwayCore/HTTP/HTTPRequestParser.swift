@@ -333,7 +333,8 @@ public struct HTTPRequestParser: Sendable {
                                encodedSlashInPath: normal.encodedSlash, rawPlusInQuery: normal.rawPlusInQuery,
                                droppedUnderscoreFields: droppedUnderscore, keptUnderscoreFields: keptUnderscore,
                                minorVersion: minor, fieldsTableStart: tableStart, fieldCount: fieldCount,
-                               body: framing, keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
+                               body: framing, statesContentLength: contentLength != nil,
+                               keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
                                hostField: hostField, upgradeWebSocket: upgradeWebSocket, connectionUpgrade: connectionUpgrade)
     }
 

@@ -22,10 +22,4 @@ final class Lock: @unchecked Sendable {
 
     @inline(__always) func lock() { pthread_mutex_lock(mutex) }
     @inline(__always) func unlock() { pthread_mutex_unlock(mutex) }
-
-    @inline(__always) func withLock<R>(_ body: () throws -> R) rethrows -> R {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body()
-    }
 }

@@ -43,7 +43,7 @@ final class ForwardStage: RequestStage {
 
     /// The request to send. A HEAD on a cached route goes as GET (`upstreamHead` false).
     private static func request(_ ctx: ProxyContext, _ route: Route, _ head: borrowing HTTPRequestHead) -> UpstreamRequest {
-        let hasBody = head.body != .none || head.value(of: "content-length") != nil
+        let hasBody = head.body != .none || head.statesContentLength
         let upstreamHead = ctx.isHeadRequest && ctx.plan == nil
         let service = route.service
         let stripping = route.config.stripPrefix ? route.prefixLength : nil
