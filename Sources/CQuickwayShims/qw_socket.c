@@ -12,6 +12,18 @@ int qw_unshare_files(void) {
     return unshare(CLONE_FILES);
 }
 
+#include <unistd.h>
+int qw_gettid(void) {
+    return (int)gettid();
+}
+
+int qw_affinity_cpu_count(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
+    return CPU_COUNT(&set);
+}
+
 int qw_wake_fd(void) {
     return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }

@@ -94,7 +94,7 @@ def test_foreign_origin_cannot_purge_or_reload_without_token(backend):
         assert x_cache(g, "/l/hdr?id=origin") == "MISS"
         assert x_cache(g, "/l/hdr?id=origin") == "HIT"
 
-        st, h, doc = admin(g, "POST", "/cache/purge", b"{}", cross_site())
+        st, h, doc = admin(g, "POST", "/cache/purge", b'{"all": true}', cross_site())
         assert_error(st, h, doc, 403, "forbidden")
         assert x_cache(g, "/l/hdr?id=origin") == "HIT", "a refused purge purges nothing"
         # Any Origin, even the admin listener's own or "null" (sandboxed pages).
@@ -114,7 +114,7 @@ def test_foreign_origin_cannot_purge_or_reload_without_token(backend):
         st, _, doc = admin(g, "POST", "/reload", b"")
         assert st == 200 and "route added added" in doc["changes"], doc
         assert http_call(g, "GET", "/added/x")[0] == 200
-        st, _, doc = admin(g, "POST", "/cache/purge", b"{}", {"Content-Type": "application/json"})
+        st, _, doc = admin(g, "POST", "/cache/purge", b'{"all": true}', {"Content-Type": "application/json"})
         assert st == 200 and doc["purged"] >= 1, doc
         assert x_cache(g, "/l/hdr?id=origin") == "MISS"
 
@@ -141,7 +141,7 @@ def test_token_env_requires_the_bearer_token_on_posts(backend):
             {"Authorization": "Bearer "},
         ]
         for headers in refused:
-            for path, body in [("/cache/purge", b"{}"), ("/reload", b"")]:
+            for path, body in [("/cache/purge", b'{"all": true}'), ("/reload", b"")]:
                 st, h, doc = admin(g, "POST", path, body, {"Content-Type": "application/json", **headers})
                 assert_error(st, h, doc, 401, "admin_unauthorized")
                 assert h["www-authenticate"] == "Bearer", h
@@ -149,7 +149,7 @@ def test_token_env_requires_the_bearer_token_on_posts(backend):
         assert x_cache(g, "/l/hdr?id=token") == "HIT", "refused purges purge nothing"
 
         # The right token, but from a browser: still refused.
-        st, h, doc = admin(g, "POST", "/cache/purge", b"{}", cross_site({"Authorization": f"Bearer {TOKEN}"}))
+        st, h, doc = admin(g, "POST", "/cache/purge", b'{"all": true}', cross_site({"Authorization": f"Bearer {TOKEN}"}))
         assert_error(st, h, doc, 403, "forbidden")
         assert x_cache(g, "/l/hdr?id=token") == "HIT"
 
@@ -161,7 +161,7 @@ def test_token_env_requires_the_bearer_token_on_posts(backend):
         # The right token works (scheme name in any case).
         st, _, doc = admin(g, "POST", "/reload", b"", {"Authorization": f"Bearer {TOKEN}"})
         assert st == 200 and doc["status"] == "reloaded", doc
-        st, _, doc = admin(g, "POST", "/cache/purge", b"{}", {"Authorization": f"bearer {TOKEN}"})
+        st, _, doc = admin(g, "POST", "/cache/purge", b'{"all": true}', {"Authorization": f"bearer {TOKEN}"})
         assert st == 200 and doc["purged"] >= 1, doc
         assert x_cache(g, "/l/hdr?id=token") == "MISS"
 
@@ -184,16 +184,16 @@ def test_a_reload_applies_a_new_admin_token(backend):
         st, _, doc = admin(g, "POST", "/reload", b"", {"Authorization": f"Bearer {TOKEN}"})
         assert st == 200 and "admin token changed" in doc["changes"], doc
         assert TOKEN not in json.dumps(doc) and OTHER_TOKEN not in json.dumps(doc)
-        st, h, doc = admin(g, "POST", "/cache/purge", b"{}", {"Authorization": f"Bearer {TOKEN}"})
+        st, h, doc = admin(g, "POST", "/cache/purge", b'{"all": true}', {"Authorization": f"Bearer {TOKEN}"})
         assert_error(st, h, doc, 401, "admin_unauthorized")
-        assert admin(g, "POST", "/cache/purge", b"{}", {"Authorization": f"Bearer {OTHER_TOKEN}"})[0] == 200
+        assert admin(g, "POST", "/cache/purge", b'{"all": true}', {"Authorization": f"Bearer {OTHER_TOKEN}"})[0] == 200
 
         # Removing token_env opens the POST endpoints to scripts again (never to browsers).
         rewrite(g, config(backend))
         st, _, doc = admin(g, "POST", "/reload", b"", {"Authorization": f"Bearer {OTHER_TOKEN}"})
         assert st == 200 and "admin token removed" in doc["changes"], doc
-        assert admin(g, "POST", "/cache/purge", b"{}")[0] == 200
-        assert admin(g, "POST", "/cache/purge", b"{}", cross_site())[0] == 403
+        assert admin(g, "POST", "/cache/purge", b'{"all": true}')[0] == 200
+        assert admin(g, "POST", "/cache/purge", b'{"all": true}', cross_site())[0] == 403
     finally:
         assert g.stop() == 0, g.logs()
     logs = g.logs()

@@ -211,8 +211,13 @@ def test_no_route_and_method_not_allowed(gw):
     st, h, b = get(gw.url("/elsewhere"))
     assert st == 404 and error_code(b) == "no_route"
     assert h["Content-Type"] == "application/json" and h["X-Request-Id"]
-    st, _, b = get(gw.url("/api/x"), method="DELETE")
+    st, h, b = get(gw.url("/api/x"), method="DELETE")
     assert st == 405 and error_code(b) == "method_not_allowed"
+    # RFC 9110 15.5.6: a 405 says which methods the path answers (both routes on /api/).
+    assert h["Allow"] == "GET, HEAD, POST, PUT", h
+    # The admin listener's too.
+    st, h, _ = get(f"http://127.0.0.1:{gw.admin_port}/reload", method="GET")
+    assert st == 405 and h["Allow"] == "POST"
 
 
 def test_backend_down_gives_502(gw):

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -227,7 +228,7 @@ def test_purge_by_key_and_purge_all_reach_redis(pair, redis):
     # That miss stored k/2 again; the store is written to Redis after the answer, so wait
     # for it (a store still in flight when a purge runs can outlive the purge).
     wait_until(lambda: len(keys()) == 3, what="k/2 stored again")
-    out = purge(a, b"{}")
+    out = purge(a, b'{"all": true}')
     assert out["purged_redis"] >= 3 and redis.command("KEYS", "quickway:c:*", db=3) == []
     wait_until(lambda: get(b, "/cached/k/1")[1]["x-cache"] == "MISS", timeout=5, what="B's local tier emptied")
 
@@ -324,5 +325,84 @@ def test_reload_keeps_the_running_redis_settings_and_says_so(redis, backend):
         assert any("redis changes need a restart" in c for c in changes), changes
         assert g.stats()["redis"]["timeout_ms"] == 100
         assert g.stats()["redis"]["connected"]
+    finally:
+        assert g.stop() == 0, g.logs()
+
+
+# --- What an operator hits (issue 30): purge forms, a frozen Redis, readiness, a Redis
+# --- name that does not resolve at start.
+
+def admin_request(g, method, path, body=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{g.admin_port}{path}", data=body, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def test_purge_by_url_takes_every_variant_and_by_route(pair, redis):
+    a, b = pair
+    # Three variants of one URL: query order, an encoded unreserved byte, and HEAD/GET share.
+    for target in ("/cached/u/item?y=2&x=1", "/cached/u/%69tem?x=1&y=2"):
+        get(a, target)
+    get(a, "/cached/u/other?x=1")
+    keys = lambda: sorted(k for k in redis.command("KEYS", "quickway:c:*", db=3) if b"/cached/u/" in k)
+    wait_until(lambda: len(keys()) == 2, what="two keys in Redis (the variants share one)")
+    st, out = admin_request(b, "POST", "/cache/purge", json.dumps({"url": "http://api.example.com/cached/u/item?x=1&y=2"}).encode())
+    assert st == 200 and out["redis"] == 1, out
+    assert keys() == [b"quickway:c:GET api.example.com/cached/u/other?x=1"]
+    wait_until(lambda: get(a, "/cached/u/item?x=1&y=2")[1]["x-cache"] == "MISS", timeout=5, what="A's local copy purged")
+    assert get(a, "/cached/u/other?x=1")[1]["x-cache"] == "HIT"
+    # By route: everything under the route's path_prefix, in both tiers.
+    st, out = admin_request(a, "POST", "/cache/purge", json.dumps({"route": "cached"}).encode())
+    assert st == 200 and out["local"] >= 1 and out["redis"] >= 1, out
+    assert get(a, "/cached/u/other?x=1")[1]["x-cache"] == "MISS"
+    # Bodies that name nothing are 400, with what is expected.
+    for body in (b"", b"{}", b'{"url": "/no/host"}', b'{"route": "nope"}', b'{"all": false}', b'{"prefix": "/a", "all": true}'):
+        st, out = admin_request(a, "POST", "/cache/purge", body)
+        assert st == 400 and out["error"]["code"] == "bad_request", (body, out)
+
+
+def test_purge_on_a_frozen_redis_is_bounded_by_the_timeout(backend):
+    with own_redis_and_gateway(backend, on_failure="fail_closed", timeout="100ms") as (r, g):
+        get(g, "/cached/frozen/1")
+        r.pause()
+        t0 = time.monotonic()
+        st, out = admin_request(g, "POST", "/cache/purge", b'{"all": true}')
+        elapsed = time.monotonic() - t0
+        assert st == 503 and out["error"]["code"] == "redis_unavailable", out
+        assert "purged 1 local entry" in out["error"]["message"], out
+        assert elapsed < 2.0, elapsed
+
+
+def test_ready_follows_redis_where_fail_closed(backend):
+    with own_redis_and_gateway(backend, on_failure="fail_closed") as (r, g):
+        assert admin_request(g, "GET", "/ready")[0] == 200
+        assert admin_request(g, "GET", "/health")[0] == 200
+        r.stop()
+        wait_until(lambda: admin_request(g, "GET", "/ready")[0] == 503, timeout=5, what="not ready without Redis")
+        st, out = admin_request(g, "GET", "/ready")
+        assert any("redis" in x for x in out["reasons"]), out
+        assert admin_request(g, "GET", "/health")[0] == 200   # alive all the same
+        r.start()
+        wait_until(lambda: admin_request(g, "GET", "/ready")[0] == 200, timeout=10, what="ready again")
+
+
+def test_a_redis_name_that_does_not_resolve_yet_does_not_stop_the_gateway(backend):
+    # A name that resolves nowhere (RFC 6761 .invalid): the gateway starts, follows
+    # on_failure (fail_open: signed calls use the local store), is alive but not ready,
+    # and keeps looking the name up.
+    text = (CONFIG.replace("127.0.0.1:REDIS_PORT", "redis.quickway-test.invalid:6379")
+            .replace("BACKEND_PORT", str(backend.server.server_address[1]))
+            .replace("ON_FAILURE", "fail_open").replace("TIMEOUT", "50ms"))
+    g = Gateway(text, workers=1, env={"QW_TEST_REDIS_PASSWORD": REDIS_PASSWORD})
+    try:
+        headers = signed_headers("GET", "/signed/unresolved")
+        assert http_call(g, "GET", "/signed/unresolved", headers)[0] == 200
+        assert http_call(g, "GET", "/signed/unresolved", headers)[0] == 401   # replay caught locally
+        assert "cannot resolve" in g.logs()
+        wait_until(lambda: g.stats()["redis"]["connect_failures"] >= 3, timeout=10, what="retries in the background")
+        assert admin_request(g, "GET", "/health")[0] == 200
     finally:
         assert g.stop() == 0, g.logs()

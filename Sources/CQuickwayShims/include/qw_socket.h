@@ -7,6 +7,10 @@ int qw_accept_nonblocking(int fd, struct sockaddr *addr, socklen_t *len);
 int qw_wake_fd(void);
 // Gives the calling thread a descriptor table of its own (a copy), or -1 with errno.
 int qw_unshare_files(void);
+// The calling thread's kernel id (for /proc/self/task/TID).
+int qw_gettid(void);
+// How many CPUs the calling thread may run on (its affinity mask), or -1.
+int qw_affinity_cpu_count(void);
 
 // recv and send on a non-blocking socket as raw system calls, returning the byte count or
 // -errno. glibc's recv and send are cancellation points: in a multi-threaded process each

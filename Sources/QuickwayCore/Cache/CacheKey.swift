@@ -96,6 +96,41 @@ public enum CacheKey {
         return [key, key + suffix]
     }
 
+    /// The part of every key of `url` (`http(s)://host[:port]/path?query`, as a client calls
+    /// it) that all its variants share: `GET <host><path>?<canonical query>`, read by the
+    /// same parser and normaliser as a request, so `/a/%62?y=2&x=1` names `/a/b?x=1&y=2`.
+    /// The host is compared as the client sends it in `Host` (with its port, if any).
+    /// Nil, with why, for a URL that is not absolute http(s) or that a request could not carry.
+    static func urlBase(_ url: String) -> Result<[UInt8], PurgeURLError> {
+        let lower = url.lowercased()
+        let rest: Substring
+        if lower.hasPrefix("http://") { rest = url.dropFirst(7) } else if lower.hasPrefix("https://") { rest = url.dropFirst(8) } else {
+            return .failure(PurgeURLError(message: "url must be absolute: http(s)://host/path?query"))
+        }
+        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
+        let host = rest[..<slash]
+        let target = slash == rest.endIndex ? "/" : String(rest[slash...])
+        guard !host.isEmpty, !host.contains("@") else { return .failure(PurgeURLError(message: "url has no host (or carries credentials)")) }
+        let request = Array("GET \(target) HTTP/1.1\r\nHost: \(host)\r\n\r\n".utf8)
+        var parser = HTTPRequestParser(maxHeadBytes: 65536, maxBodyBytes: 0)
+        do {
+            guard case let .head(head, _) = try request.withUnsafeBytes({ raw throws(HTTPParseError) in try parser.parseHead(raw) }) else {
+                return .failure(PurgeURLError(message: "url is not a complete request target"))
+            }
+            return .success(build(head: head, vary: []))
+        } catch {
+            return .failure(PurgeURLError(message: "url is not one a client could call: \(error)"))
+        }
+    }
+
+    struct PurgeURLError: Error { let message: String }
+
+    /// Whether `key` is `base` or one of its variants (`base` then `\n...`).
+    static func isVariant(_ key: [UInt8], of base: [UInt8]) -> Bool {
+        guard key.count >= base.count, key.starts(with: base) else { return false }
+        return key.count == base.count || key[base.count] == 0x0A
+    }
+
     /// The path part of a key (for purging by prefix): after the host, before `?`.
     static func path(ofKey key: [UInt8]) -> ArraySlice<UInt8> {
         guard let slash = key.dropFirst(4).firstIndex(of: UInt8(ascii: "/")) else { return [] }

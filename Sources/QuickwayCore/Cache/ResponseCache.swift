@@ -216,6 +216,9 @@ public final class ResponseCache: @unchecked Sendable {
         case key([UInt8])
         /// Entries whose path starts with this prefix.
         case prefix([UInt8])
+        /// Every variant of one URL: entries whose key is this base (`GET <host><path>?<query>`,
+        /// `CacheKey.urlBase`) or starts with it and a newline (vary values, key id, TLS).
+        case url([UInt8])
     }
 
     /// Removes entries; returns how many went.
@@ -233,6 +236,11 @@ public final class ResponseCache: @unchecked Sendable {
                 for k in keysToRemove { if let n = s.map[k] { s.remove(n); removed += 1 } }
             case .prefix(let p):
                 for n in Array(s.map.values) where CacheKey.path(ofKey: n.key.bytes).starts(with: p) {
+                    s.remove(n)
+                    removed += 1
+                }
+            case .url(let base):
+                for n in Array(s.map.values) where CacheKey.isVariant(n.key.bytes, of: base) {
                     s.remove(n)
                     removed += 1
                 }

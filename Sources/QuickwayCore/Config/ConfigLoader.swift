@@ -5,7 +5,10 @@ import Yams
 /// `spec/config.md`. Every problem is reported with its path and line; keys the schema
 /// does not know are refused as "unknown key", never silently ignored.
 public enum ConfigLoader {
-    public static func load(file: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> GatewayConfig {
+    /// `secretsMayBeMissing` (`quickway check`): a `*_env` variable that is not set is a
+    /// warning (in `GatewayConfig.warnings`), not an error.
+    public static func load(file: String, environment: [String: String] = ProcessInfo.processInfo.environment,
+                            secretsMayBeMissing: Bool = false) throws -> GatewayConfig {
         // At most one byte over the limit is read, so a huge file (or /dev/zero) costs nothing.
         let data: Data
         do {
@@ -19,11 +22,13 @@ public enum ConfigLoader {
         guard let text = String(data: data, encoding: .utf8) else {
             throw ConfigError(file: file, issues: [ConfigIssue(path: "", line: nil, message: "cannot read the file (it is not UTF-8 text)")])
         }
-        return try load(yaml: text, file: file, environment: environment)
+        return try load(yaml: text, file: file, environment: environment, secretsMayBeMissing: secretsMayBeMissing)
     }
 
-    public static func load(yaml: String, file: String = "config.yaml", environment: [String: String] = [:]) throws -> GatewayConfig {
+    public static func load(yaml: String, file: String = "config.yaml", environment: [String: String] = [:],
+                            secretsMayBeMissing: Bool = false) throws -> GatewayConfig {
         let sink = ConfigIssueSink()
+        sink.secretsMayBeMissing = secretsMayBeMissing
         // Yams recurses once per nesting level: a file nested thousands deep would
         // overflow the stack (and end the process) instead of being refused.
         if let issue = YAMLLimits.check(yaml) { throw ConfigError(file: file, issues: [issue]) }
@@ -42,6 +47,8 @@ public enum ConfigLoader {
         var config = readGateway(top, sink: sink, environment: environment, file: file)
         guard sink.issues.isEmpty else { throw ConfigError(file: file, issues: sink.issues.sorted { ($0.line ?? 0) < ($1.line ?? 0) }) }
         config.sourcePath = file
+        config.warnings = sink.warnings
+        config.sourceSHA256 = Crypto.hexString(Crypto.sha256(yaml))
         return config
     }
 
@@ -59,7 +66,7 @@ public enum ConfigLoader {
     static func readGateway(_ top: YAMLMapReader, sink: ConfigIssueSink, environment: [String: String], file: String) -> GatewayConfig {
         let listen = top.value("listen", "expected an address host:port", ListenAddress.parse)
             ?? ListenAddress(host: "0.0.0.0", port: 8080)
-        var workers = ProcessInfo.processInfo.activeProcessorCount
+        var workers = CPUBudget.usableCPUs()
         if let w = top.string("workers"), w != "auto" {
             if let n = Int(w), (1...256).contains(n) { workers = n } else {
                 top.report("workers", "expected auto or a whole number from 1 to 256, got \"\(w)\"")
@@ -74,8 +81,8 @@ public enum ConfigLoader {
                     if v.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) { admin.tokenDigest = Crypto.sha256(v) } else {
                         a.report("token_env", "the token in \(name) must be printable ASCII without spaces (it is sent as Authorization: Bearer <token>)")
                     }
-                } else {
-                    a.report("token_env", "the environment variable \(name) is not set (or empty)")
+                } else if sink.missingSecret(a, "token_env", name) {
+                    admin.tokenDigest = Crypto.sha256("placeholder for \(name)")
                 }
             }
             a.finish()
@@ -160,9 +167,12 @@ public enum ConfigLoader {
             }
         }
         if routes.isEmpty && sink.issues.isEmpty { sink.add("routes", nil, "at least one route is required") }
+        let privateTables = top.bool("workers_private_fd_tables") ?? false
         top.finish()
-        return GatewayConfig(listen: listen, workers: workers, admin: admin, tlsListen: tlsListen, http2: http2, limits: limits, log: log, auth: auth,
-                             cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
+        var config = GatewayConfig(listen: listen, workers: workers, admin: admin, tlsListen: tlsListen, http2: http2, limits: limits, log: log, auth: auth,
+                                   cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
+        config.workersPrivateFDTables = privateTables
+        return config
     }
 
     /// `tls_listen`: each certificate and key is loaded here (`TLSContext.check`), so a
@@ -234,8 +244,8 @@ public enum ConfigLoader {
         // Every other key is read (and checked) even when the URL is bad.
         var rc = RedisConfig(url: "", endpoint: endpoint ?? RedisEndpoint(host: ""))
         if let name = r.string("password_env") {
-            if let v = environment[name], !v.isEmpty { rc.endpoint.password = v } else {
-                r.report("password_env", "the environment variable \(name) is not set")
+            if let v = environment[name], !v.isEmpty { rc.endpoint.password = v } else if sink.missingSecret(r, "password_env", name) {
+                rc.endpoint.password = "placeholder"
             }
         }
         if let v = positive(r, "timeout") {
@@ -280,8 +290,8 @@ public enum ConfigLoader {
                 switch (inline, envName) {
                 case let (s?, nil): secret = s
                 case let (nil, e?):
-                    if let s = environment[e], !s.isEmpty { secret = s } else {
-                        k.report("secret_env", "environment variable \(e) is not set")
+                    if let s = environment[e], !s.isEmpty { secret = s } else if k.sink.missingSecret(k, "secret_env", e) {
+                        secret = "placeholder"
                     }
                 case (_?, _?): k.report("secret", "give secret or secret_env, not both")
                 case (nil, nil): k.report("secret", "a key needs secret or secret_env")

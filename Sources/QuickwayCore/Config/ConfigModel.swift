@@ -7,6 +7,9 @@ import Glibc
 public struct GatewayConfig: Sendable {
     public var listen: ListenAddress
     public var workers: Int
+    /// `workers_private_fd_tables`: each worker thread runs with a descriptor table of its
+    /// own (opt-in; `DescriptorTables` says what it breaks).
+    public var workersPrivateFDTables = false
     public var admin: AdminConfig
     /// `tls_listen`: the client-facing TLS listener (nil: none).
     public var tlsListen: TLSListenConfig?
@@ -23,6 +26,11 @@ public struct GatewayConfig: Sendable {
     public var routes: [RouteConfig]
     /// The file it came from, for reloads and messages.
     public var sourcePath: String
+    /// SHA-256 of the file's text (hex), so an operator can tell which file a fleet serves.
+    public var sourceSHA256 = ""
+    /// What `quickway check` warns about (secrets whose variables are not set); always
+    /// empty for a config `serve` runs.
+    public var warnings: [ConfigIssue] = []
 
     public func service(named name: String) -> ServiceConfig? { services.first { $0.name == name } }
 }

@@ -129,7 +129,24 @@ func child(_ key: String, base: String) -> String { base.isEmpty ? key : "\(base
 /// Collects the issues of one load.
 final class ConfigIssueSink {
     var issues: [ConfigIssue] = []
+    /// `quickway check` validates files on machines that hold no secrets (CI): there a
+    /// `*_env` variable that is not set is a warning and a placeholder stands in.
+    var secretsMayBeMissing = false
+    var warnings: [ConfigIssue] = []
     func add(_ path: String, _ line: Int?, _ message: String) {
         issues.append(ConfigIssue(path: path, line: line, message: message))
+    }
+
+    /// Reports that environment variable `name`, named at `key` of `reader`, is not set:
+    /// an error, or with `secretsMayBeMissing` a warning (true: use a placeholder).
+    func missingSecret(_ reader: YAMLMapReader, _ key: String, _ name: String) -> Bool {
+        let message = "the environment variable \(name) is not set (or empty)"
+        guard secretsMayBeMissing else {
+            reader.report(key, message)
+            return false
+        }
+        warnings.append(ConfigIssue(path: reader.childPath(key), line: reader.lineOf(key),
+                                    message: message + "; quickway serve will refuse to start without it"))
+        return true
     }
 }

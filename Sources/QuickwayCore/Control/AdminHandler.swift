@@ -14,11 +14,15 @@ final class AdminHandler: RequestHandler {
     func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
         let path = exchange.head.string(exchange.head.path)
         switch path {
-        case "/health", "/stats", "/metrics", "/dashboard":
-            return exchange.head.methodIs("GET") || exchange.head.methodIs("HEAD") ? nil
-                : (.methodNotAllowed, "\(path) answers GET")
+        case "/health", "/ready", "/stats", "/metrics", "/dashboard":
+            if exchange.head.methodIs("GET") || exchange.head.methodIs("HEAD") { return nil }
+            exchange.allowedMethods = "GET, HEAD"
+            return (.methodNotAllowed, "\(path) answers GET")
         case "/reload", "/cache/purge":
-            guard exchange.head.methodIs("POST") else { return (.methodNotAllowed, "\(path) answers POST") }
+            guard exchange.head.methodIs("POST") else {
+                exchange.allowedMethods = "POST"
+                return (.methodNotAllowed, "\(path) answers POST")
+            }
             return refusal(exchange)
         default:
             return (.notFound, "the admin listener has no \(path)")
@@ -62,6 +66,14 @@ final class AdminHandler: RequestHandler {
             } else {
                 exchange.respond(status: 200, contentType: "application/json", body: Array("{\"status\":\"ok\"}".utf8))
             }
+        case "/ready":
+            let reasons = gateway.notReadyReasons()
+            if reasons.isEmpty {
+                exchange.respond(status: 200, contentType: "application/json", body: Array("{\"status\":\"ready\"}".utf8))
+            } else {
+                let list = reasons.map(JSONText.quoted).joined(separator: ",")
+                exchange.respond(status: 503, contentType: "application/json", body: Array("{\"status\":\"not_ready\",\"reasons\":[\(list)]}".utf8))
+            }
         case "/cache/purge":
             purge(exchange)
         case "/dashboard":
@@ -86,29 +98,47 @@ final class AdminHandler: RequestHandler {
         }
     }
 
-    /// `{"prefix": "/catalog/"}`, `{"key": "GET host/path?query"}` or `{}` for all.
+    /// `POST /cache/purge` (spec/admin-and-errors.md): exactly one of `{"url": "https://host/path?q"}`
+    /// (every variant of that URL), `{"prefix": "/path/"}`, `{"route": "name"}` (the entries
+    /// under its `path_prefix`), `{"all": true}`, or `{"key": "<cache key>"}` (one key, as
+    /// earlier versions took it). Anything else, an empty body included, is 400.
     private func purge(_ exchange: Exchange) {
-        let body = exchange.body.isEmpty ? Array("{}".utf8) : exchange.body
-        guard let doc = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
-            exchange.respondError(.badRequest, "expected a JSON object: {\"prefix\": \"/path/\"}, {\"key\": \"...\"} or {}")
+        let usage = "expected one of {\"url\": \"https://host/path?query\"}, {\"prefix\": \"/path/\"}, {\"route\": \"name\"}, {\"all\": true}"
+        guard let doc = try? JSONSerialization.jsonObject(with: Data(exchange.body)) as? [String: Any], doc.count == 1,
+              let (field, value) = doc.first else {
+            exchange.respondError(.badRequest, exchange.body.isEmpty ? "the body is empty: \(usage)" : usage)
             return
         }
         let what: ResponseCache.Purge
-        if let p = doc["prefix"] as? String, doc.count == 1 { what = .prefix(Array(p.utf8)) }
-        else if let k = doc["key"] as? String, doc.count == 1 { what = .key(Array(k.utf8)) }
-        else if doc.isEmpty { what = .all }
-        else {
-            exchange.respondError(.badRequest, "expected exactly one of prefix or key, or {} for all")
+        switch (field, value) {
+        case ("url", let u as String):
+            switch CacheKey.urlBase(u) {
+            case .success(let base): what = .url(base)
+            case .failure(let e): exchange.respondError(.badRequest, e.message); return
+            }
+        case ("prefix", let p as String) where p.hasPrefix("/"): what = .prefix(Array(p.utf8))
+        case ("route", let name as String):
+            guard let route = gateway.config.routes.first(where: { $0.name == name }) else {
+                exchange.respondError(.badRequest, "no route is named \(JSONText.quoted(name))")
+                return
+            }
+            what = .prefix(Array(route.pathPrefix.utf8))
+        case ("all", let all as Bool) where all: what = .all
+        case ("key", let k as String): what = .key(Array(k.utf8))
+        default:
+            exchange.respondError(.badRequest, usage)
             return
         }
         gateway.purgeCache(what) { local, shared in
+            // What went where: the local tier always; Redis when it holds cache entries.
             switch shared {
             case nil:
-                exchange.respond(status: 200, contentType: "application/json", body: Array("{\"purged\":\(local)}".utf8))
+                exchange.respond(status: 200, contentType: "application/json", body: Array("{\"purged\":\(local),\"local\":\(local),\"redis\":null}".utf8))
             case .success(let n)?:
-                exchange.respond(status: 200, contentType: "application/json", body: Array("{\"purged\":\(local),\"purged_redis\":\(n)}".utf8))
+                exchange.respond(status: 200, contentType: "application/json",
+                                 body: Array("{\"purged\":\(local),\"local\":\(local),\"redis\":\(n),\"purged_redis\":\(n)}".utf8))
             case .failure(let e)?:
-                exchange.respondError(.redisUnavailable, "purged \(local) local entries, but not the Redis tier: \(e.message); purge again once Redis is back")
+                exchange.respondError(.redisUnavailable, "purged \(local) local entr\(local == 1 ? "y" : "ies"), but not the Redis tier: \(e.message); purge again once Redis is back")
             }
         }
     }

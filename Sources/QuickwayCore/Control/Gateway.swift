@@ -60,9 +60,12 @@ public final class Gateway {
     }
 
     public var config: GatewayConfig { lock.lock(); defer { lock.unlock() }; return currentConfig }
+    /// Which config is running and how the last reload went (under `lock`).
+    private var identity = ConfigIdentity()
 
     public init(config: GatewayConfig) throws {
         currentConfig = config
+        identity = ConfigIdentity(path: config.sourcePath, sha256: config.sourceSHA256, generation: 1, loadedAt: Date().timeIntervalSince1970)
         shared = SharedStages(cache: ResponseCache(maxBytes: config.cache.maxBytes, maxObjectBytes: config.cache.maxObjectBytes))
         SignalLoop.blockHandledSignals()
         let budget = ConnectionBudget(limit: config.limits.maxConnections)
@@ -73,7 +76,7 @@ public final class Gateway {
         default: accessLog = try AccessLog(target: .file(config.log.accessLog))
         }
         let authenticator = makeAuthenticator(config)
-        if let r = config.redis { redisTier = try RedisTier(config: r) }
+        if let r = config.redis { redisTier = RedisTier(config: r) }
         services = Self.buildServices(config, previous: [:])
         // Cached IP lists are read now, before any listener serves: a restart while the
         // list URL is down starts with the last good list, not with none.
@@ -84,12 +87,17 @@ public final class Gateway {
         }
         let tls = try config.tlsListen.map { try TLSContext($0) }
         tlsCertificates = tls?.certificates ?? []
+        // The workers share their ports with SO_REUSEPORT, which would let them join
+        // another process's listener too: a busy port is refused first.
+        try ListeningSocket.ensureFree(config.listen)
+        if let t = config.tlsListen { try ListeningSocket.ensureFree(t.listen) }
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", listen: config.listen, limits: config.limits,
                                maxConnections: config.limits.maxConnections, tlsListen: config.tlsListen?.listen, tlsContext: tls)
             w.budget = budget
             w.http2 = config.http2
             w.maxObjectBytes = config.cache.maxObjectBytes
+            w.ownDescriptorTable = config.workersPrivateFDTables
             let client = UpstreamClient(base: w.base)
             let tier = redisTier?.makeTier(base: w.base)
             let proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
@@ -99,7 +107,7 @@ public final class Gateway {
             proxyWorkers.append(proxyWorker)
         }
         admin = try Worker(id: config.workers, name: "quickway-admin", listen: config.admin.listen, limits: config.limits,
-                           maxConnections: 256, routeCount: 0)
+                           maxConnections: 256, routeCount: 0, sharedPort: false)
         admin.setHandler(AdminHandler(gateway: self))
         let cp = ControlPlane(worker: admin)
         controlPlane = cp
@@ -156,6 +164,8 @@ public final class Gateway {
                                     routeNames: config.routes.map(\.name),
                                     webSocketRoutes: config.routes.filter { $0.websocket != nil }.map(\.name))
         s.connections = Int(connectionBudget.current)
+        s.descriptors = ProcessDescriptors.read(privateTableThreads: proxyWorkers.map(\.worker.ownTableThreadID))
+        s.privateFDTables = config.workersPrivateFDTables
         s.certificates = tlsCertificates
         s.cache = shared.cache.figures
         s.cacheMaxBytes = shared.cache.maxBytes
@@ -163,8 +173,31 @@ public final class Gateway {
         s.redis = redisTier?.figures
         lock.lock()
         s.services = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
+        s.configIdentity = identity
         lock.unlock()
         return s
+    }
+
+    /// `GET /ready`: why this gateway should not get traffic yet (empty: ready). Ready when
+    /// it is not draining, every service has an IP that is up, and Redis is connected where
+    /// `on_failure: fail_closed` would refuse signed calls without it.
+    func notReadyReasons() -> [String] {
+        var reasons: [String] = []
+        if isDraining { reasons.append("draining") }
+        lock.lock()
+        let list = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
+        let redisConfig = currentConfig.redis
+        lock.unlock()
+        for (name, f) in list where !f.members.contains(where: { $0.state == "up" }) {
+            reasons.append(f.members.isEmpty ? "service \(name) has no IPs" : "service \(name) has no IP up")
+        }
+        if let r = redisConfig, r.onFailure == .failClosed, let tier = redisTier {
+            let up = tier.stats.value(.linksUp)
+            if up < Int64(tier.linkCount) {
+                reasons.append("redis \(r.endpoint.display) is not connected (\(up) of \(tier.linkCount) links up; on_failure: fail_closed)")
+            }
+        }
+        return reasons
     }
 
     /// `/metrics`: the snapshot plus per-route duration histograms merged from the workers.
@@ -198,10 +231,9 @@ public final class Gateway {
             new = try ConfigLoader.load(file: old.sourcePath)
         } catch let e as ConfigError {
             Log.error("reload: \(old.sourcePath) is invalid; keeping the running config:\n\(e.description)")
-            return .invalid(e)
+            return refused(e)
         } catch {
-            let e = ConfigError(file: old.sourcePath, issues: [ConfigIssue(path: "", line: nil, message: "\(error)")])
-            return .invalid(e)
+            return refused(ConfigError(file: old.sourcePath, issues: [ConfigIssue(path: "", line: nil, message: "\(error)")]))
         }
         let plan = ReloadPolicy.plan(running: old, loaded: new)
         let applied = plan.config
@@ -214,8 +246,7 @@ public final class Gateway {
                 tlsCertificates = context.certificates
             } catch {
                 Log.error("reload: tls_listen: \(error); keeping the running certificates")
-                let e = ConfigError(file: old.sourcePath, issues: [ConfigIssue(path: "tls_listen", line: nil, message: "\(error)")])
-                return .invalid(e)
+                return refused(ConfigError(file: old.sourcePath, issues: [ConfigIssue(path: "tls_listen", line: nil, message: "\(error)")]))
             }
         }
         let authenticator = makeAuthenticator(applied)
@@ -226,8 +257,17 @@ public final class Gateway {
         }
         Log.level = applied.log.level
         currentConfig = applied
+        let now = Date().timeIntervalSince1970
+        identity = ConfigIdentity(path: applied.sourcePath, sha256: new.sourceSHA256, generation: identity.generation + 1, loadedAt: now,
+                                  lastReload: .init(ok: true, at: now, details: plan.changes))
         Log.info("reload: applied \(old.sourcePath)" + (plan.changes.isEmpty ? " (no changes)" : ": " + plan.changes.joined(separator: "; ")))
         return .applied(plan.changes)
+    }
+
+    /// Records a refused reload (caller holds `lock`); the running config stays.
+    private func refused(_ e: ConfigError) -> ReloadResult {
+        identity.lastReload = .init(ok: false, at: Date().timeIntervalSince1970, details: e.issues.map(\.description))
+        return .invalid(e)
     }
 
     // MARK: lifecycle
@@ -263,6 +303,12 @@ public final class Gateway {
     private func logStartup() {
         let config = self.config
         Log.info("quickway \(QuickwayVersion.string) listening on \(config.listen) with \(config.workers) worker(s); admin on \(config.admin.listen)")
+        if let t = config.tlsListen {
+            Log.info("TLS listener on \(t.listen) (ALPN \(t.alpn.joined(separator: ", ")), \(t.certificates.count) certificate(s))")
+        }
+        if config.workersPrivateFDTables {
+            Log.info("workers run with private descriptor tables: ss -p, lsof and /proc/PID/fd do not see their sockets; ulimit -n applies per worker")
+        }
         for s in config.services {
             Log.info("service \(s.name): \(s.scheme.rawValue)://\(s.host):\(s.port) via \(s.ips.joined(separator: ", ")) (\(s.strategy.rawValue))")
         }

@@ -19,6 +19,10 @@ enum ReloadPolicy {
             changes.append("listen, admin.listen and workers changes need a restart (kept: \(old.listen), \(old.workers) worker(s))")
             applied.listen = old.listen; applied.workers = old.workers; applied.admin.listen = old.admin.listen
         }
+        if new.workersPrivateFDTables != old.workersPrivateFDTables {
+            changes.append("workers_private_fd_tables changes need a restart (kept: \(old.workersPrivateFDTables))")
+            applied.workersPrivateFDTables = old.workersPrivateFDTables
+        }
         // The TLS listener's socket is bound at start; its certificates and settings are
         // re-read on every reload (a renewed certificate on disk is picked up).
         if new.tlsListen?.listen != old.tlsListen?.listen {

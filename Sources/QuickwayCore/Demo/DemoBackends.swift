@@ -19,7 +19,7 @@ public final class DemoBackends {
         var limits = LimitsConfig()
         limits.drainTimeoutMillis = 2000
         for (i, b) in backends.enumerated() {
-            let w = try Worker(id: i, name: "demo-\(b.address)", listen: b.address, limits: limits, maxConnections: 10_000)
+            let w = try Worker(id: i, name: "demo-\(b.address)", listen: b.address, limits: limits, maxConnections: 10_000, sharedPort: false)
             w.setHandler(DemoHandler(worker: w, name: b.address.description, delayMillis: b.delayMillis))
             workers.append(w)
         }

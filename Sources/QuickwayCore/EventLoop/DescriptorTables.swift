@@ -2,8 +2,12 @@ import CQuickwayShims
 import Foundation
 import Glibc
 
-/// Each worker thread runs with a descriptor table of its own (`unshare(CLONE_FILES)`),
-/// as each nginx worker is a process of its own. In a process whose threads share one
+/// Opt-in (`workers_private_fd_tables: true`): each worker thread runs with a descriptor
+/// table of its own (`unshare(CLONE_FILES)`), as each nginx worker is a process of its own.
+/// What it breaks, and why it is off by default: `ss -p`, `lsof` and `fuser` cannot name
+/// the process holding a worker's sockets, `/proc/PID/fd` (node exporters, fd-leak alerts)
+/// shows only the main thread's table, and `ulimit -n` applies to each table rather than
+/// the process. `/stats` still sums every table (`ProcessDescriptors`). In a process whose threads share one
 /// table, every system call on a descriptor takes and drops a reference on its file
 /// (`fdget`/`fput`); with a table of its own the kernel skips both. That is about 0.1 µs
 /// per `recv` or `send`, 1-2% of a relayed WebSocket message (BENCHMARKS.md).

@@ -3,8 +3,8 @@ import CLibevent
 import CQuickwayShims
 import Foundation
 
-/// One event-loop thread: its `event_base`, its own listening socket on the shared port
-/// (`SO_REUSEPORT`), its connections, and (for the proxy) its libcurl multi handle.
+/// One event-loop thread: its `event_base`, its own listening socket (on a port shared with
+/// the other proxy workers by `SO_REUSEPORT`, or its own), its connections, and (for the proxy) its libcurl multi handle.
 /// Nothing here is touched from another thread except through `post`, `install` and
 /// `requestDrain()`, which wake the loop by writing to its eventfd (`wakeFD`). The base has
 /// no lock (`EventLoopSupport.makeBase`): every libevent call on it is made on the loop
@@ -83,13 +83,19 @@ final class Worker: @unchecked Sendable {
     /// `cache.max_object_bytes`: answers up to this size are buffered whole (the HTTP/2
     /// codec bounds how many it has in flight per connection). Set before `start()`.
     var maxObjectBytes = 1 << 20
-    /// The loop thread takes a descriptor table of its own (`DescriptorTables`). Off only
-    /// where another thread hands the loop descriptors it opened after the start (unit
-    /// tests driving a loop with socket pairs). Set before `start()`.
-    var ownDescriptorTable = true
+    /// The loop thread takes a descriptor table of its own (`DescriptorTables`): opt-in
+    /// (`workers_private_fd_tables`), since `ss -p`, `lsof`, `/proc/PID/fd` and `ulimit -n`
+    /// then no longer see the process as one. Set before `start()`.
+    var ownDescriptorTable = false
+    /// The loop thread's kernel id once it runs with a table of its own (else 0): the
+    /// table is `/proc/self/task/TID/fd`, counted into the process's open descriptors.
+    /// Written by `start()` before the gateway serves, read-only after.
+    private(set) var ownTableThreadID: Int32 = 0
 
+    /// `sharedPort`: other workers of this process listen on the same port (the proxy's);
+    /// false for a listener only this loop serves.
     init(id: Int, name: String, listen: ListenAddress, limits: LimitsConfig, maxConnections: Int, routeCount: Int = WorkerStats.maxRoutes,
-         tlsListen: ListenAddress? = nil, tlsContext: TLSContext? = nil) throws {
+         tlsListen: ListenAddress? = nil, tlsContext: TLSContext? = nil, sharedPort: Bool = true) throws {
         self.id = id
         self.name = name
         idleBuffersGoBackAtOnceAbove = bufferPool.maxSpareObjects / 2
@@ -101,9 +107,9 @@ final class Worker: @unchecked Sendable {
         base = EventLoopSupport.makeBase()
         wakeFD = qw_wake_fd()
         guard wakeFD >= 0 else { throw ListeningSocket.Failure(description: "eventfd() for \(name): \(String(cString: strerror(errno)))") }
-        listenFD = try ListeningSocket.open(listen)
+        listenFD = try ListeningSocket.open(listen, shared: sharedPort)
         if let tlsListen, let tlsContext {
-            tlsListenFD = try ListeningSocket.open(tlsListen)
+            tlsListenFD = try ListeningSocket.open(tlsListen, shared: sharedPort)
             self.tlsContext = tlsContext
         }
     }
@@ -177,8 +183,12 @@ final class Worker: @unchecked Sendable {
         let tableTaken = DispatchSemaphore(value: 0)
         let wantsOwnTable = ownDescriptorTable
         nonisolated(unsafe) var ownTable = false
+        nonisolated(unsafe) var loopThreadID: Int32 = 0
         let thread = Thread { [self] in
-            if wantsOwnTable { ownTable = DescriptorTables.takeOwnTable(keeping: ownFDs) }
+            if wantsOwnTable {
+                ownTable = DescriptorTables.takeOwnTable(keeping: ownFDs)
+                if ownTable { loopThreadID = qw_gettid() }
+            }
             tableTaken.signal()
             event_base_dispatch(base)
             accessLog?.flush()
@@ -196,6 +206,7 @@ final class Worker: @unchecked Sendable {
         thread.start()
         tableTaken.wait()
         if ownTable {
+            ownTableThreadID = loopThreadID
             DescriptorTables.releaseFromProcessTable(ownFDs)
             processWakeFD = wakeFD   // its copy here, closed once the loop is over
         }

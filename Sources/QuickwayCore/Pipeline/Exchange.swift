@@ -46,6 +46,8 @@ class Exchange {
     var authKeyId: String?
     /// Scheme named in `WWW-Authenticate` on 401 answers.
     var authChallenge: String?
+    /// The `Allow` value of a 405 answer (the methods the path answers).
+    var allowedMethods: String?
 
     private(set) var status = 0
     private(set) var bytesSent = 0
@@ -115,7 +117,8 @@ class Exchange {
     func respondError(_ code: GatewayErrorCode, _ message: String) {
         let body = GatewayErrorBody.json(code, message: message, requestId: requestIdString)
         let challenge = code.status == 401 ? "WWW-Authenticate: \(authChallenge ?? "QW1-HMAC-SHA256")\r\n"
-            : code == .upgradeRequired ? "Sec-WebSocket-Version: 13\r\n" : ""
+            : code == .upgradeRequired ? "Sec-WebSocket-Version: 13\r\n"
+            : code == .methodNotAllowed ? "Allow: \(allowedMethods ?? "")\r\n" : ""
         respond(status: code.status, contentType: "application/json", body: body, extraHeaders: challenge)
     }
 

@@ -28,8 +28,9 @@ final class RedisLink {
 
     let base: OpaquePointer
     let endpoint: RedisEndpoint
-    /// The resolved IP address hiredis connects to.
-    let address: String
+    /// Where hiredis connects: the host's address as last resolved (re-resolved in the
+    /// background after a failed connect or a lost connection).
+    let address: RedisAddress
     let defaultTimeoutMillis: Int64
     let stats: RedisStats
     private(set) var state = State.down
@@ -49,7 +50,7 @@ final class RedisLink {
     /// message. Such a link sends nothing else (Redis allows only (P)SUBSCRIBE then).
     private var subscription: (channel: [UInt8], onMessage: ([UInt8]) -> Void)?
 
-    init(base: OpaquePointer, endpoint: RedisEndpoint, address: String, timeoutMillis: Int64, stats: RedisStats) {
+    init(base: OpaquePointer, endpoint: RedisEndpoint, address: RedisAddress, timeoutMillis: Int64, stats: RedisStats) {
         self.base = base
         self.endpoint = endpoint
         self.address = address
@@ -163,8 +164,14 @@ final class RedisLink {
 
     private func connect() {
         guard !closed, context == nil else { return }
+        let (ip, unresolved) = address.current()
+        guard let ip else {
+            state = .connecting
+            connectFailed(unresolved)
+            return
+        }
         state = .connecting
-        guard let ctx = redisAsyncConnect(address, Int32(endpoint.port)) else {
+        guard let ctx = redisAsyncConnect(ip, Int32(endpoint.port)) else {
             connectFailed("out of memory")
             return
         }
@@ -237,6 +244,7 @@ final class RedisLink {
         failAllPending()
         guard !closed else { return }
         if wasUp { Log.warn("redis \(endpoint.display): connection lost (\(lastError)); reconnecting") }
+        address.refresh()
         scheduleReconnect()
     }
 
@@ -249,6 +257,7 @@ final class RedisLink {
     }
 
     private func connectFailed(_ why: String) {
+        address.refresh()
         markDown()
         stats.add(.connectFailures)
         if lastError != why { Log.warn("redis \(endpoint.display): cannot connect (\(why)); retrying with backoff") }

@@ -5,19 +5,16 @@ import Glibc
 /// `@unchecked Sendable`: immutable after `init`; its counters are atomic (`RedisStats`).
 final class RedisTier: @unchecked Sendable {
     let config: RedisConfig
-    let address: String
+    let address: RedisAddress
     let stats = RedisStats()
-
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-    }
     /// Links made (one per worker plus the admin loop), for `/stats`.
     private(set) var linkCount = 0
 
-    /// Resolves the host once, at start: a name lookup inside an event loop would block it.
-    init(config: RedisConfig) throws {
+    /// Looks the host up once now; a name that does not resolve yet is looked up again
+    /// in the background (`RedisAddress`), so the gateway starts without Redis.
+    init(config: RedisConfig) {
         self.config = config
-        address = try Self.resolve(config.endpoint.host)
+        address = RedisAddress(host: config.endpoint.host)
     }
 
     func makeTier(base: OpaquePointer) -> SharedTier { SharedTier(link: makeLink(base: base), config: config) }
@@ -37,22 +34,6 @@ final class RedisTier: @unchecked Sendable {
             if n > 0 { Log.info("purge from the shared tier: \(n) local entr\(n == 1 ? "y" : "ies") removed") }
         }
         return link
-    }
-
-    private static func resolve(_ host: String) throws -> String {
-        var hints = addrinfo()
-        hints.ai_family = AF_INET
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var res: UnsafeMutablePointer<addrinfo>?
-        let rc = getaddrinfo(host, nil, &hints, &res)
-        guard rc == 0, let first = res, let sa = first.pointee.ai_addr else {
-            throw Failure(description: "redis.url: cannot resolve \(host) (\(String(cString: gai_strerror(rc))))")
-        }
-        defer { freeaddrinfo(res) }
-        var buf = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
-        var addr = sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr }
-        inet_ntop(AF_INET, &addr, &buf, socklen_t(buf.count))
-        return String(cString: buf)
     }
 
     /// The `/stats` section.

@@ -108,8 +108,11 @@ final class SharedTier {
         case .key(let k): cmd = RedisCommand([Array("DEL".utf8)] + CacheKey.schemeVariants(of: k).map(cacheKey))
         case .all: cmd = RedisCommand([Array("EVAL".utf8), Array(Self.purgeScript.utf8), [UInt8(ascii: "0")], cachePrefix, Array("all".utf8), []])
         case .prefix(let p): cmd = RedisCommand([Array("EVAL".utf8), Array(Self.purgeScript.utf8), [UInt8(ascii: "0")], cachePrefix, Array("prefix".utf8), p])
+        case .url(let base): cmd = RedisCommand([Array("EVAL".utf8), Array(Self.purgeScript.utf8), [UInt8(ascii: "0")], cachePrefix, Array("url".utf8), base])
         }
-        link.send(cmd, timeoutMillis: 30_000) { reply in
+        // Bounded like every other Redis call (`redis.timeout`): a frozen Redis costs the
+        // admin caller that long, not 30 s.
+        link.send(cmd) { reply in
             if case .integer(let n) = reply { done(.success(Int(n))) } else {
                 done(.failure(RedisFailure(message: reply.failure ?? "unexpected reply")))
             }
@@ -124,15 +127,16 @@ final class SharedTier {
 
     /// Tells every gateway (this one too) to purge its local tier the same way.
     func publishPurge(_ what: ResponseCache.Purge, _ done: @escaping (RedisReply) -> Void) {
-        link.send(RedisCommand([Array("PUBLISH".utf8), purgeChannel, Self.encodePurge(what)]), timeoutMillis: 5_000, done)
+        link.send(RedisCommand([Array("PUBLISH".utf8), purgeChannel, Self.encodePurge(what)]), done)
     }
 
-    /// `a` (all), `k<key>` or `p<path prefix>`.
+    /// `a` (all), `k<key>`, `p<path prefix>` or `u<url base>`.
     static func encodePurge(_ what: ResponseCache.Purge) -> [UInt8] {
         switch what {
         case .all: return [UInt8(ascii: "a")]
         case .key(let k): return [UInt8(ascii: "k")] + k
         case .prefix(let p): return [UInt8(ascii: "p")] + p
+        case .url(let base): return [UInt8(ascii: "u")] + base
         }
     }
 
@@ -141,12 +145,14 @@ final class SharedTier {
         case UInt8(ascii: "a"): return m.count == 1 ? .all : nil
         case UInt8(ascii: "k"): return .key(Array(m.dropFirst()))
         case UInt8(ascii: "p"): return .prefix(Array(m.dropFirst()))
+        case UInt8(ascii: "u"): return .url(Array(m.dropFirst()))
         default: return nil
         }
     }
 
-    /// ARGV: key prefix (plain characters only, see `key_prefix`), mode (all | prefix),
-    /// path prefix. A key's path runs from the first `/` after `GET ` to `?`.
+    /// ARGV: key prefix (plain characters only, see `key_prefix`), mode (all | prefix |
+    /// url), then the path prefix or the URL's key base. A key's path runs from the first
+    /// `/` after `GET ` to `?`; a URL's variants are its base alone or followed by `\n`.
     static let purgeScript = """
         local pfx, mode, want = ARGV[1], ARGV[2], ARGV[3]
         local cursor, n = "0", 0
@@ -155,7 +161,10 @@ final class SharedTier {
           cursor = r[1]
           for _, k in ipairs(r[2]) do
             local hit = mode == "all"
-            if not hit then
+            if mode == "url" then
+              local key = string.sub(k, #pfx + 1)
+              hit = key == want or string.sub(key, 1, #want + 1) == want .. "\\n"
+            elseif not hit then
               local key = string.sub(k, #pfx + 1)
               local slash = string.find(key, "/", 5, true)
               if slash then

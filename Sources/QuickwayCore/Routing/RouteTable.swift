@@ -38,6 +38,16 @@ public struct RouteTable: Sendable {
         }
     }
 
+    /// The `Allow` value of a 405: the methods of every route whose prefix starts the path,
+    /// in route order, each once (only asked after `match` found the path but no method).
+    public func allowedMethods(path: UnsafeRawBufferPointer) -> String {
+        var seen: [String] = []
+        for e in entries where Self.hasPrefix(path, e.prefix) {
+            for m in e.config.methods where !seen.contains(m) { seen.append(m) }
+        }
+        return seen.joined(separator: ", ")
+    }
+
     public func match(method: String, path: String) -> Match {
         var m = method, p = path
         return m.withUTF8 { mb in p.withUTF8 { pb in match(method: UnsafeRawBufferPointer(mb), path: UnsafeRawBufferPointer(pb)) } }

@@ -37,6 +37,12 @@ public struct StatsSnapshot {
     var redis: RedisTier.Figures?
     public var workers = 0
     public var connections = 0
+    /// Open descriptors over every table, and the limit.
+    var descriptors = ProcessDescriptors(open: 0, limit: -1)
+    /// Whether workers run with descriptor tables of their own.
+    var privateFDTables = false
+    /// Which config is running (`config` in `/stats`).
+    var configIdentity = ConfigIdentity()
     /// WebSocket connections (`websocket` routes).
     public var webSocket = WebSocketFigures()
 
@@ -133,7 +139,9 @@ public struct StatsSnapshot {
             return o + "]}"
         }.joined(separator: ",")
         s += "},\"websocket\":\(webSocket.json())"
-        s += ",\"workers\":\(workers),\"connections\":\(connections)}"
+        s += ",\"workers\":\(workers),\"connections\":\(connections)"
+        s += ",\"process\":{\"workers\":\(workers),\"open_fds\":\(descriptors.open),\"max_fds\":\(descriptors.limit),"
+        s += "\"private_fd_tables\":\(privateFDTables)},\"config\":\(configIdentity.json())}"
         return s
     }
 }

@@ -50,6 +50,7 @@ final class RouteStage: RequestStage {
                 if head.upgradeWebSocket { return Self.checkWebSocket(ctx, ctx.route) }
                 return .next
             case .methodNotAllowed:
+                ctx.exchange.allowedMethods = routes.table.allowedMethods(path: path)
                 return .refuse(.methodNotAllowed, "\(head.methodString) is not allowed on \(head.string(head.path))")
             case .noRoute:
                 return .refuse(.noRoute, "no route matches \(head.string(head.path))")
