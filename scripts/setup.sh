@@ -22,7 +22,17 @@ fi
 
 if [ "${QW_SKIP_BUILD:-0}" != "1" ]; then
   echo "setup: building release binary (swift build -c release)"
-  swift build -c release 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\]' || true
-  test -x .build/release/quickway || { echo "setup: build failed" >&2; exit 1; }
+  # The build's own exit status decides (PIPESTATUS[0]), not grep's and not whether an
+  # older .build/release/quickway is still there: a failed build must not pass with a
+  # stale binary. (grep exits 1 when it prints nothing, hence the `|| true` inside.)
+  set +e
+  swift build -c release 2>&1 | { grep -vE '^\[[0-9]+/[0-9]+\]' || true; }
+  build_rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$build_rc" -ne 0 ]; then
+    echo "setup: swift build failed (exit $build_rc); any existing .build/release/quickway is stale and was not used" >&2
+    exit 1
+  fi
+  test -x .build/release/quickway || { echo "setup: swift build succeeded but .build/release/quickway is missing" >&2; exit 1; }
   echo "setup: built .build/release/quickway"
 fi
