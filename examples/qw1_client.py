@@ -3,7 +3,7 @@
 spec/signature.md describes and sends it through the gateway.
 
     QW_SECRET=s3cr3t python3 examples/qw1_client.py --key ios-app --salt pepper \
-        http://127.0.0.1:8080/catalog/items?b=2&a=1
+        'http://127.0.0.1:8080/catalog/items?b=2&a=1'
 
 It is written from the spec alone (no code shared with the gateway), so the gateway's
 tests also use it as an independent implementation.
@@ -89,10 +89,13 @@ def main():
     parts = urllib.parse.urlsplit(args.url)
     target = parts.path or "/"
     if parts.query:
-        target += "?" + parts.query
+        # Sent as the canonical query: the gateway forwards exactly that (spec/signature.md),
+        # and it refuses repeated names whose values are out of canonical order.
+        target += "?" + canonical_query(parts.query.encode()).decode()
+    url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", "")) + target
     body = args.data.encode() if args.data is not None else b""
     auth = authorization(args.key, secret, args.salt, args.method, target, body)
-    req = urllib.request.Request(args.url, data=body if args.data is not None else None, method=args.method.upper(),
+    req = urllib.request.Request(url, data=body if args.data is not None else None, method=args.method.upper(),
                                  headers={"Authorization": auth})
     try:
         with urllib.request.urlopen(req, timeout=10) as r:

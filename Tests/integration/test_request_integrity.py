@@ -127,6 +127,14 @@ routes:
     match: { path_prefix: /pay/ }
     service: echo
     auth: required
+  - name: secret
+    match: { path_prefix: /pub/secret/, ignore_case: true }
+    service: echo
+    auth: required
+  - name: params-ok
+    match: { path_prefix: /matrix/, allow_path_params: true }
+    service: echo
+    auth: off
   - name: public
     match: { path_prefix: /pub/, methods: [GET, HEAD] }
     service: echo
@@ -394,6 +402,41 @@ def test_signature_covers_the_path_as_sent(gw, echo):
     st, _, body = http_call(gw, "POST", "/pay/%61ccount", signed("app-a", "POST", "/pay/%61ccount"), b"")
     assert st == 200, body
     assert json.loads(body)["path"] == "/pay/account"
+
+
+def test_path_parameters_and_letter_case_cannot_skip_a_signed_route(gw, echo):
+    # Attack round 3, item 6: Tomcat, Jetty and Spring read `/pub/secret;x/account` as
+    # `/pub/secret/account`; IIS and ASP.NET read `/pub/Secret/` as `/pub/secret/`.
+    hits = echo.hits
+    for target in ("/pub/secret;jsessionid=x/account", "/pub/secret;/account", "/pub/x;y"):
+        st, _, body = http_call(gw, "GET", target)
+        assert st == 400 and code(body) == "bad_request" and b";" in body, (target, body)
+    for target in ("/pub/Secret/account", "/PUB/SECRET/account", "/pub/sEcReT/x"):
+        st, _, body = http_call(gw, "GET", target)
+        assert st == 401 and code(body) == "auth_missing", (target, body)
+    assert echo.hits == hits
+    # A route that opts in passes `;` on; an encoded %3B is not a separator and passes.
+    st, _, body = http_call(gw, "GET", "/matrix/a;v=1/b")
+    assert st == 200 and json.loads(body)["path"] == "/matrix/a;v=1/b", body
+    st, _, body = http_call(gw, "GET", "/pub/a%3Bb")
+    assert st == 200, body
+
+
+def test_a_signed_query_goes_upstream_as_signed(gw, echo):
+    # Item 7: `?to=alice&to=mallory` signed, then sent reordered, must not verify with the
+    # backend seeing the new order; `?a` goes as `a=`, empty pieces are dropped.
+    signed_target = "/pay/transfer?to=alice&to=mallory"
+    hits = echo.hits
+    st, _, body = http_call(gw, "POST", "/pay/transfer?to=mallory&to=alice", signed("app-a", "POST", signed_target), b"")
+    assert st == 400 and b"repeated name" in body, body
+    assert echo.hits == hits
+    # Sent in canonical order it passes, and the backend sees the canonical query.
+    st, _, body = http_call(gw, "POST", signed_target, signed("app-a", "POST", signed_target), b"")
+    assert st == 200 and json.loads(body)["path"] == signed_target, body
+    for sent, upstream in (("/pay/q?b=2&a", "/pay/q?a=&b=2"), ("/pay/q?x=1&&&", "/pay/q?x=1"), ("/pay/q?%7Ex=%41", "/pay/q?~x=A"),
+                           ("/pay/q?&", "/pay/q")):
+        st, _, body = http_call(gw, "POST", sent, signed("app-a", "POST", sent), b"")
+        assert st == 200 and json.loads(body)["path"] == upstream, (sent, body)
 
 
 # --- 6 and 7: the upstream connection -----------------------------------------------

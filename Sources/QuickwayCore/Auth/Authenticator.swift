@@ -139,6 +139,8 @@ public final class Authenticator: @unchecked Sendable {
         case rejected(AuthRejection, String)
         /// The nonce store is full of live nonces: refuse rather than forget one.
         case overloaded
+        /// This key holds its whole share of the nonce store (`NonceStore`): it alone waits.
+        case keyOverShare(retryAfterSeconds: Int)
     }
 
     /// Checks the signature over the request and its body hash, then the nonce.
@@ -219,6 +221,7 @@ public final class Authenticator: @unchecked Sendable {
         case .accepted: return .accepted(keyId: p.key.id)
         case .replayed: return .rejected(.replayed, "this signed request was already used")
         case .full: return .overloaded
+        case .keyOverShare(let ms): return .keyOverShare(retryAfterSeconds: Int((ms + 999) / 1000))
         }
     }
 }

@@ -67,6 +67,30 @@ public enum CanonicalQuery {
         return true
     }
 
+    /// Whether the values of each repeated name come in the order the canonical query
+    /// sorts them (by their encoded bytes), as spec/signature.md asks of a signed query.
+    public static func repeatedNamesInCanonicalOrder(_ query: String) -> Bool {
+        var q = query
+        return q.withUTF8 { repeatedNamesInCanonicalOrder(UnsafeRawBufferPointer($0)) }
+    }
+
+    static func repeatedNamesInCanonicalOrder(_ query: UnsafeRawBufferPointer) -> Bool {
+        var last: [[UInt8]: [UInt8]] = [:]
+        var start = 0
+        let n = query.count
+        for i in 0...n where i == n || query[i] == UInt8(ascii: "&") {
+            defer { start = i + 1 }
+            guard i > start else { continue }
+            var eq = start
+            while eq < i && query[eq] != UInt8(ascii: "=") { eq += 1 }
+            let name = reencode(UnsafeRawBufferPointer(rebasing: query[start..<eq]))
+            let value = eq < i ? reencode(UnsafeRawBufferPointer(rebasing: query[(eq + 1)..<i])) : []
+            if let prev = last[name], value.lexicographicallyPrecedes(prev) { return false }
+            last[name] = value
+        }
+        return true
+    }
+
     /// Byte order of two ranges of `q` (as `lexicographicallyPrecedes`): -1, 0 or 1.
     private static func compare(_ q: UnsafeRawBufferPointer, _ a: Range<Int>, _ b: Range<Int>) -> Int {
         let common = min(a.count, b.count)

@@ -2,20 +2,46 @@ import Foundation
 
 /// Remembers accepted `(key, nonce)` pairs for `nonce_ttl`, shared by all workers.
 ///
-/// Sharded 64 ways by a keyed hash of the pair, each shard under its own lock, so
+/// Sharded (up to 64 ways) by a keyed hash of the pair, each shard under its own lock, so
 /// workers rarely contend. The pair's 64-bit SipHash (seeded at random per process, so
 /// nobody can aim for collisions) is its fingerprint: the shard keeps the fingerprints
 /// in a flat table and a queue in insertion order (`NonceTable`); since the TTL is the
 /// same for all, the queue is also in expiry order and expired pairs are dropped from
 /// its front on every claim.
 ///
-/// Bounded: at most `capacity` pairs in all (an equal share per shard), at most 64
-/// bytes each with the tables' rounding up (32 MiB for the default of 1,000,000).
-/// When a shard is full of unexpired pairs a new one is refused (`.full`), never
-/// evicted: forgetting a live nonce would let its request be replayed.
+/// Bounded: at most `capacity` pairs in all, with a quarter of headroom per shard (the
+/// hash spreads pairs unevenly), at most 64 bytes each with the tables' rounding up (40
+/// MiB for the default of 1,000,000). When a shard is full of unexpired pairs a new one
+/// is refused (`.full`), never evicted: forgetting a live nonce would let its request
+/// be replayed.
+///
+/// Fair: each key may hold at most `capacity / keys` live pairs (`setKeyCount`), so one
+/// key (extracted from an app, say) that signs as fast as it can runs into its own share
+/// (`.keyOverShare`, 429 for that key alone) and cannot fill the store for the others.
 /// `@unchecked Sendable`: every shard's state is read and written under its own lock.
 public final class NonceStore: @unchecked Sendable {
-    public enum Outcome: Equatable { case accepted, replayed, full }
+    public enum Outcome: Equatable {
+        case accepted, replayed, full
+        /// The key holds its whole share; the oldest of its pairs expires in this many ms.
+        case keyOverShare(retryAfterMillis: Int64)
+    }
+
+    /// One key's live pairs' expiry times, oldest first (the TTL is the same for all).
+    private final class KeyShare {
+        let lock = Lock()
+        var expiries: [Int64] = []
+        var head = 0
+        var live: Int { expiries.count - head }
+        func expire(now: Int64) {
+            while head < expiries.count && expiries[head] <= now { head += 1 }
+            if head > 1024 && head * 2 > expiries.count { expiries.removeFirst(head); head = 0 }
+        }
+    }
+    private let sharesLock = Lock()
+    private var shares: [[UInt8]: KeyShare] = [:]
+    /// Live pairs one key may hold: `capacity / keys`.
+    private var perKey: Int
+    public let capacity: Int
 
     private final class Shard {
         let lock = Lock()
@@ -28,15 +54,61 @@ public final class NonceStore: @unchecked Sendable {
     private let perShard: Int
     public let ttlMillis: Int64
 
-    public init(ttlMillis: Int64, capacity: Int = 1_000_000, shardCount: Int = 64) {
+    /// `shardCount` (default: up to 64, at least 4,096 pairs each): a shard's quarter of
+    /// headroom covers how unevenly the hash spreads pairs only when shards are large.
+    public init(ttlMillis: Int64, capacity: Int = 1_000_000, shardCount: Int? = nil) {
         self.ttlMillis = ttlMillis
-        perShard = max(1, capacity / shardCount)
-        shards = (0..<shardCount).map { [perShard] _ in Shard(limit: perShard) }
+        self.capacity = capacity
+        perKey = capacity
+        let count = shardCount ?? min(64, max(1, capacity / 4096))
+        perShard = max(1, capacity * 5 / 4 / count)
+        shards = (0..<count).map { [perShard] _ in Shard(limit: perShard) }
     }
 
-    /// Records the pair unless it is already remembered. `scope` separates key ids (and
-    /// schemes); `nowMillis` is a monotonic or wall clock, used consistently.
+    /// Sets how many keys share the capacity (the active keys of the running config; a
+    /// reload calls it again).
+    public func setKeyCount(_ keys: Int) {
+        sharesLock.lock()
+        perKey = max(1, capacity / max(1, keys))
+        sharesLock.unlock()
+    }
+
+    /// The share a key may hold now.
+    public var perKeyShare: Int { sharesLock.lock(); defer { sharesLock.unlock() }; return perKey }
+
+    private func share(_ scope: UnsafeRawBufferPointer) -> (KeyShare, Int) {
+        sharesLock.lock()
+        defer { sharesLock.unlock() }
+        let id = Array(scope)
+        if let s = shares[id] { return (s, perKey) }
+        let s = KeyShare()
+        shares[id] = s
+        return (s, perKey)
+    }
+
+    /// Records the pair unless it is already remembered or the key holds its whole share.
+    /// `scope` separates key ids (and schemes); `nowMillis` is a monotonic or wall clock,
+    /// used consistently. Only verified calls get here, so `scope` is a configured key.
     public func check(scope: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer, nowMillis: Int64) -> Outcome {
+        let (keyShare, limit) = share(scope)
+        keyShare.lock.lock()
+        keyShare.expire(now: nowMillis)
+        if keyShare.live >= limit {
+            let wait = keyShare.expiries[keyShare.head] - nowMillis
+            keyShare.lock.unlock()
+            return .keyOverShare(retryAfterMillis: max(1, wait))
+        }
+        keyShare.lock.unlock()
+        let outcome = claim(scope: scope, nonce: nonce, nowMillis: nowMillis)
+        if outcome == .accepted {
+            keyShare.lock.lock()
+            keyShare.expiries.append(nowMillis + ttlMillis)
+            keyShare.lock.unlock()
+        }
+        return outcome
+    }
+
+    private func claim(scope: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer, nowMillis: Int64) -> Outcome {
         var h = Hasher()
         h.combine(bytes: scope)
         h.combine(0xFF as UInt8)

@@ -388,7 +388,10 @@ public enum ConfigLoader {
         if name == nil { m.report("name", "is required") }
         var prefix: String?
         var methods: [String] = []
+        var ignoreCase = false, allowPathParams = false
         if let match = m.map("match") {
+            ignoreCase = match.bool("ignore_case") ?? false
+            allowPathParams = match.bool("allow_path_params") ?? false
             prefix = match.string("path_prefix")
             if let p = prefix, !p.hasPrefix("/") { match.report("path_prefix", "must start with /"); prefix = nil }
             if let p = prefix {
@@ -426,6 +429,8 @@ public enum ConfigLoader {
         var r = RouteConfig(name: name ?? "", pathPrefix: prefix ?? "/", methods: methods, service: serviceName ?? "")
         if let v = m.bool("strip_prefix") { r.stripPrefix = v }
         if let v = m.bool("allow_encoded_slashes") { r.allowEncodedSlashes = v }
+        r.ignoreCase = ignoreCase
+        r.allowPathParams = allowPathParams
         r.auth = authConfigured ? .required : .off
         if let v = m.choice("auth", RouteAuth.self, ["required", "optional", "off"]) {
             r.auth = v

@@ -329,6 +329,13 @@ public struct RouteConfig: Sendable, Equatable {
     /// Added field: accept `%2F` and `%5C` in the path (refused with 400 otherwise, since
     /// a backend that decodes them sees another path than the one routed).
     public var allowEncodedSlashes = false
+    /// `match.ignore_case`: the prefix matches in any letter case (ASCII), for backends
+    /// that read paths case-insensitively (IIS, ASP.NET): `/Secret/` must reach the route
+    /// that guards `/secret/`, not a more open one.
+    public var ignoreCase = false
+    /// `match.allow_path_params`: accept `;` in the path. Refused (400) otherwise: Tomcat,
+    /// Jetty and Spring read `/a;x=1/b` as `/a/b`, another path than the one routed.
+    public var allowPathParams = false
     public var coalesce = false
     /// Added fields: at most this many requests wait on one flight ...
     public var coalesceMaxWaiters = 1000

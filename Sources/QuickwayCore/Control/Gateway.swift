@@ -140,6 +140,7 @@ public final class Gateway {
     private func makeAuthenticator(_ config: GatewayConfig) -> Authenticator? {
         guard let auth = config.auth else { return nil }
         if nonceStore == nil { nonceStore = NonceStore(ttlMillis: auth.nonceTTLMillis, capacity: auth.nonceCapacity) }
+        nonceStore!.setKeyCount(auth.keys.filter { !$0.disabled }.count)
         return Authenticator(config: auth, nonces: nonceStore!)
     }
 

@@ -14,6 +14,7 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
     case noHealthyUpstream = "no_healthy_upstream"
     case draining
     case overloaded
+    case rateLimited = "rate_limited"
     /// The shared Redis tier could not answer and `redis.on_failure` is `fail_closed`.
     case redisUnavailable = "redis_unavailable"
     case upstreamTimeout = "upstream_timeout"
@@ -39,6 +40,7 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
         case .forbidden: return 403
         case .noRoute, .notFound: return 404
         case .methodNotAllowed: return 405
+        case .rateLimited: return 429
         case .requestTimeout: return 408
         case .bodyTooLarge: return 413
         case .headersTooLarge: return 431

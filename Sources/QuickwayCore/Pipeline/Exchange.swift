@@ -48,6 +48,8 @@ class Exchange {
     var authChallenge: String?
     /// The `Allow` value of a 405 answer (the methods the path answers).
     var allowedMethods: String?
+    /// `Retry-After` of a 429 answer, in seconds.
+    var retryAfterSeconds: Int?
 
     private(set) var status = 0
     private(set) var bytesSent = 0
@@ -118,7 +120,8 @@ class Exchange {
         let body = GatewayErrorBody.json(code, message: message, requestId: requestIdString)
         let challenge = code.status == 401 ? "WWW-Authenticate: \(authChallenge ?? "QW1-HMAC-SHA256")\r\n"
             : code == .upgradeRequired ? "Sec-WebSocket-Version: 13\r\n"
-            : code == .methodNotAllowed ? "Allow: \(allowedMethods ?? "")\r\n" : ""
+            : code == .methodNotAllowed ? "Allow: \(allowedMethods ?? "")\r\n"
+            : code == .rateLimited ? "Retry-After: \(retryAfterSeconds ?? 1)\r\n" : ""
         respond(status: code.status, contentType: "application/json", body: body, extraHeaders: challenge)
     }
 

@@ -27,6 +27,10 @@ final class ProxyContext: Exchange {
 
     /// Credentials that passed the head checks, waiting for the body hash.
     var pendingAuth: Authenticator.PendingAuth?
+    /// A signed call's target as it goes upstream when its query was not canonical as
+    /// sent: the path, then the canonical query (spec/signature.md), so the backend reads
+    /// exactly what was signed. Nil: the target goes as sent.
+    var signedTarget: [UInt8]?
 
     /// Set by the cache lookup: where and how long to store the answer (nil: not stored).
     var plan: CachePlan?

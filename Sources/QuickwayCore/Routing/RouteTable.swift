@@ -11,6 +11,8 @@ public struct RouteTable: Sendable {
         /// The route's name as bytes (access log).
         let nameBytes: [UInt8]
         let methods: [[UInt8]]
+        /// `match.ignore_case`: the prefix is kept lower-cased and compared ASCII-case-blind.
+        let ignoreCase: Bool
     }
 
     public enum Match: Equatable, Sendable {
@@ -22,7 +24,11 @@ public struct RouteTable: Sendable {
     public let entries: [Entry]
 
     public init(_ routes: [RouteConfig]) {
-        entries = routes.map { Entry(config: $0, prefix: Array($0.pathPrefix.utf8), nameBytes: Array($0.name.utf8), methods: $0.methods.map { Array($0.utf8) }) }
+        entries = routes.map { r in
+            let prefix = Array(r.pathPrefix.utf8)
+            return Entry(config: r, prefix: r.ignoreCase ? prefix.map(HTTPSyntax.lower) : prefix, nameBytes: Array(r.name.utf8),
+                         methods: r.methods.map { Array($0.utf8) }, ignoreCase: r.ignoreCase)
+        }
     }
 
     /// Reads each entry in place (iterating `entries` by value copied each entry, its
@@ -30,7 +36,7 @@ public struct RouteTable: Sendable {
     public func match(method: UnsafeRawBufferPointer, path: UnsafeRawBufferPointer) -> Match {
         entries.withUnsafeBufferPointer { es in
             var pathMatched = false
-            for i in es.indices where Self.hasPrefix(path, es[i].prefix) {
+            for i in es.indices where es[i].ignoreCase ? Self.hasPrefixIgnoringCase(path, es[i].prefix) : Self.hasPrefix(path, es[i].prefix) {
                 if es[i].methods.isEmpty || es[i].methods.contains(where: { Self.equal(method, $0) }) { return .route(i) }
                 pathMatched = true
             }
@@ -42,7 +48,7 @@ public struct RouteTable: Sendable {
     /// in route order, each once (only asked after `match` found the path but no method).
     public func allowedMethods(path: UnsafeRawBufferPointer) -> String {
         var seen: [String] = []
-        for e in entries where Self.hasPrefix(path, e.prefix) {
+        for e in entries where e.ignoreCase ? Self.hasPrefixIgnoringCase(path, e.prefix) : Self.hasPrefix(path, e.prefix) {
             for m in e.config.methods where !seen.contains(m) { seen.append(m) }
         }
         return seen.joined(separator: ", ")
@@ -70,6 +76,13 @@ public struct RouteTable: Sendable {
             }
             return true
         }
+    }
+
+    /// `lowerPrefix` is lower case; ASCII letters of `s` compare in any case.
+    static func hasPrefixIgnoringCase(_ s: UnsafeRawBufferPointer, _ lowerPrefix: [UInt8]) -> Bool {
+        guard s.count >= lowerPrefix.count else { return false }
+        for i in 0..<lowerPrefix.count where HTTPSyntax.lower(s[i]) != lowerPrefix[i] { return false }
+        return true
     }
 
     @inline(__always) static func equal(_ a: UnsafeRawBufferPointer, _ b: [UInt8]) -> Bool {

@@ -47,7 +47,11 @@ final class AuthenticateBodyStage: RequestStage {
                 tier.stats.add(.nonceClaims)
                 // Remembered locally too, so this gateway still knows it if Redis goes away.
                 let local = auth.rememberNonce(p, nonce: nonce, head: head, nowMillis: now)
-                verdict = local == .overloaded ? .accepted(keyId: p.key.id) : local
+                // Redis holds the claim: a local store that cannot keep a copy is no refusal.
+                switch local {
+                case .overloaded, .keyOverShare: verdict = .accepted(keyId: p.key.id)
+                default: verdict = local
+                }
             case .replayed:
                 tier.stats.add(.nonceReplays)
                 verdict = .rejected(.replayed, "this signed request was already used (at this or another gateway)")
@@ -78,6 +82,10 @@ final class AuthenticateBodyStage: RequestStage {
             return .answered
         case .overloaded:
             exchange.respondError(.overloaded, "too many signed requests in the replay window; try again shortly")
+            return .answered
+        case .keyOverShare(let seconds):
+            exchange.retryAfterSeconds = seconds
+            exchange.respondError(.rateLimited, "this key has made as many signed calls as the replay window keeps for one key (auth.nonce_capacity / keys); try again in \(seconds)s")
             return .answered
         }
     }

@@ -56,7 +56,9 @@ final class ForwardStage: RequestStage {
                     method: method, isHead: upstreamHead, hasBody: hasBody, body: ctx.body,
                     headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
                                                           authKeyId: ctx.authKeyId, overTLS: ctx.overTLS),
-                    pathAndQuery: Self.forwardedTarget(head.bytes, head.target, stripping: stripping), idempotent: idempotent)
+                    pathAndQuery: ctx.signedTarget.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
+                        ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
+                    idempotent: idempotent)
             }
             request.webSocketUpgrade = head.upgradeWebSocket
             return request
@@ -67,7 +69,7 @@ final class ForwardStage: RequestStage {
         let wire = head.withBytes { raw in
             ctx.body.withUnsafeBytes { body in
                 service.authority.withUnsafeBytes { authority in
-                    Self.withForwardedTarget(raw, head.target, stripping: stripping) { target in
+                    Self.withUpstreamTarget(ctx.signedTarget, raw, head.target, stripping: stripping) { target in
                         let method = upstreamHead ? Self.bytes("HEAD")
                             : ctx.isHeadRequest ? Self.bytes("GET") : UnsafeRawBufferPointer(rebasing: raw[head.method])
                         let frame = UpstreamRequestHeaders.Frame(
@@ -128,6 +130,15 @@ final class ForwardStage: RequestStage {
         guard let prefixLength else { return bytes[target] }
         let (rest, needsSlash) = strippedPart(of: target, prefixLength: prefixLength) { bytes[$0] }
         return needsSlash ? ArraySlice([UInt8(ascii: "/")] + bytes[rest]) : bytes[rest]
+    }
+
+    /// `withForwardedTarget` of the head's target, or of a signed call's canonical target
+    /// (`ProxyContext.signedTarget`) when it has one.
+    @inline(__always)
+    static func withUpstreamTarget<R>(_ signed: [UInt8]?, _ raw: UnsafeRawBufferPointer, _ target: Range<Int>, stripping prefixLength: Int?,
+                                      _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        guard let signed else { return withForwardedTarget(raw, target, stripping: prefixLength, body) }
+        return signed.withUnsafeBytes { withForwardedTarget($0, 0..<$0.count, stripping: prefixLength, body) }
     }
 
     /// Runs `body` with the target to forward (`forwardedTarget`'s bytes): where it lies

@@ -1,3 +1,4 @@
+import Glibc
 /// Route: the first route whose normalised prefix and methods match
 /// (`Routing/RouteTable.swift`). Refuses encoded slashes unless the route allows them,
 /// and a stripped path that would gain a dot segment.
@@ -34,6 +35,9 @@ final class RouteStage: RequestStage {
             switch routes.table.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path) {
             case .route(let i):
                 let route = routes.routes[i]
+                if !route.config.allowPathParams, path.contains(UInt8(ascii: ";")) {
+                    return .refuse(.badRequest, "the path must not contain ; (path parameters): the backend could read another path than the one routed")
+                }
                 if head.encodedSlashInPath && !route.config.allowEncodedSlashes {
                     return .refuse(.badRequest, "the path must not contain an encoded / or \\ (%2F, %5C): the backend could read another path than the one routed")
                 }
