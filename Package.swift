@@ -27,7 +27,7 @@ let package = Package(
         // hiredis (libhiredis-dev) with its libevent adapter for the shared Redis tier.
         .target(name: "CQuickwayShims", dependencies: ["CCurl", "COpenSSL", "CLibevent"],
                 cSettings: [.unsafeFlags(["-O2"])],
-                linkerSettings: [.linkedLibrary("hiredis"), .linkedLibrary("ssl")]),
+                linkerSettings: [.linkedLibrary("hiredis"), .linkedLibrary("ssl"), .linkedLibrary("z")]),
         .target(
             name: "QuickwayCore",
             dependencies: ["CLibevent", "CCurl", "COpenSSL", "CNghttp2", "CQuickwayShims",

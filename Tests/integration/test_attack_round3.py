@@ -1,6 +1,7 @@
 """Attack round 3 (issue 29): each test is one finding of the review, against the real
 binary and real backends; each failed before its fix."""
 import json
+import socket
 import os
 import sys
 import time
@@ -62,3 +63,196 @@ def test_one_key_cannot_fill_the_nonce_store_for_the_others(backend):
         assert honest == [200] * 20, honest
     finally:
         assert g.stop() == 0, g.logs()
+
+
+# --- Items 1 and 2: memory and CPU an attacker can pin cheaply over HTTP/2 -------------
+
+H2_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 2
+admin: { listen: 127.0.0.1:{ADMIN} }
+limits: { client_idle_timeout: 60s }
+cache: { max_object_bytes: 1MiB }
+services:
+  api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2] }
+routes:
+  - { name: cached, match: { path_prefix: /c/ }, service: api, cache: { ttl: 300s } }
+"""
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def frames_of(data):
+    i, out = 0, []
+    while i + 9 <= len(data):
+        n = int.from_bytes(data[i:i + 3], "big")
+        if i + 9 + n > len(data):
+            break
+        out.append((data[i + 3], int.from_bytes(data[i + 5:i + 9], "big") & 0x7FFFFFFF, data[i + 9:i + 9 + n]))
+        i += 9 + n
+    return out
+
+
+@pytest.fixture()
+def h2_gateway(backend):
+    g = Gateway(H2_CONFIG.replace("BACKEND_PORT", str(backend.server.server_address[1])), workers=2)
+    yield g
+    g.stop()
+
+
+def test_clients_that_never_read_are_bounded_gateway_wide(h2_gateway):
+    """Item 1: 100 h2c connections, each with a window of 0 and 100 GETs of a cached
+    900 KB answer, raised RSS by about 7 MiB per connection. Now what all connections of
+    a worker hold is one budget: RSS grows by at most 64 MiB."""
+    pytest.importorskip("h2")
+    import hpack
+    from hyperframe.frame import HeadersFrame, SettingsFrame
+    g = h2_gateway
+    assert http_call(g, "GET", "/c/sized/900000/x")[0] == 200   # now cached
+    assert http_call(g, "GET", "/c/sized/900000/x")[1]["x-cache"] == "HIT"
+    rss_before = rss_kb(g.proc.pid)
+    socks = []
+    try:
+        for _ in range(100):
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+            enc = hpack.Encoder()
+            out = PREFACE + SettingsFrame(0, settings={4: 0}).serialize() + SettingsFrame(0, flags=["ACK"]).serialize()
+            for i in range(100):
+                out += HeadersFrame(1 + 2 * i, enc.encode([(":method", "GET"), (":path", "/c/sized/900000/x"),
+                                                          (":scheme", "http"), (":authority", "a")]),
+                                    flags=["END_HEADERS", "END_STREAM"]).serialize()
+            s.sendall(out)
+            socks.append(s)
+        time.sleep(1.5)   # what the streams could pin, they have pinned by now
+        grown = (rss_kb(g.proc.pid) - rss_before) / 1024
+        print(f"100 non-reading h2 connections: RSS +{grown:.1f} MiB")
+        assert grown <= 64, f"RSS grew {grown:.0f} MiB for 100 connections that read nothing"
+        # The gateway still serves everyone else.
+        assert http_call(g, "GET", "/c/sized/900000/x")[0] == 200
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_a_stalled_stream_is_reset_whatever_the_budget(h2_gateway):
+    """Item 1: one connection far under every budget, window 0: its stream is reset after
+    the stall timeout (10 s), not after client_idle_timeout (60 s here)."""
+    pytest.importorskip("h2")
+    import hpack
+    from hyperframe.frame import HeadersFrame, SettingsFrame
+    g = h2_gateway
+    s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+    try:
+        enc = hpack.Encoder()
+        s.sendall(PREFACE + SettingsFrame(0, settings={4: 0}).serialize() + SettingsFrame(0, flags=["ACK"]).serialize()
+                  + HeadersFrame(1, enc.encode([(":method", "GET"), (":path", "/c/sized/200000/stall"), (":scheme", "http"),
+                                                (":authority", "a")]), flags=["END_HEADERS", "END_STREAM"]).serialize())
+        t0 = time.monotonic()
+        data = b""
+        s.settimeout(0.5)
+        while time.monotonic() - t0 < 25 and not any(t == 3 and sid == 1 for t, sid, _ in frames_of(data)):
+            try:
+                b = s.recv(65536)
+            except socket.timeout:
+                continue
+            if not b:
+                break
+            data += b
+        elapsed = time.monotonic() - t0
+        assert any(t == 3 and sid == 1 for t, sid, _ in frames_of(data)), "stream never reset"
+        assert elapsed < 20, elapsed
+    finally:
+        s.close()
+
+
+def test_hpack_amplification_costs_about_what_plain_headers_do(h2_gateway):
+    """Item 2: one 4,000-byte header in the dynamic table, then 16 KiB HEADERS frames that
+    reference it a byte each: 23 ms of CPU a frame, 85 times the same bytes of plain
+    headers. Now the connection ends once the list passes twice the limit: at most 3x."""
+    pytest.importorskip("h2")
+    import hpack
+    from hyperframe.frame import HeadersFrame, SettingsFrame
+    g = h2_gateway
+
+    def run(block_for):
+        t0 = cpu_seconds(g.proc.pid)
+        for _ in range(150):
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+            try:
+                s.sendall(PREFACE + SettingsFrame(0).serialize() + HeadersFrame(1, block_for(), flags=["END_HEADERS", "END_STREAM"]).serialize())
+                s.settimeout(2)
+                data = b""
+                while True:   # until the answer (431), a GOAWAY, or the close
+                    try:
+                        b = s.recv(65536)
+                    except (socket.timeout, OSError):
+                        break
+                    if not b:
+                        break
+                    data += b
+                    if any(t in (1, 7) and sid in (0, 1) for t, sid, _ in frames_of(data) if t != 4):
+                        break
+            finally:
+                s.close()
+        return cpu_seconds(g.proc.pid) - t0
+
+    def bomb():
+        enc = hpack.Encoder()
+        block = enc.encode([(":method", "GET"), (":path", "/nothing"), (":scheme", "http"), (":authority", "a"), ("x-bomb", "b" * 4000)])
+        return block + b"\xbe" * (16000 - len(block))   # index 62: the x-bomb entry
+
+    def plain():
+        enc = hpack.Encoder()
+        head = enc.encode([(":method", "GET"), (":path", "/nothing"), (":scheme", "http"), (":authority", "a")])
+        fields = [(f"x-plain-{i}", "p" * 150) for i in range(100)]
+        body = b"".join(hpack.Encoder().encode([f], huffman=False) for f in fields)
+        return head + body[:16000 - len(head)]
+
+    plain_cpu = run(plain)
+    bomb_cpu = run(bomb)
+    print(f"hpack: bomb {bomb_cpu:.3f}s, plain {plain_cpu:.3f}s of gateway CPU for 150 connections each")
+    assert bomb_cpu <= 3 * max(plain_cpu, 0.05), f"bomb {bomb_cpu:.3f}s against plain {plain_cpu:.3f}s of CPU"
+
+
+def test_repeated_oversize_header_blocks_end_the_connection(h2_gateway):
+    pytest.importorskip("h2")
+    import hpack
+    from hyperframe.frame import HeadersFrame, SettingsFrame
+    g = h2_gateway
+    s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+    try:
+        enc = hpack.Encoder()
+        out = PREFACE + SettingsFrame(0).serialize()
+        for i in range(4):   # each list just over 16 KiB (not twice): a 431 each, then GOAWAY
+            out += HeadersFrame(1 + 2 * i, enc.encode([(":method", "GET"), (":path", f"/c/{i}"), (":scheme", "http"),
+                                                      (":authority", "a"), ("x-big", "a" * 8100), ("x-big2", "b" * 8100)],
+                                                     huffman=False), flags=["END_HEADERS", "END_STREAM"]).serialize()
+        s.sendall(out)
+        s.settimeout(0.5)
+        data = b""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(t == 7 for t, _, _ in frames_of(data)):
+            try:
+                b = s.recv(65536)
+            except socket.timeout:
+                continue
+            if not b:
+                break
+            data += b
+        goaways = [p for t, _, p in frames_of(data) if t == 7]
+        assert goaways and int.from_bytes(goaways[0][4:8], "big") == 0xB, "no GOAWAY ENHANCE_YOUR_CALM"
+    finally:
+        s.close()

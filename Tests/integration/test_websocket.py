@@ -144,6 +144,10 @@ class RawBackend:
             head, rest = buf.split(b"\r\n\r\n", 1)
             lines = head.decode("latin-1").split("\r\n")
             path = lines[0].split()[1]
+            if path.endswith("/status200"):
+                # Not a handshake answer: a 2xx instead of 101.
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+                return
             key = [l.split(":", 1)[1].strip() for l in lines if l.lower().startswith("sec-websocket-key:")][0]
             accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
             c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -725,3 +729,84 @@ def test_extended_connect_refused_where_http11_would_be(gw):
         c, s, sid, status, _ = _h2_ws_connect(gw, path)
         s.close()
         assert status == expect, (path, status)
+
+
+def test_a_handshake_answered_200_is_a_502_on_both_protocols(gw):
+    """Attack round 3, item 10: a backend that answers the handshake with 200 instead of
+    101 gave an HTTP/2 client `:status 200`, which RFC 8441 reads as an open tunnel."""
+    c, s, sid, status, _ = _h2_ws_connect(gw, "/raw/status200")
+    s.close()
+    assert status == "502", status
+    s, head, _ = raw_handshake(gw, "/raw/status200")
+    s.close()
+    assert head.startswith("HTTP/1.1 502 "), head
+
+
+def test_an_h2_tunnel_ended_by_the_relay_leaves_no_connection_behind(gw):
+    """Item 3: extended CONNECT, one invalid frame (the relay closes with 1002 and ends its
+    side), then the client sends GOAWAY and closes at once: the connection stayed in
+    CLOSE-WAIT holding its max_connections slot, 5 of 5 tries. Now the count is back to
+    its baseline within a second of the client leaving."""
+    import h2.events
+    base = gw.stats()["connections"]
+    for _ in range(5):
+        c, s, sid, status, _ = _h2_ws_connect(gw, "/ws/leak")
+        assert status == "200", status
+        c.send_data(sid, frame(1, b"hi", mask=False))   # unmasked from a client: 1002
+        s.sendall(c.data_to_send())
+        got = b""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(got) < 4:
+            s.settimeout(1)
+            try:
+                data = s.recv(65536)
+            except socket.timeout:
+                continue
+            if not data:
+                break
+            for ev in c.receive_data(data):
+                if isinstance(ev, h2.events.DataReceived):
+                    got += ev.data
+        assert got[:1] == b"\x88" and struct.unpack("!H", got[2:4])[0] == 1002, got
+        c.close_connection()
+        s.sendall(c.data_to_send())
+        s.close()
+        left = time.monotonic()
+        wait_until(lambda: gw.stats()["connections"] <= base, timeout=3, what="the connection count back to its baseline")
+        assert time.monotonic() - left < 3
+
+
+def test_max_message_bytes_holds_on_the_inflated_size(gw):
+    """Attack round 3, item 11: with permessage-deflate a 200 kB message passed a 64 KiB
+    limit (only its compressed bytes were counted), and a small frame could inflate to
+    gigabytes at the backend. The gateway now inflates (into a scratch buffer, bounded by
+    the limit) to count, and closes with 1009."""
+    with connect(url(gw, "/ws/echo"), ping_interval=None, max_size=None) as ws:
+        assert "permessage-deflate" in ws.response.headers.get("Sec-WebSocket-Extensions", "")
+        small = "ok " * 1000                      # 3 kB, well under the limit: passes
+        ws.send(small)
+        assert ws.recv(timeout=5) == small
+        ws.send("a" * 200_000)                    # a few hundred bytes on the wire, 200 kB inflated
+        with pytest.raises(ConnectionClosed) as e:
+            ws.recv(timeout=5)
+        assert e.value.rcvd is not None and e.value.rcvd.code == 1009, e.value
+    # A bomb in many fragments: 64 MB of zeros compressed to ~64 kB, as raw frames.
+    import zlib
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    data = c.compress(b"\0" * (64 << 20)) + c.flush(zlib.Z_SYNC_FLUSH)
+    assert data.endswith(b"\x00\x00\xff\xff")
+    data = data[:-4]
+    s, head, rest = raw_handshake(gw, extra="Sec-WebSocket-Extensions: permessage-deflate\r\n")
+    try:
+        assert " 101 " in head.split("\r\n")[0] and "permessage-deflate" in head, head
+        pieces = [data[i:i + 8192] for i in range(0, len(data), 8192)]
+        out = frame(2, pieces[0], fin=len(pieces) == 1, rsv=0x40)
+        for k, p in enumerate(pieces[1:], 1):
+            out += frame(0, p, fin=k == len(pieces) - 1)
+        try:
+            s.sendall(out)
+        except OSError:
+            pass   # closed before all of it went: fine, the close code says why
+        assert FrameReader(s, rest).close_code() == 1009
+    finally:
+        s.close()

@@ -5,3 +5,4 @@
 #include "qw_redis.h"
 #include "qw_tls.h"
 #include "qw_idle_pages.h"
+#include "qw_inflate.h"

@@ -26,6 +26,8 @@ final class Worker: @unchecked Sendable {
     let headFieldScratch: HeadFieldScratch
     /// Spare body buffers for proxied answers (loop thread only).
     let spareArrays = ByteArrayPool()
+    /// Answers its HTTP/2 clients have not taken yet, over all its connections.
+    let http2AnswerBudget = HTTP2AnswerBudget()
     /// Above this many open connections an HTTP/1.1 connection gives its buffer objects
     /// back as soon as it is idle, below it at the next sweep
     /// (`HTTP1Connection.dropBuffersSoon`): as many as the pool keeps spare objects for
@@ -323,7 +325,8 @@ final class Worker: @unchecked Sendable {
         // its caller (a transport calling without a retain) holds none.
         guard let settings = http2, let removed = connections.remove(old) else { return }
         retired.append(removed)
-        let c = HTTP2Connection(transport: transport, worker: self, settings: settings, maxObjectBytes: maxObjectBytes)
+        let c = HTTP2Connection(transport: transport, worker: self, settings: settings, maxObjectBytes: maxObjectBytes,
+                                answerBudget: http2AnswerBudget)
         connections.add(c)
         connectionsChanged()
         c.start(peerClosed: peerClosed)

@@ -18,8 +18,20 @@ enum HTTP2Codec {
     /// taken by the client, are each held to this (with `max_concurrent_streams` streams,
     /// a client that reads nothing could otherwise pin that many whole answers).
     static let connectionBudget = 8 * 1024 * 1024
-    /// Over the budget, a stream whose answer makes no progress for this long is reset.
+    /// Per worker: answers held for every HTTP/2 client that has not taken them yet
+    /// (`HTTP2AnswerBudget`).
+    static let workerBudget = 24 * 1024 * 1024
+    /// A stream whose answer makes no progress for this long is reset, whatever the budget
+    /// (a client that opens a window of zero must not hold an answer for the idle timeout).
+    static let stallMillis: Int64 = 10_000
+    /// Over the connection's or the worker's budget, the stall allowed is this short.
     static let stallWhenOverBudgetMillis: Int64 = 2000
+    /// A connection that sends this many header lists over `max_header_list_bytes` is ended
+    /// (GOAWAY ENHANCE_YOUR_CALM); one list past twice the limit ends it at once.
+    static let oversizeHeaderBlocksAllowed = 3
+    /// After the WebSocket relay of a tunnel ends its side, the client has this long to end
+    /// its own before the stream is reset.
+    static let tunnelCloseGraceMillis: Int64 = 2000
     /// Progress means the client took at least this much (or all) of a stream's answer:
     /// opening the window a byte at a time does not keep a stream alive.
     static let progressBytes = 16 * 1024
@@ -114,8 +126,15 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     @exclusivity(unchecked) private var sawFirstFrame = false
     /// A GOAWAY with an error code went out (counted once as a protocol error).
     private var errorGoawaySent = false
-    /// Answer bytes waiting in the streams' `pending` buffers (all streams).
+    /// Answer bytes waiting in the streams' `pending` buffers (all streams); kept in step
+    /// with the worker's `answerBudget` (`pendingChanged`).
     @exclusivity(unchecked) private var pendingBytes = 0
+    /// Shared by the worker's HTTP/2 connections.
+    private let answerBudget: HTTP2AnswerBudget
+    /// Header blocks that went over `max_header_list_bytes` on this connection.
+    private var oversizeHeaderBlocks = 0
+    /// The session was ended mid-block for a header list far over the limit.
+    private var amplificationCut = false
     /// Request body bytes held by streams not yet answered.
     @exclusivity(unchecked) private var requestBodyBytes = 0
     /// Streams in the pipeline whose answers are not all taken by nghttp2 yet; at most
@@ -138,7 +157,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     @exclusivity(unchecked) private var sending = false
     @exclusivity(unchecked) private var admitNeeded = false
 
-    init(transport: any ByteTransport, worker: Worker, settings: HTTP2Config, maxObjectBytes: Int) {
+    init(transport: any ByteTransport, worker: Worker, settings: HTTP2Config, maxObjectBytes: Int, answerBudget: HTTP2AnswerBudget) {
+        self.answerBudget = answerBudget
         self.transport = transport
         self.worker = worker
         self.settings = settings
@@ -242,6 +262,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     override func transportClosed() {
         closing = true
+        pendingChanged(-pendingBytes)
         var open = streams
         for (id, s) in detached { open[id] = s }
         streams.removeAll()
@@ -254,7 +275,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             if let t = s.tunnel { s.tunnel = nil; t.close() }
             if let ex = s.exchange {
                 s.exchange = nil
-                worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
+                // A HEAD or 204 answer already complete on the wire (its exchange still
+                // reading the upstream body for the cache) counts as what it answered.
+                let answered = s.bodyless && s.responseStarted
+                worker.requestDone(ex, status: answered ? ex.status : 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
                 ex.cancel()
             }
         }
@@ -298,6 +322,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// the GOAWAY it queued, if any, and close.
     private func protocolFailure(_ code: Int32) {
         if !errorGoawaySent { worker.stats.http2ProtocolError() }
+        // Ended by us mid-block (`header`): tell the client why.
+        if amplificationCut, let session, !errorGoawaySent {
+            nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM.rawValue)
+        }
         errorGoawaySent = true
         if let text = nghttp2_strerror(code) { Log.debug("h2 \(transport.peer): \(String(cString: text)); closing") }
         input.clear()
@@ -363,10 +391,23 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         streams[id] = s
     }
 
-    fileprivate func header(_ id: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
-        guard let s = lookup(id), s.phase == .headers else { return }   // trailers are dropped
+    /// One decoded field. A list that goes over the limit is still read to its end (not
+    /// stored) and answered 431; one that goes past twice the limit is HPACK amplification
+    /// (references to one large table entry cost far more to decode than to send), and
+    /// the connection ends at once, mid-block, before the rest is decoded.
+    fileprivate func header(_ id: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> HeaderVerdict {
+        guard let s = lookup(id), s.phase == .headers else { return .go }   // trailers are dropped
         s.fields.add(name: name, value: value)
+        if s.fields.refusal == .tooLarge && s.fields.listBytes > 2 * settings.maxHeaderListBytes {
+            Log.debug("h2 \(transport.peer): a header list past twice max_header_list_bytes; ending the session")
+            s.phase = .refused
+            amplificationCut = true
+            return .endConnection
+        }
+        return .go
     }
+
+    enum HeaderVerdict { case go, endConnection }
 
     fileprivate func requestHeadersEnded(_ id: Int32, endStream: Bool) {
         guard let s = lookup(id) else { return }
@@ -390,7 +431,11 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             headBytes = try fields.http1Head(hasBody: !endStream)
         } catch {
             switch error {
-            case .tooLarge: return refuse(s, .headersTooLarge, "request header list is larger than \(settings.maxHeaderListBytes) bytes")
+            case .tooLarge:
+                // Repeated oversize blocks end the session (GOAWAY ENHANCE_YOUR_CALM).
+                oversizeHeaderBlocks += 1
+                if oversizeHeaderBlocks >= HTTP2Codec.oversizeHeaderBlocksAllowed { terminating = true }
+                return refuse(s, .headersTooLarge, "request header list is larger than \(settings.maxHeaderListBytes) bytes")
             case .malformed(let why): return refuse(s, .badRequest, "malformed HTTP/2 request: \(why)")
             }
         }
@@ -466,7 +511,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     private func dispatch(_ s: HTTP2Stream, _ ex: Exchange) {
         s.phase = .dispatched
-        if activeStreams >= maxActive {
+        if activeStreams >= maxActive || (answerBudget.isExceeded && s.tunnel == nil) {
             admission.append(s)   // waits until an earlier answer has been taken
             return
         }
@@ -487,7 +532,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// Lets waiting streams into the pipeline while there is room (not from inside
     /// `mem_send`: a cache hit would submit its answer there).
     private func admit() {
-        while activeStreams < maxActive, !admission.isEmpty {
+        while activeStreams < maxActive, !answerBudget.isExceeded, !admission.isEmpty {
             let next = admission.removeFirst()
             guard let ex = next.exchange, lookup(next.id) === next else { continue }
             activeStreams += 1
@@ -530,7 +575,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             s.tunnel = nil
             t.close()
         } else {
-            pendingBytes -= s.pending.readableBytes
+            pendingChanged(-s.pending.readableBytes)
         }
         s.pending.clear()
         s.pending.releaseStorage()
@@ -554,9 +599,13 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     }
 
     fileprivate func frameSent(_ id: Int32, endStream: Bool) {
-        // The answer is complete but the client is still sending a request we refused:
-        // ask it to stop (RFC 9113 8.1, RST_STREAM with NO_ERROR).
-        if endStream, let s = lookup(id), s.phase == .refused, !s.requestEnded {
+        guard endStream, let s = lookup(id) else { return }
+        s.endStreamSent = true
+        s.lastProgress = Clock.coarseMillis()
+        // The answer is complete but the client is still sending a request we refused, or
+        // a tunnel whose relay has ended: ask it to stop (RFC 9113 8.1, RST_STREAM with
+        // NO_ERROR), so the stream does not stay half-closed.
+        if (s.phase == .refused || s.tunnelEnded) && !s.requestEnded {
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_NO_ERROR.rawValue)
         }
     }
@@ -595,7 +644,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         if n > 0 {
             memcpy(buf, s.pending.readable.baseAddress!, n)
             s.pending.consume(n)
-            if s.tunnel == nil { pendingBytes -= n }
+            if s.tunnel == nil { pendingChanged(-n) }
             s.takenSinceProgress += n
             if s.takenSinceProgress >= HTTP2Codec.progressBytes || s.pending.isEmpty {
                 s.takenSinceProgress = 0
@@ -708,21 +757,31 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     func tunnelClosed(_ s: HTTP2Stream) {
         s.tunnel = nil
         s.onWritable = nil
+        s.tunnelEnded = true
         guard lookup(s.id) === s, let session else { return }
         if !(s.responseEnded && s.pending.isEmpty) {
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_CANCEL.rawValue)
+        } else if s.endStreamSent && !s.requestEnded {
+            // Our side ended and went out already; the client's is still open.
+            nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_NO_ERROR.rawValue)
         }
         pump()
     }
 
     /// A stream took answer bytes into its `pending` buffer.
-    func pendingAdded(_ n: Int) { pendingBytes += n }
+    func pendingAdded(_ n: Int) { pendingChanged(n) }
+
+    /// The one place `pendingBytes` moves, and the worker's budget with it.
+    @inline(__always) private func pendingChanged(_ n: Int) {
+        pendingBytes += n
+        answerBudget.add(n)
+    }
 
     func responseAborted(_ s: HTTP2Stream, _ exchange: Exchange) {
         worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
         releaseBody(s, exchange)
         if !detached.isEmpty && detached.removeValue(forKey: s.id) != nil { return }   // (no hashing when empty)
-        pendingBytes -= s.pending.readableBytes
+        pendingChanged(-s.pending.readableBytes)
         s.pending.clear()
         if let session { nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_INTERNAL_ERROR.rawValue) }
         pump()
@@ -784,15 +843,26 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         }
         // A request that stops arriving, or an answer whose window the client never
         // opens, is reset: neither may hold its memory (or an upstream call) for ever.
-        let overBudget = pendingBytes > HTTP2Codec.connectionBudget
+        // An answer the client does not take is reset after a short stall (shorter still
+        // over the connection's or the worker's budget), and a tunnel whose relay has ended
+        // waits a moment for the client's end of stream, then is reset too.
+        let overBudget = pendingBytes > HTTP2Codec.connectionBudget || answerBudget.isExceeded
         for s in Array(streams.values) {
-            var limit = s.phase == .headers || s.phase == .body ? worker.limits.clientHeaderTimeoutMillis : worker.limits.clientIdleTimeoutMillis
-            if overBudget && !s.pending.isEmpty { limit = min(limit, HTTP2Codec.stallWhenOverBudgetMillis) }
-            let waitingOnClient = s.phase == .headers || s.phase == .body || !s.pending.isEmpty
-            if waitingOnClient && now - s.lastProgress >= limit, let session {
+            var limit: Int64
+            if s.phase == .headers || s.phase == .body {
+                limit = worker.limits.clientHeaderTimeoutMillis
+            } else if !s.pending.isEmpty {
+                limit = min(worker.limits.clientIdleTimeoutMillis, overBudget ? HTTP2Codec.stallWhenOverBudgetMillis : HTTP2Codec.stallMillis)
+            } else if s.endStreamSent && !s.requestEnded {
+                limit = HTTP2Codec.tunnelCloseGraceMillis
+            } else {
+                continue
+            }
+            if now - s.lastProgress >= limit, let session {
                 nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_CANCEL.rawValue)
             }
         }
+        admit()
         pump()
     }
 
@@ -825,9 +895,12 @@ private let h2OnBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, us
 
 private let h2OnHeader: nghttp2_on_header_callback = { _, frame, name, namelen, value, valuelen, _, user in
     guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
-    connection(user).header(frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: namelen),
-                            value: UnsafeRawBufferPointer(start: value, count: valuelen))
-    return 0
+    switch connection(user).header(frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: namelen),
+                                   value: UnsafeRawBufferPointer(start: value, count: valuelen)) {
+    case .go: return 0
+    // nghttp2 returns from `mem_recv` at once with this error: the connection ends.
+    case .endConnection: return Int32(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue)
+    }
 }
 
 private let h2OnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, user in

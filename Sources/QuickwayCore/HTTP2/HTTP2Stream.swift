@@ -38,6 +38,10 @@ final class HTTP2Stream: ResponseSink {
     @exclusivity(unchecked) var takenSinceProgress = 0
     /// After an extended CONNECT (RFC 8441) became a WebSocket: the relay's client side.
     var tunnel: HTTP2StreamTransport?
+    /// The tunnel's relay has ended (its side of the stream ends or is reset).
+    @exclusivity(unchecked) var tunnelEnded = false
+    /// A frame with END_STREAM went out for this stream (our side is closed).
+    @exclusivity(unchecked) var endStreamSent = false
     /// Response bytes nghttp2 has not taken yet (the window is closed or the connection's
     /// output is full). Taken lazily, given back once empty.
     let pending = ByteBuffer(capacity: 16384, lazy: true)

@@ -48,6 +48,8 @@ final class UpstreamRelay: UpstreamCallDelegate {
     /// A WebSocket handshake: what the `101` needs (nil for every other call, which
     /// then pays only this nil).
     private let webSocket: WebSocketPlan?
+    /// The backend answered a WebSocket handshake with this 2xx status (not 101).
+    private var handshakeAnsweredWith: Int?
 
     /// A class: one reference in every relay, not the plan's fields.
     final class WebSocketPlan {
@@ -115,6 +117,12 @@ final class UpstreamRelay: UpstreamCallDelegate {
     // MARK: UpstreamCallDelegate
 
     func upstreamHeadReceived(_ t: UpstreamCall, _ head: borrowing UpstreamResponseHead) {
+        // A WebSocket handshake answered 2xx instead of 101: relayed, an HTTP/2 client
+        // would read `:status 200` to its extended CONNECT as an open tunnel (RFC 8441).
+        if webSocket != nil && (200..<300).contains(head.status) {
+            handshakeAnsweredWith = head.status
+            return
+        }
         upstreamStatus = head.status
         upstreamReason = head.reason
         upstreamLength = head.contentLength
@@ -134,6 +142,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
     }
 
     func upstreamBody(_ t: UpstreamCall, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        if handshakeAnsweredWith != nil { return true }   // dropped: the answer is a 502
         if streaming {
             if clientFull {
                 // The sink took the last piece but asked for a pause: hold this one.
@@ -183,6 +192,10 @@ final class UpstreamRelay: UpstreamCallDelegate {
     }
 
     func upstreamFinished(_ t: UpstreamCall, _ outcome: UpstreamOutcome) {
+        if let status = handshakeAnsweredWith {
+            finish(.failed(.upstreamBadResponse, "\(service.config.name) answered the WebSocket handshake with \(status), not 101"))
+            return
+        }
         switch outcome {
         case .complete:
             if streaming {

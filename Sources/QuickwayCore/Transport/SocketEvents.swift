@@ -38,7 +38,10 @@ struct SocketEvents {
     mutating func create(base: OpaquePointer, fd: Int32, owner: UnsafeMutableRawPointer,
                          callback: event_callback_fn, edgeTriggered: Bool = false) {
         self.edgeTriggered = edgeTriggered
-        read = event_new(base, fd, Int16(EV_READ | EV_PERSIST | (edgeTriggered ? EV_ET : 0)), callback, owner)
+        // Edge-triggered, a short read is taken to mean the socket is empty; a FIN that came
+        // with the last bytes would then go unseen (no new edge follows it). `EV_CLOSED`
+        // (EPOLLRDHUP) reports the hang-up with that edge, and the owner reads on to the end.
+        read = event_new(base, fd, Int16(EV_READ | EV_PERSIST | (edgeTriggered ? EV_ET | EV_CLOSED : 0)), callback, owner)
     }
 
     mutating func setReading(_ on: Bool) {

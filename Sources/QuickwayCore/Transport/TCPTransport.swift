@@ -55,6 +55,8 @@ final class TCPTransport {
     /// edge-triggered events no new report comes for what is left, so `enableReading`
     /// resumes it.
     @exclusivity(unchecked) private var readPending = false
+    /// The kernel reported the peer's hang-up (`EV_CLOSED`): reads go on to end of stream.
+    @exclusivity(unchecked) fileprivate(set) var peerHungUp = false
 
     /// `pool`: the worker's `BufferPool`, where the buffers' first 4 KiB come from.
     init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int, pool: BufferPool? = nil) {
@@ -97,7 +99,9 @@ final class TCPTransport {
             let n = qw_recv(fd, space.baseAddress, space.count)
             if n > 0 {
                 input.didWrite(n)
-                if n < space.count { break }   // the socket is empty (new data is a new edge)
+                // The socket is empty (new data is a new edge), unless the peer hung up:
+                // then read on to the end of stream, which no later edge would announce.
+                if n < space.count && !peerHungUp { break }
                 continue
             }
             if n == 0 { peerClosed = true; break }
@@ -193,7 +197,9 @@ final class TCPTransport {
 // these events, and a closed codec waits in the worker's `retired` list for the next sweep.
 private let transportEventCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, what, arg in
     Unmanaged<TCPTransport>.fromOpaque(arg!)._withUnsafeGuaranteedRef {
-        if Int32(what) & EV_WRITE != 0 { $0.flush() } else { $0.readNow() }
+        if Int32(what) & EV_WRITE != 0 { $0.flush(); return }
+        if Int32(what) & EV_CLOSED != 0 { $0.peerHungUp = true }
+        $0.readNow()
     }
 }
 

@@ -20,7 +20,10 @@
 ///   fragments as the bytes pass; not for compressed messages (`permessage-deflate`),
 ///   whose text the gateway does not inflate.
 /// - 1009: a message whose fragments add up to more than `maxMessageBytes`, refused at
-///   the header of the frame that would cross it.
+///   the header of the frame that would cross it; a compressed message (`permessage-deflate`)
+///   that inflates to more, refused at the bytes that cross it (`MessageInflater`), so the
+///   limit holds on what the receiver will hold in memory. Compressed bytes that are not
+///   DEFLATE are 1007.
 public struct WebSocketFrameParser: Sendable {
     public enum Event: Equatable, Sendable {
         /// Everything given was used; feed more bytes.
@@ -56,6 +59,10 @@ public struct WebSocketFrameParser: Sendable {
     private var messageBytes: UInt64 = 0
     private var messageChecksUTF8 = false
     private var utf8 = UTF8Validator()
+    /// The message in progress is compressed (RSV1 on its first frame).
+    private var messageCompressed = false
+    /// Made at the first compressed message (`permessage-deflate`).
+    private var inflater: MessageInflater?
 
     public init(expectMasked: Bool, compressionNegotiated: Bool = false, maxMessageBytes: Int) {
         self.expectMasked = expectMasked
@@ -171,6 +178,7 @@ public struct WebSocketFrameParser: Sendable {
     /// unmasked as it goes). The message's last bytes must end on a whole character:
     /// checked before they are handed out, so the relay forwards nothing of a bad end.
     private mutating func checkPayload(_ h: WebSocketFrameHeader, _ bytes: UnsafeRawBufferPointer) throws(WebSocketViolation) {
+        if messageCompressed { return try countInflated(h, bytes) }
         guard messageChecksUTF8 else { return }
         var ok = true
         if let k = h.mask {
@@ -183,11 +191,38 @@ public struct WebSocketFrameParser: Sendable {
         }
     }
 
+    /// Feeds a compressed message's bytes (unmasked here) to its inflater and refuses the
+    /// message once it inflates past the limit.
+    private func countInflated(_ h: WebSocketFrameHeader, _ bytes: UnsafeRawBufferPointer) throws(WebSocketViolation) {
+        guard let inflater else { throw WebSocketViolation(WebSocketCloseCode.internalError, "cannot inflate a compressed message") }
+        let ok: Bool
+        if let k = h.mask {
+            ok = withUnsafeTemporaryAllocation(byteCount: bytes.count, alignment: 1) { plain in
+                for j in 0..<bytes.count { plain[j] = bytes[j] ^ WebSocketFrameHeader.maskByte(k, offset + UInt64(j)) }
+                return inflater.feed(UnsafeRawBufferPointer(plain), limit: maxMessageBytes)
+            }
+        } else {
+            ok = inflater.feed(bytes, limit: maxMessageBytes)
+        }
+        try checkInflated(ok, inflater)
+    }
+
+    private func checkInflated(_ ok: Bool, _ inflater: MessageInflater) throws(WebSocketViolation) {
+        if !ok { throw WebSocketViolation(WebSocketCloseCode.invalidPayload, "compressed message is not valid DEFLATE data") }
+        if inflater.produced > maxMessageBytes {
+            throw WebSocketViolation(WebSocketCloseCode.messageTooBig, "message inflates to more than \(maxMessageBytes) bytes")
+        }
+    }
+
     /// Data frame `h` has had all its payload: the next bytes are a header; its FIN ends the message.
     private mutating func endFrame(_ h: WebSocketFrameHeader) throws(WebSocketViolation) {
         frame = nil
         remaining = 0
         guard h.fin else { return }
+        if messageCompressed, let inflater {
+            try checkInflated(inflater.endMessage(limit: maxMessageBytes), inflater)
+            messageCompressed = false
+        }
         if messageChecksUTF8 && !utf8.isComplete { throw WebSocketViolation(WebSocketCloseCode.invalidPayload, "text message is not valid UTF-8") }
         messageOpen = false
         messageBytes = 0
@@ -223,6 +258,11 @@ public struct WebSocketFrameParser: Sendable {
                 messageBytes = 0
                 messageChecksUTF8 = op == WebSocketOpcode.text && h.rsv & 0x40 == 0
                 utf8 = UTF8Validator()
+                messageCompressed = h.rsv & 0x40 != 0
+                if messageCompressed {
+                    if inflater == nil { inflater = MessageInflater() }
+                    inflater?.nextMessage()
+                }
             }
             if h.length > maxMessageBytes || messageBytes + h.length > maxMessageBytes {
                 throw WebSocketViolation(WebSocketCloseCode.messageTooBig, "message larger than \(maxMessageBytes) bytes")
