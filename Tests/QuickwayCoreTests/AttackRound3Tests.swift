@@ -36,3 +36,64 @@ final class AttackRound3Tests: XCTestCase {
         }
     }
 }
+
+/// Item 5: forwarding headers and encodings.
+final class ForwardingHeaderTests: XCTestCase {
+    private func head(_ text: String) -> HTTPRequestHead {
+        var p = HTTPRequestParser(maxHeadBytes: 16384, maxBodyBytes: 1 << 20)
+        guard case let .head(h, _)? = try? p.parseHead(whole: Array(text.utf8)) else { fatalError("bad head") }
+        return h
+    }
+
+    private func lines(_ h: HTTPRequestHead, peer: String, trusted: TrustedProxies) -> [String] {
+        var got: [String] = []
+        UpstreamRequestHeaders.build(head: h, clientAddress: peer, requestId: RequestId(Array("r".utf8)), trusted: trusted)
+            .forEach { n, v in got.append(String(decoding: n, as: UTF8.self) + ": " + String(decoding: v, as: UTF8.self)) }
+        return got
+    }
+
+    func testClientForwardingHeadersNeverPassAndTheGatewayWritesItsOwn() {
+        let h = head("GET / HTTP/1.1\r\nHost: api.test\r\nX-Forwarded-Prefix: /evil\r\nX-Forwarded-Scheme: javascript\r\n"
+            + "X-Forwarded-Port: 1\r\nX-Forwarded-Ssl: on\r\nX-Forwarded-Server: e\r\nX-Original-Host: e\r\nX-Host: e\r\n"
+            + "X-Real-IP: 6.6.6.6\r\nX-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\nX_Real_IP: 6.6.6.6\r\nKeep: 1\r\n\r\n")
+        XCTAssertEqual(lines(h, peer: "203.0.113.9", trusted: .none),
+                       ["Keep: 1", "X-Forwarded-For: 203.0.113.9", "X-Real-IP: 203.0.113.9", "X-Forwarded-Proto: http",
+                        "X-Forwarded-Host: api.test", "X-Request-Id: r"])
+    }
+
+    func testATrustedProxysChainIsKeptAndTheClientReadFromIt() {
+        let (trusted, bad) = TrustedProxies.parse(["10.0.0.0/8", "2001:db8::/32", "192.168.1.1"])
+        XCTAssertEqual(bad, [])
+        XCTAssertTrue(trusted.contains("10.1.2.3"))
+        XCTAssertFalse(trusted.contains("11.0.0.1"))
+        XCTAssertTrue(trusted.contains("2001:db8::5"))
+        XCTAssertFalse(trusted.contains("2001:db9::5"))
+        XCTAssertTrue(trusted.contains("192.168.1.1"))
+        XCTAssertFalse(trusted.contains("192.168.1.2"))
+        XCTAssertEqual(TrustedProxies.parse(["10.0.0.0/33", "nope", "1.2.3.4/x"]).bad.count, 3)
+        let h = head("GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 6.6.6.6, 198.51.100.7, 10.0.0.2\r\n\r\n")
+        // From a trusted peer: the chain goes on, and the client is the rightmost untrusted hop.
+        XCTAssertEqual(Array(lines(h, peer: "10.0.0.1", trusted: trusted).prefix(2)),
+                       ["X-Forwarded-For: 6.6.6.6, 198.51.100.7, 10.0.0.2, 10.0.0.1", "X-Real-IP: 198.51.100.7"])
+        // From anyone else: not believed.
+        XCTAssertEqual(Array(lines(h, peer: "203.0.113.1", trusted: trusted).prefix(2)),
+                       ["X-Forwarded-For: 203.0.113.1", "X-Real-IP: 203.0.113.1"])
+    }
+
+    func testAcceptEncodingAsRFC9110ReadsIt() {
+        func ok(_ v: String, _ c: String) -> Bool { AcceptEncoding.accepts(Array(v.utf8), coding: Array(c.utf8)) }
+        XCTAssertTrue(ok("gzip, deflate, br", "gzip"))
+        XCTAssertTrue(ok("GZIP;q=0.5", "gzip"))
+        XCTAssertFalse(ok("gzip;q=0", "gzip"))
+        XCTAssertFalse(ok("br", "gzip"))
+        XCTAssertTrue(ok("*", "br"))
+        XCTAssertFalse(ok("*, br;q=0", "br"))
+        XCTAssertTrue(ok("x-gzip", "gzip"))
+        XCTAssertFalse(ok("identity", "gzip"))
+        XCTAssertFalse(AcceptEncoding.accepts(head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"), coding: Array("gzip".utf8)))
+        XCTAssertTrue(AcceptEncoding.accepts(head("GET / HTTP/1.1\r\nHost: a\r\nAccept-Encoding: br\r\nAccept-Encoding: gzip\r\n\r\n"),
+                                             coding: Array("gzip".utf8)))
+        XCTAssertEqual(CachedResponse.encoding(of: Array("A: 1\r\nContent-Encoding: GZip \r\n".utf8)), Array("gzip".utf8))
+        XCTAssertNil(CachedResponse.encoding(of: Array("Content-Encoding: identity\r\n".utf8)))
+    }
+}

@@ -48,7 +48,7 @@ final class UpstreamFramingTests: XCTestCase {
         XCTAssertEqual(String(decoding: bytes, as: UTF8.self),
                        "POST /orders?id=7 HTTP/1.1\r\nHost: orders.internal:8080\r\n"
                        + "Content-Type: application/json\r\nX-Tag: a\r\nX-Empty: \r\nX-Tag: b\r\n"
-                       + "X-Forwarded-For: 127.0.0.9\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: api.example.com\r\n"
+                       + "X-Forwarded-For: 127.0.0.9\r\nX-Real-IP: 127.0.0.9\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: api.example.com\r\n"
                        + "X-Request-Id: rid-1\r\nContent-Length: 2\r\n\r\n{}")
     }
 
@@ -56,7 +56,7 @@ final class UpstreamFramingTests: XCTestCase {
         XCTAssertEqual(Self.curlLines(Self.request(post, hasBody: true, body: "{}")), [
             "Content-Type: application/json", "X-Tag: a",
             "X-Empty;",  // `X-Empty:` would tell curl to leave the header out
-            "X-Tag: b", "X-Forwarded-For: 127.0.0.9", "X-Forwarded-Proto: http", "X-Forwarded-Host: api.example.com",
+            "X-Tag: b", "X-Forwarded-For: 127.0.0.9", "X-Real-IP: 127.0.0.9", "X-Forwarded-Proto: http", "X-Forwarded-Host: api.example.com",
             "X-Request-Id: rid-1",
             "Expect:",  // no `Expect: 100-continue`; the request has its own Content-Type
         ])
@@ -84,6 +84,6 @@ final class UpstreamFramingTests: XCTestCase {
             return value.isEmpty ? nil : [String(line[..<colon]), value]  // `Name:` is a directive, not a field
         }
         XCTAssertEqual(fromHTTP, fromCurl)
-        XCTAssertEqual(fromHTTP.count, 8)
+        XCTAssertEqual(fromHTTP.count, 9)
     }
 }

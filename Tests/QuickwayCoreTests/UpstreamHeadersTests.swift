@@ -33,7 +33,8 @@ final class UpstreamHeadersTests: XCTestCase {
         let expected = [
             "Accept: application/json",
             "X-App: 7",
-            "X-Forwarded-For: 10.1.1.1, 127.0.0.9",
+            "X-Forwarded-For: 127.0.0.9",   // the client's own is not believed (no proxy trusted)
+            "X-Real-IP: 127.0.0.9",
             "X-Forwarded-Proto: http",
             "X-Forwarded-Host: api.example.com",
             "X-Request-Id: rid-1",
@@ -47,7 +48,7 @@ final class UpstreamHeadersTests: XCTestCase {
 
     func testNoBodyMeansNoCurlSuppressors() {
         let h = head("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
-        let expected = ["X-Forwarded-For: ::1", "X-Forwarded-Proto: http", "X-Forwarded-Host: h", "X-Request-Id: r"]
+        let expected = ["X-Forwarded-For: ::1", "X-Real-IP: ::1", "X-Forwarded-Proto: http", "X-Forwarded-Host: h", "X-Request-Id: r"]
         XCTAssertEqual(UpstreamRequestHeaders.lines(head: h, clientAddress: "::1", requestId: "r"), expected)
         XCTAssertEqual(UpstreamFramingTests.curlLines(UpstreamFramingTests.request(h, clientAddress: "::1", requestId: "r", hasBody: false)), expected)
     }
@@ -55,7 +56,7 @@ final class UpstreamHeadersTests: XCTestCase {
     func testVerifiedKeyReplacesAuthorizationAndClientCannotClaimAKey() {
         let h = head("GET / HTTP/1.1\r\nHost: h\r\nAuthorization: QW1-HMAC-SHA256 Key=a\r\nX-Quickway-Key: admin\r\nX-App: 1\r\n\r\n")
         let verified = UpstreamRequestHeaders.lines(head: h, clientAddress: "1.2.3.4", requestId: "r", authKeyId: "ios-app")
-        XCTAssertEqual(verified, ["X-App: 1", "X-Forwarded-For: 1.2.3.4", "X-Forwarded-Proto: http", "X-Forwarded-Host: h",
+        XCTAssertEqual(verified, ["X-App: 1", "X-Forwarded-For: 1.2.3.4", "X-Real-IP: 1.2.3.4", "X-Forwarded-Proto: http", "X-Forwarded-Host: h",
                                   "X-Request-Id: r", "X-Quickway-Key: ios-app"])
         let anonymous = UpstreamRequestHeaders.lines(head: h, clientAddress: "1.2.3.4", requestId: "r")
         XCTAssertTrue(anonymous.contains("Authorization: QW1-HMAC-SHA256 Key=a"), "unverified credentials pass through untouched")
@@ -77,7 +78,8 @@ final class UpstreamHeadersTests: XCTestCase {
                                                    authKeyId: key, overTLS: true)
         var got: [String] = []
         headers.forEach { n, v in got.append(String(decoding: n, as: UTF8.self) + ": " + String(decoding: v, as: UTF8.self)) }
-        XCTAssertEqual(got, ["A: ", "B: 1", "X-Forwarded-For: 10.0.0.1, \(client)", "X-Forwarded-Proto: https",
+        // No proxy is trusted: the client's own X-Forwarded-For is dropped, not extended.
+        XCTAssertEqual(got, ["A: ", "B: 1", "X-Forwarded-For: \(client)", "X-Real-IP: \(client)", "X-Forwarded-Proto: https",
                              "X-Forwarded-Host: \(host)", "X-Request-Id: \(id)", "X-Quickway-Key: \(key)"])
         XCTAssertEqual(headers.count, got.count)
         XCTAssertTrue(UpstreamHeaders.wellFormed(headers.bytes, count: headers.count))

@@ -177,8 +177,12 @@ final class WebSocketFrameParserTests: XCTestCase {
         XCTAssertEqual(run(frame(1, [0xED, 0xA0, 0x80]), cuts: []), [.violation(1007)], "surrogate")
         XCTAssertEqual(run(frame(1, [0xF4, 0x90, 0x80, 0x80]), cuts: []), [.violation(1007)], "above U+10FFFF")
         XCTAssertEqual(run(frame(2, [0xFF]), cuts: []), [.data(op: 2, fin: true, rsv: 0, payload: [0xFF])], "binary is not checked")
-        // Compressed text (RSV1 with permessage-deflate) cannot be checked.
-        XCTAssertEqual(run(frame(1, [0xFF], rsv: 0x40), cuts: [], deflate: true), [.data(op: 1, fin: true, rsv: 0x40, payload: [0xFF])])
+        // Compressed text (RSV1 with permessage-deflate) is not checked for UTF-8: here the
+        // DEFLATE of the single byte FF (zlib, raw, sync flush, tail removed) passes.
+        XCTAssertEqual(run(frame(1, [0xFA, 0x0F, 0x00], rsv: 0x40), cuts: [], deflate: true),
+                       [.data(op: 1, fin: true, rsv: 0x40, payload: [0xFA, 0x0F, 0x00])])
+        // Bytes that are not DEFLATE at all are refused like bad text.
+        XCTAssertEqual(run(frame(1, [0xFF], rsv: 0x40), cuts: [], deflate: true), [.violation(1007)])
         XCTAssertEqual(run(frame(8, [0x03, 0xE8, 0xFF]), cuts: []), [.violation(1007)], "close reason not UTF-8")
     }
 

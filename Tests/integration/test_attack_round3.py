@@ -256,3 +256,81 @@ def test_repeated_oversize_header_blocks_end_the_connection(h2_gateway):
         assert goaways and int.from_bytes(goaways[0][4:8], "big") == 0xB, "no GOAWAY ENHANCE_YOUR_CALM"
     finally:
         s.close()
+
+
+# --- Item 5: forwarding headers, and encodings of stored answers ------------------------
+
+FWD_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 1
+admin: { listen: 127.0.0.1:{ADMIN} }
+client_ip: { trusted_proxies: [127.0.0.5/32] }
+services:
+  api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2] }
+routes:
+  - { name: cached, match: { path_prefix: /c/ }, service: api, strip_prefix: true, cache: { ttl: 60s }, coalesce: true }
+  - { name: open, match: { path_prefix: / }, service: api }
+"""
+
+
+@pytest.fixture(scope="module")
+def fwd_gateway(backend):
+    g = Gateway(FWD_CONFIG.replace("BACKEND_PORT", str(backend.server.server_address[1])))
+    yield g
+    g.stop()
+
+
+SPOOFED = {"X-Forwarded-Prefix": "/evil", "X-Forwarded-Scheme": "javascript", "X-Forwarded-Port": "1",
+           "X-Forwarded-Ssl": "on", "X-Forwarded-Server": "evil", "X-Original-Host": "evil.test", "X-Host": "evil.test",
+           "X-Real-IP": "6.6.6.6", "X-Forwarded-For": "6.6.6.6", "Forwarded": "for=6.6.6.6;host=evil.test"}
+
+
+def test_client_forwarding_headers_never_reach_the_backend(fwd_gateway, backend):
+    g = fwd_gateway
+    st, _, body = http_call(g, "GET", "/c/echo/fwd", dict(SPOOFED))
+    assert st == 200
+    seen = {k.lower(): v for k, v in json.loads(body)["headers"].items()}
+    for name in SPOOFED:
+        if name.lower() in ("x-real-ip", "x-forwarded-for"):
+            assert seen[name.lower()] == "127.0.0.1", (name, seen)   # the gateway's own
+        else:
+            assert name.lower() not in seen, (name, seen)
+    # The answer a poisoning client caused is the one everybody gets: nothing of it came
+    # from the client's headers.
+    st, h, body2 = http_call(g, "GET", "/c/echo/fwd")
+    assert h["x-cache"] == "HIT" and body2 == body
+
+
+def test_x_forwarded_for_is_believed_only_from_a_trusted_proxy(fwd_gateway):
+    g = fwd_gateway
+    import http.client
+    # From 127.0.0.5 (trusted): its chain goes on, and the client is the hop left of it.
+    s = socket.socket()
+    s.bind(("127.0.0.5", 0))
+    s.connect(("127.0.0.1", g.port))
+    s.sendall(b"GET /echo/xff HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 6.6.6.6, 198.51.100.7\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    s.close()
+    seen = {k.lower(): v for k, v in json.loads(data.split(b"\r\n\r\n", 1)[1])["headers"].items()}
+    assert seen["x-forwarded-for"] == "6.6.6.6, 198.51.100.7, 127.0.0.5" and seen["x-real-ip"] == "198.51.100.7", seen
+    # From 127.0.0.1 (not trusted): not believed.
+    st, _, body = http_call(g, "GET", "/echo/xff", {"X-Forwarded-For": "6.6.6.6, 198.51.100.7"})
+    seen = {k.lower(): v for k, v in json.loads(body)["headers"].items()}
+    assert seen["x-forwarded-for"] == "127.0.0.1" and seen["x-real-ip"] == "127.0.0.1", seen
+
+
+def test_a_stored_encoded_answer_goes_only_to_callers_that_accept_it(fwd_gateway, backend):
+    g = fwd_gateway
+    path = "/c/hdr?Content-Encoding=gzip&id=enc"
+    st, h, _ = http_call(g, "GET", path, {"Accept-Encoding": "gzip, br"})
+    assert st == 200 and h["content-encoding"] == "gzip" and h["x-cache"] == "MISS"
+    assert http_call(g, "GET", path, {"Accept-Encoding": "gzip"})[1]["x-cache"] == "HIT"
+    # No Accept-Encoding, or one that refuses gzip: never given the stored gzip answer.
+    for headers in ({}, {"Accept-Encoding": "br"}, {"Accept-Encoding": "gzip;q=0, *"}):
+        st, h, _ = http_call(g, "GET", path, headers)
+        assert h["x-cache"] != "HIT", (headers, h)

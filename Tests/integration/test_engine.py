@@ -372,7 +372,8 @@ def _listening_inodes(pid, port):
 
 
 def test_each_listener_lives_in_one_workers_descriptor_table_only(backends, tmp_path):
-    """Workers run with descriptor tables of their own (`DescriptorTables`): each listening
+    """With `workers_private_fd_tables: true` (opt-in since issue 38; the default is one
+    table, see test_operations.py) workers run with descriptor tables of their own: each listening
     socket is open in its worker's table and nowhere else, so a drain's close makes the
     kernel refuse connections at once; the access-log file is open only in the process's
     table (its writer thread's), so a rotated file is freed when it is reopened."""
@@ -380,7 +381,7 @@ def test_each_listener_lives_in_one_workers_descriptor_table_only(backends, tmp_
     text = CONFIG.replace("{BACKEND_PORT}", str(port)).replace("{DEAD_PORT}", str(free_port("127.0.0.5")))
     text = text.replace("{IPS}", ", ".join(BACKEND_IPS)).replace("{{", "{").replace("}}", "}")
     log_path = str(tmp_path / "access.log")
-    g = Gateway(text.replace("admin:\n", f"log: {{ access_log: {log_path} }}\nadmin:\n", 1), workers=2)
+    g = Gateway(text.replace("admin:\n", f"workers_private_fd_tables: true\nlog: {{ access_log: {log_path} }}\nadmin:\n", 1), workers=2)
     try:
         assert get(g.url("/api/x"))[0] == 200
         pid = g.proc.pid

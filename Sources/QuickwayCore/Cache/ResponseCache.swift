@@ -14,14 +14,40 @@ public final class CachedResponse: @unchecked Sendable {
     /// The upstream's `Vary` and the fetching request's values for it: only requests
     /// with the same values get this answer. Nil: the answer does not vary.
     public let variant: CacheVariant?
+    /// The answer's `Content-Encoding` (lower case) when it has one other than identity:
+    /// only callers whose `Accept-Encoding` accepts it are given it.
+    let contentEncoding: [UInt8]?
 
     public init(status: Int, reason: [UInt8], headerLines: [UInt8], body: [UInt8], receivedAt: Double, variant: CacheVariant? = nil) {
         self.status = status; self.reason = reason; self.headerLines = headerLines; self.body = body; self.receivedAt = receivedAt
         self.variant = variant
+        contentEncoding = Self.encoding(of: headerLines)
     }
 
-    /// Whether a request (its head and verified key id) may be given this answer (its `Vary`).
-    @inline(__always) public func suits(_ head: HTTPRequestHead, keyId: String?) -> Bool { variant?.matches(head, keyId: keyId) ?? true }
+    /// Whether a request (its head and verified key id) may be given this answer: its
+    /// `Vary`, and its `Content-Encoding` against the request's `Accept-Encoding`.
+    @inline(__always) public func suits(_ head: HTTPRequestHead, keyId: String?) -> Bool {
+        if let c = contentEncoding, !AcceptEncoding.accepts(head, coding: c) { return false }
+        return variant?.matches(head, keyId: keyId) ?? true
+    }
+
+    /// `Content-Encoding` of relayed header lines, lower case; nil when absent or identity.
+    static func encoding(of lines: [UInt8]) -> [UInt8]? {
+        let name = Array("content-encoding:".utf8)
+        var start = 0
+        while start < lines.count {
+            var end = start
+            while end < lines.count && lines[end] != 0x0A { end += 1 }
+            if end - start > name.count, zip(lines[start..<(start + name.count)], name).allSatisfy({ HTTPSyntax.lower($0) == $1 }) {
+                var v = Array(lines[(start + name.count)..<end]).map(HTTPSyntax.lower)
+                while let f = v.first, f == 0x20 || f == 0x09 { v.removeFirst() }
+                while let l = v.last, l == 0x20 || l == 0x09 || l == 0x0D { v.removeLast() }
+                return v.isEmpty || v == Array("identity".utf8) ? nil : v
+            }
+            start = end + 1
+        }
+        return nil
+    }
 
     /// Bytes it holds, as counted against `cache.max_bytes` (plus the key and
     /// `ResponseCache.entryOverhead`).

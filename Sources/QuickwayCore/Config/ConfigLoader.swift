@@ -168,10 +168,20 @@ public enum ConfigLoader {
         }
         if routes.isEmpty && sink.issues.isEmpty { sink.add("routes", nil, "at least one route is required") }
         let privateTables = top.bool("workers_private_fd_tables") ?? false
+        var trusted = TrustedProxies.none
+        if let c = top.map("client_ip") {
+            if let list = c.stringList("trusted_proxies") {
+                let (parsed, bad) = TrustedProxies.parse(list)
+                for b in bad { c.report("trusted_proxies", "not an IP address or CIDR block: \"\(b)\"") }
+                trusted = parsed
+            }
+            c.finish()
+        }
         top.finish()
         var config = GatewayConfig(listen: listen, workers: workers, admin: admin, tlsListen: tlsListen, http2: http2, limits: limits, log: log, auth: auth,
                                    cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
         config.workersPrivateFDTables = privateTables
+        config.trustedProxies = trusted
         return config
     }
 

@@ -7,6 +7,8 @@ import Glibc
 public struct GatewayConfig: Sendable {
     public var listen: ListenAddress
     public var workers: Int
+    /// `client_ip.trusted_proxies`: peers whose `X-Forwarded-For` is believed.
+    public var trustedProxies = TrustedProxies.none
     /// `workers_private_fd_tables`: each worker thread runs with a descriptor table of its
     /// own (opt-in; `DescriptorTables` says what it breaks).
     public var workersPrivateFDTables = false

@@ -60,7 +60,8 @@ final class ProxyPipeline: RequestHandler {
         let authenticateBody = AuthenticateBodyStage(authenticator: authenticator, sharedTier: sharedTier, stats: worker.stats)
         let cacheLookup = CacheLookupStage(cache: shared.cache, cacheConfig: config.cache)
         let coalesce = CoalesceStage(flights: shared.flights, worker: worker)
-        let forward = ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes)
+        let forward = ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes,
+                                   trusted: config.trustedProxies)
         (routeStage, authenticateHeadStage, authenticateBodyStage) = (route, authenticateHead, authenticateBody)
         (cacheLookupStage, coalesceStage, forwardStage) = (cacheLookup, coalesce, forward)
         var inOrder: [(StageKind, RequestStage)] = [(.route, route), (.authenticateHead, authenticateHead),

@@ -5,20 +5,24 @@
 /// names, which the parser already left out of `head.fields` so that no stage reads them;
 /// `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`), framing the
 /// upstream request redoes itself (`Content-Length`, `Expect`), `Host` (the service's
-/// host is sent instead), and the `X-Forwarded-*` and `X-Request-Id` headers, which are
-/// rewritten: `X-Forwarded-For` gets the client's address appended, `-Proto` and
-/// `-Host` say what the client used, `X-Request-Id` is the gateway's id for the call.
-/// Also dropped: method and URL overrides (`X-HTTP-Method-Override`, `X-HTTP-Method`,
-/// `X-Method-Override`, `X-Original-URL`, `X-Rewrite-URL`), which would make a backend act
-/// on another request than the one routed and verified, and the client's `Forwarded`.
+/// host is sent instead), and every forwarding header a client sent (`X-Forwarded-*`,
+/// `X-Real-IP`, `X-Original-*`, `X-Host`, `Forwarded`): a backend that builds links or
+/// decisions from them would have its (cached) answer poisoned. The gateway writes its
+/// own (`client_ip` in the config): `X-Forwarded-For` is the peer's address, after the
+/// client's chain only when the peer is a trusted proxy; `X-Real-IP` is who the client is
+/// (`TrustedProxies.clientAddress`); `-Proto` and `-Host` say what the client used;
+/// `X-Request-Id` is the gateway's id for the call. Also dropped: method and URL
+/// overrides (`X-HTTP-Method-Override`, `X-HTTP-Method`, `X-Method-Override`,
+/// `X-Rewrite-URL`), which would make a backend act on another request than the one
+/// routed and verified.
 enum UpstreamRequestHeaders {
     /// The header fields to send, as name/value pairs (framing is each client's own).
     /// `authKeyId`: the key of a verified signature; its Authorization header is then
     /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
     static func build(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                      authKeyId: String? = nil, overTLS: Bool = false) -> UpstreamHeaders {
+                      authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none) -> UpstreamHeaders {
         let (lines, count) = write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
-                                   overTLS: overTLS, frame: nil)
+                                   overTLS: overTLS, trusted: trusted, frame: nil)
         return UpstreamHeaders(lines: lines, count: count)
     }
 
@@ -43,25 +47,36 @@ enum UpstreamRequestHeaders {
     /// this array as it is, where it made one from the lines (an allocation and a copy
     /// of every header per call).
     static func wire(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                     authKeyId: String? = nil, overTLS: Bool = false, frame: Frame) -> [UInt8] {
+                     authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none, frame: Frame) -> [UInt8] {
         write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
-              overTLS: overTLS, frame: frame).bytes
+              overTLS: overTLS, trusted: trusted, frame: frame).bytes
     }
 
     private static func write(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                              authKeyId: String?, overTLS: Bool, frame: Frame?) -> (bytes: [UInt8], count: Int) {
+                              authKeyId: String?, overTLS: Bool, trusted: TrustedProxies, frame: Frame?) -> (bytes: [UInt8], count: Int) {
         // What is needed of the head, taken out first: the closure below capturing the
         // head itself copied it (a retain of its array); the bytes are lent in place.
         let table = head.fieldTable, headLength = head.headLength
         let host = head.hostValue
         var client = clientAddress, keyId = authKeyId
+        // A trusted proxy's chain is kept (the peer appended); the real client is read
+        // from it. Nobody else's chain is believed. (The rare path: no proxies trusted
+        // costs one test.)
+        var chain = ""
+        var realIP = clientAddress
+        if !trusted.isEmpty && trusted.contains(clientAddress) {
+            let sent = head.withBytes { raw in head.fields.filter { named(raw, $0.name, "x-forwarded-for") }
+                .map { String(decoding: raw[$0.value], as: UTF8.self) } }.joined(separator: ", ")
+            if !sent.isEmpty { chain = sent + ", " }
+            realIP = trusted.clientAddress(peer: clientAddress, forwardedFor: sent.isEmpty ? nil : sent)
+        }
         // Every kept line is a name and a value of the head (disjoint ranges, each used
         // at most once, the first X-Forwarded-For's included) plus `: ` and CRLF; the
         // gateway's own lines add their names (at most `ownLineBytes`), the client's
         // address, the id and the key id; a frame what `RequestFraming` counts.
         // `BufferWriter` checks each copy against it.
-        var capacity = headLength + 4 * table.count + Self.ownLineBytes + client.utf8.count + requestId.countBound
-            + (keyId?.utf8.count ?? 0)
+        var capacity = headLength + 4 * table.count + Self.ownLineBytes + 2 * client.utf8.count + requestId.countBound
+            + (keyId?.utf8.count ?? 0) + chain.utf8.count + realIP.utf8.count
         if let frame {
             capacity += RequestFraming.headCount(method: frame.method.count, target: frame.target.count, authority: frame.authority.count)
                 + RequestFraming.endCount(extraLines: frame.extraLines, body: frame.body?.count)
@@ -75,12 +90,10 @@ enum UpstreamRequestHeaders {
             return ByteArrays.make(capacity: capacity) { buffer in
                 var w = BufferWriter(buffer)
                 if let frame { RequestFraming.putHead(&w, method: frame.method, target: frame.target, authority: frame.authority) }
-                var forwardedFor: Range<Int>?
                 for f in fields {
                     let n = f.name
-                    if isDropped(raw, n) || named(raw, n, "x-quickway-key") { continue }
+                    if isDropped(raw, n) || isForwarding(raw, n) || named(raw, n, "x-quickway-key") { continue }
                     if keyId != nil && named(raw, n, "authorization") { continue }
-                    if named(raw, n, "x-forwarded-for") { forwardedFor = forwardedFor ?? f.value; continue }
                     w.put(UnsafeRawBufferPointer(rebasing: raw[n]))
                     w.put(": ")
                     w.put(UnsafeRawBufferPointer(rebasing: raw[f.value]))
@@ -88,13 +101,12 @@ enum UpstreamRequestHeaders {
                     count += 1
                 }
                 w.put("X-Forwarded-For: ")
-                if let ff = forwardedFor, !ff.isEmpty {
-                    w.put(UnsafeRawBufferPointer(rebasing: raw[ff]))
-                    w.put(", ")
-                }
+                if !chain.isEmpty { chain.withUTF8 { w.put(UnsafeRawBufferPointer($0)) } }
                 client.withUTF8 { w.put(UnsafeRawBufferPointer($0)) }
+                w.put("\r\nX-Real-IP: ")
+                realIP.withUTF8 { w.put(UnsafeRawBufferPointer($0)) }
                 w.put(overTLS ? "\r\nX-Forwarded-Proto: https\r\n" : "\r\nX-Forwarded-Proto: http\r\n")
-                count += 2
+                count += 3
                 if let host {
                     // Lower case, as the cache key reads it: a backend that told `EXAMPLE.com`
                     // from `example.com` could otherwise store its answer for the other.
@@ -143,6 +155,15 @@ enum UpstreamRequestHeaders {
         case 17: return named(raw, n, "transfer-encoding") || named(raw, n, "x-forwarded-proto") || named(raw, n, "x-method-override")
         default: return false
         }
+    }
+
+    /// A forwarding header a client may have sent: `X-Forwarded-*`, `X-Original-*`,
+    /// `X-Real-IP`, `X-Host` (`Forwarded` is in `isDropped`). The gateway writes its own.
+    static func isForwarding(_ raw: UnsafeRawBufferPointer, _ n: Range<Int>) -> Bool {
+        guard n.count >= 6 else { return false }
+        if n.count > 12 && named(raw, n.lowerBound..<(n.lowerBound + 12), "x-forwarded-") { return true }
+        if n.count > 11 && named(raw, n.lowerBound..<(n.lowerBound + 11), "x-original-") { return true }
+        return named(raw, n, "x-real-ip") || named(raw, n, "x-host")
     }
 
     /// A header name equals a gateway-managed one, with `_` read as `-`: with

@@ -7,21 +7,24 @@ final class ForwardStage: RequestStage {
     private let upstream: UpstreamCallMaker
     private let flights: FlightTable
     let maxObjectBytes: Int
+    /// `client_ip.trusted_proxies`: whose `X-Forwarded-For` is believed.
+    private let trusted: TrustedProxies
     var needsBody: Bool { true }
 
-    init(upstream: UpstreamCallMaker, flights: FlightTable, maxObjectBytes: Int) {
+    init(upstream: UpstreamCallMaker, flights: FlightTable, maxObjectBytes: Int, trusted: TrustedProxies = .none) {
         self.upstream = upstream
         self.flights = flights
         self.maxObjectBytes = maxObjectBytes
+        self.trusted = trusted
     }
 
     func run(_ ctx: ProxyContext) -> StageResult {
-        ctx.withHead { forward(ctx, ctx.route!, $0) }
+        ctx.withHead { forward(ctx, ctx.route!, trusted, $0) }
     }
 
     /// `head` is the exchange's, borrowed (a local copy would retain its array).
-    private func forward(_ ctx: ProxyContext, _ route: Route, _ head: borrowing HTTPRequestHead) -> StageResult {
-        let request = Self.request(ctx, route, head)
+    private func forward(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> StageResult {
+        let request = Self.request(ctx, route, trusted, head)
         // A WebSocket handshake (checked by the route stage) goes with its own
         // hop-by-hop headers; other calls pay only the flag test. The request is moved
         // into the relay (a `?:` between the two copied it).
@@ -42,7 +45,7 @@ final class ForwardStage: RequestStage {
     }
 
     /// The request to send. A HEAD on a cached route goes as GET (`upstreamHead` false).
-    private static func request(_ ctx: ProxyContext, _ route: Route, _ head: borrowing HTTPRequestHead) -> UpstreamRequest {
+    private static func request(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> UpstreamRequest {
         let hasBody = head.body != .none || head.statesContentLength
         let upstreamHead = ctx.isHeadRequest && ctx.plan == nil
         let service = route.service
@@ -55,7 +58,7 @@ final class ForwardStage: RequestStage {
                 return UpstreamRequest(
                     method: method, isHead: upstreamHead, hasBody: hasBody, body: ctx.body,
                     headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
-                                                          authKeyId: ctx.authKeyId, overTLS: ctx.overTLS),
+                                                          authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted),
                     pathAndQuery: ctx.signedTarget.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
                         ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
                     idempotent: idempotent)
@@ -77,7 +80,7 @@ final class ForwardStage: RequestStage {
                             extraLines: head.upgradeWebSocket ? "Upgrade: websocket\r\nConnection: Upgrade\r\n" : "",
                             body: hasBody && !upstreamHead ? body : nil)
                         return UpstreamRequestHeaders.wire(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
-                                                           authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, frame: frame)
+                                                           authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted, frame: frame)
                     }
                 }
             }
