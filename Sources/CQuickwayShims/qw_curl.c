@@ -25,3 +25,22 @@ CURLcode qw_easy_keep_socket_when_flagged(CURL *h, int *keep) {
     if (rc != CURLE_OK) return rc;
     return curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, keep);
 }
+
+#include <errno.h>
+#include <sys/socket.h>
+// Written and read on the worker thread that drives the transfer (curl calls back on it).
+static __thread int qw_socket_failure;
+static curl_socket_t qw_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *a) {
+    (void)clientp; (void)purpose;
+    curl_socket_t s = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    if (s == CURL_SOCKET_BAD) qw_socket_failure = errno;
+    return s;
+}
+CURLcode qw_easy_note_socket_failures(CURL *h) {
+    return curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, qw_open_socket);
+}
+int qw_take_socket_failure(void) {
+    int e = qw_socket_failure;
+    qw_socket_failure = 0;
+    return e;
+}

@@ -242,3 +242,116 @@ tls_listen:
         wait_until(lambda: f"TLS listener on 127.0.0.1:{tls_port}" in g.logs(), timeout=5, what="TLS listener logged")
     finally:
         g.stop()
+
+
+# --- Three fault paths from a qualification run (issue 30, point 13) ------------------
+
+RECOVER_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 1
+admin: { listen: 127.0.0.1:{ADMIN} }
+services:
+  api:
+    host: api.internal
+    port: BACKEND_PORT
+    ips: [127.0.0.2, 127.0.0.3]
+    probe: { kind: http, path: /health, interval: 200ms, timeout: 300ms }
+    failover: { window: 20, max_error_rate: 100%, eject_for: 60s }
+    timeouts: { connect: 300ms, response: 2s }
+    retries: 1
+routes:
+  - { name: all, match: { path_prefix: / }, service: api }
+"""
+
+
+def test_a_backend_that_recovers_gets_traffic_back():
+    from harness import BackendProcess
+    port = free_port("127.0.0.2", also=["127.0.0.3"])
+    fast = BackendProcess("127.0.0.2", port)
+    slow = Backend("127.0.0.3", port)
+    slow.server.delay_ms = 30
+    g = Gateway(RECOVER_CONFIG.replace("BACKEND_PORT", str(port)))
+
+    def served():
+        with urllib.request.urlopen(g.url("/x"), timeout=10) as r:
+            return json.loads(r.read())["backend"].split(":")[0]
+
+    def state(ip):
+        return {u["address"]: u for u in g.stats()["services"]["api"]["upstreams"]}[ip]
+
+    try:
+        wait_until(lambda: served() == "127.0.0.2", timeout=10, what="the fast IP chosen")
+        fast.kill()
+        # Calls made before the probes notice go to the dead IP first (errors in its window).
+        for _ in range(10):
+            assert served() == "127.0.0.3"
+        wait_until(lambda: state("127.0.0.2")["state"] == "down", timeout=5, what="probes mark it down")
+        assert state("127.0.0.2")["errors"] >= 1
+        fast = BackendProcess("127.0.0.2", port)
+        wait_until(lambda: state("127.0.0.2")["state"] == "up", timeout=5, what="probes bring it back")
+        # Within a few probe intervals it is the fastest again and takes the calls.
+        wait_until(lambda: served() == "127.0.0.2", timeout=3, interval=0.1, what="traffic back on the recovered IP")
+    finally:
+        g.stop()
+        fast.kill()
+        slow.stop()
+
+
+FD_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 1
+admin: { listen: 127.0.0.1:{ADMIN} }
+services:
+  api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2], retries: 0 }
+routes:
+  - { name: api, match: { path_prefix: /api/ }, service: api }
+"""
+
+
+def test_out_of_descriptors_is_the_gateways_fault_not_the_backends(backend, tmp_path):
+    import resource
+    port, admin = free_port(), free_port()
+    path = write_config(tmp_path, FD_CONFIG.replace("BACKEND_PORT", str(backend.server.server_address[1])), port, admin)
+    limit = 64
+    proc = subprocess.Popen([quickway_binary(), "serve", "--config", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    conns = []
+    try:
+        def stats():
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin}/stats", timeout=2) as r:
+                return json.loads(r.read())
+        wait_until(lambda: _up(admin), timeout=15, what="gateway up")
+        first = socket.create_connection(("127.0.0.1", port), timeout=5)
+        first.sendall(b"GET /none HTTP/1.1\r\nHost: x\r\n\r\n")   # 404, and the connection stays
+        assert b" 404 " in first.recv(65536)
+        # Fill the descriptor table with idle client connections.
+        for _ in range(limit):
+            try:
+                conns.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                break
+        wait_until(lambda: fd_count(proc.pid) >= limit - 1, timeout=5, what="the table full")
+        first.sendall(b"GET /api/x HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = first.recv(65536)
+        assert b" 503 " in answer and b'"overloaded"' in answer, answer[:300]
+        for c in conns:
+            c.close()
+        conns = []
+        wait_until(lambda: fd_count(proc.pid) < limit - 8, timeout=5, what="connections gone")
+        up = {u["address"]: u for u in stats()["services"]["api"]["upstreams"]}["127.0.0.2"]
+        assert up["errors"] == 0 and up["state"] == "up", up
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/after", timeout=5) as r:
+            assert r.status == 200
+    finally:
+        for c in conns:
+            c.close()
+        proc.terminate()
+        proc.wait(20)
+
+
+def _up(admin):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/health", timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False

@@ -347,11 +347,24 @@ def test_retries_only_for_idempotent_calls_and_tcp_probes(backends):
         posts = [call("POST") for _ in range(6)]
         keyed = [call("POST", {"Idempotency-Key": f"k{i}"}) for i in range(6)]
         assert gets == [200] * 6, "GETs are retried on the other IP"
-        assert 502 in posts, "a POST without an idempotency key is never retried"
+        # Nothing listens on 127.0.0.5: a refused connection provably never reached a
+        # backend, so even a POST goes to the next IP (issue 30, as nginx does).
+        assert posts == [200] * 6, "a POST whose connection was refused is retried"
         assert keyed == [200] * 6, "a POST with an Idempotency-Key is retried"
-        assert g.stats()["services"]["api"]["retries"] >= 6
+        assert g.stats()["services"]["api"]["retries"] >= 9
     finally:
         assert g.stop() == 0
+    # A backend at 127.0.0.5 that takes the request and hangs up without an answer: the
+    # POST may have been acted on, so it is never sent again; a GET is.
+    sink = _AcceptAndDrop("127.0.0.5", port)
+    g = Gateway(RETRY_CONFIG.replace("BACKEND_PORT", str(port)).replace("PROBE", ""))
+    try:
+        posts = [call_on(g, "POST") for _ in range(6)]
+        assert 502 in posts and 200 in posts, posts
+        assert [call_on(g, "GET") for _ in range(6)] == [200] * 6
+    finally:
+        assert g.stop() == 0
+        sink.stop()
     # With tcp probes, the dead IP goes down and takes no calls at all.
     g = Gateway(RETRY_CONFIG.replace("BACKEND_PORT", str(port)).replace("PROBE", "    probe: { kind: tcp, interval: 200ms, timeout: 300ms }\n"))
     try:
@@ -360,6 +373,37 @@ def test_retries_only_for_idempotent_calls_and_tcp_probes(backends):
         assert [call_on(g, "POST") for _ in range(6)] == [200] * 6, "a down IP takes no calls"
     finally:
         assert g.stop() == 0
+
+
+class _AcceptAndDrop:
+    """Accepts, reads a request, and closes without answering (a backend that died mid-call)."""
+
+    def __init__(self, host, port):
+        import socket as so
+        self.sock = so.create_server((host, port))
+        self.sock.settimeout(0.1)
+        self.running = True
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        import socket as so
+        while self.running:
+            try:
+                c, _ = self.sock.accept()
+            except (so.timeout, OSError):
+                continue
+            try:
+                c.settimeout(2)
+                c.recv(65536)
+            except OSError:
+                pass
+            c.close()
+
+    def stop(self):
+        self.running = False
+        self.thread.join(2)
+        self.sock.close()
 
 
 def upstreams_of(g):

@@ -20,4 +20,9 @@ CURLcode qw_easy_getinfo_double(CURL *h, CURLINFO i, double *out);
 // CURLOPT_CLOSESOCKETFUNCTION that leaves the socket open once *keep is non-zero: a
 // CONNECT_ONLY connection's socket is then handed over to the caller, who closes it.
 CURLcode qw_easy_keep_socket_when_flagged(CURL *h, int *keep);
+// Makes curl open its sockets through a function that remembers, per thread, why the
+// last socket() failed (EMFILE, ENFILE: the gateway, not the backend, is out of room).
+CURLcode qw_easy_note_socket_failures(CURL *h);
+// The errno of a socket() failure on this thread since the last call (0: none), cleared.
+int qw_take_socket_failure(void);
 #endif

@@ -1,8 +1,10 @@
 import Glibc
 
 /// One forwarded call (started by `ForwardStage`): picks the IP, relays the upstream's
-/// answer, and retries a connection failure or timeout of an idempotent request on the
-/// next-best IP (up to the service's `retries`, while nothing has reached the client).
+/// answer, and retries a connection failure or timeout of an idempotent request, or any
+/// request that provably never reached a backend (connection refused or not made in
+/// time), on the next-best IP (up to the service's `retries`, while nothing has reached
+/// the client).
 ///
 /// Bodies up to `cache.max_object_bytes` are buffered and handed back as one answer
 /// through the pipeline's answer stages (stored, shared with waiters); larger ones are
@@ -37,6 +39,8 @@ final class UpstreamRelay: UpstreamCallDelegate {
     private var upstreamReason: [UInt8] = []
     private var upstreamLength: Int?
     private var retriesLeft: Int
+    /// Safe to send twice (`isIdempotent`): retried on any connection error.
+    private let idempotent: Bool
     /// The buffered answer. Appended to and read by calls that reach nothing that could
     /// touch it again: exempt from run-time exclusivity checks.
     @exclusivity(unchecked) private var body: [UInt8] = []
@@ -68,7 +72,8 @@ final class UpstreamRelay: UpstreamCallDelegate {
         self.ctx = ctx
         self.service = service
         self.upstream = upstream
-        retriesLeft = request.idempotent ? service.config.retries : 0
+        retriesLeft = service.config.retries
+        idempotent = request.idempotent
         self.request = request   // moved in, last
         self.maxObjectBytes = maxObjectBytes
         buffersForCache = ctx.plan != nil
@@ -233,7 +238,10 @@ final class UpstreamRelay: UpstreamCallDelegate {
             }
             // Retry only while someone still wants the answer (the client, or merged waiters).
             if let c = current, !tried.contains(where: { $0 === c }) { tried.append(c) }
-            if retriesLeft > 0, failure.isConnectionError, exchange.isOpen || (!done && ctx.flight != nil),
+            // Idempotent requests are retried on any connection error; others only when
+            // they provably never reached a backend (no connection was made).
+            if retriesLeft > 0, failure.isConnectionError, idempotent || failure.neverReachedBackend,
+               exchange.isOpen || (!done && ctx.flight != nil),
                let next = service.health.pick(excluding: tried) {
                 retriesLeft -= 1
                 service.health.countRetry()

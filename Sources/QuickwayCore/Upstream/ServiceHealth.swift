@@ -192,6 +192,9 @@ public final class ServiceHealth: @unchecked Sendable {
             if m.state == .down && (m.probeSuccesses >= 2 || m.requests == 0) {
                 m.state = .up
                 m.latency.forgetService(nowMillis: t)
+                // The errors it made while it was down are no score against it now: with
+                // them, no request would come to clear them and it would never be chosen.
+                m.window.reset()
                 Log.info("service \(config.name): \(m.ip) is up")
             }
         } else {

@@ -94,6 +94,7 @@ final class UpstreamClient {
         qw_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1)
         qw_easy_setopt_ptr(h, CURLOPT_PROXY, "")
         qw_easy_setopt_long(h, CURLOPT_TCP_NODELAY, 1)
+        _ = qw_easy_note_socket_failures(h)   // out of descriptors is ours, not the backend's
         return h
     }
 

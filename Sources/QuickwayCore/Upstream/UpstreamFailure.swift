@@ -1,4 +1,6 @@
 import CCurl
+import CQuickwayShims
+import Glibc
 
 /// Why an upstream call failed, and what that means for the client and for a retry: the
 /// one classification both clients (`UpstreamHTTPCall`, `UpstreamTransfer`) and the
@@ -30,6 +32,10 @@ struct UpstreamFailure: Error {
         case malformed(String)
         /// The TLS handshake or the certificate check failed.
         case tls(String)
+        /// The gateway could not open a socket (out of file descriptors, `EMFILE` or
+        /// `ENFILE`): the backend is not at fault, so no IP is penalised and the client
+        /// gets 503 `overloaded`.
+        case localOutOfDescriptors
         /// Anything else libcurl reports.
         case other(String)
     }
@@ -45,14 +51,27 @@ struct UpstreamFailure: Error {
         case .connectFailed, .connectTimedOut: return .upstreamUnreachable
         case .responseTimedOut: return .upstreamTimeout
         case .closedBeforeHead, .closedInBody, .headTooLarge, .malformed, .tls, .other: return .upstreamBadResponse
+        case .localOutOfDescriptors: return .overloaded
         }
     }
+
+    /// The request provably never reached a backend (no connection was made): it may go
+    /// to another IP whatever its method.
+    var neverReachedBackend: Bool {
+        switch kind {
+        case .connectFailed, .connectTimedOut: return true
+        default: return false
+        }
+    }
+
+    /// The gateway's own fault: not counted against the IP.
+    var isLocal: Bool { kind == .localOutOfDescriptors }
 
     /// Failed before any answer: safe to send again for an idempotent request.
     var isConnectionError: Bool {
         switch kind {
         case .connectFailed, .connectTimedOut, .responseTimedOut, .closedBeforeHead: return true
-        case .closedInBody, .headTooLarge, .malformed, .tls, .other: return false
+        case .closedInBody, .headTooLarge, .malformed, .tls, .other, .localOutOfDescriptors: return false
         }
     }
 
@@ -62,6 +81,7 @@ struct UpstreamFailure: Error {
         case .connectFailed: return "\(service) could not be connected at \(address)"
         case .connectTimedOut(let ms): return "\(service) did not accept a connection at \(address) within \(Units.formatMillis(ms))"
         case .responseTimedOut(let ms): return "\(service) did not answer within \(Units.formatMillis(ms))"
+        case .localOutOfDescriptors: return "the gateway is out of file descriptors (ulimit -n); \(service) was not called"
         case .headTooLarge(let bytes): return "\(service) at \(address) sent a response head over \(bytes / 1024) KiB"
         case .malformed(let what): return "\(service) at \(address) \(what)"
         case .closedBeforeHead(let detail), .closedInBody(let detail), .tls(let detail), .other(let detail):
@@ -86,7 +106,8 @@ struct UpstreamFailure: Error {
         case CURLE_OK:
             return headComplete ? nil : .malformed("sent no valid response head")
         case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST:
-            return .connectFailed
+            let local = qw_take_socket_failure()
+            return local == EMFILE || local == ENFILE ? .localOutOfDescriptors : .connectFailed
         case CURLE_OPERATION_TIMEDOUT:
             return requestSent ? .responseTimedOut(millis: responseTimeoutMillis) : .connectTimedOut(millis: connectTimeoutMillis)
         case CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR:

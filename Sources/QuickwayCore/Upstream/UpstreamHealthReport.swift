@@ -27,6 +27,7 @@ struct UpstreamHealthReport {
     mutating func ended(_ outcome: UpstreamOutcome, status: Int) {
         switch outcome {
         case .complete: report(error: UpstreamFailure.isErrorStatus(status))
+        case .failed(let f) where f.isLocal: cancelled()   // the gateway's fault, not the IP's
         case .failed: report(error: true)
         }
     }
