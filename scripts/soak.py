@@ -3,8 +3,9 @@
 
 Mix per second: cache hits, misses, merged bursts, signed calls (valid and rejected on
 purpose) and 404s. Every 10 s it samples the gateway's resident memory and open
-descriptors; at the end it reports errors beyond the ones sent on purpose and the memory
-curve after warm-up. Exit status 1 if anything unexpected happened.
+descriptors (/stats process.open_fds: every descriptor table's); at the end it reports
+errors beyond the ones sent on purpose and the memory curve after warm-up. Exit status 1
+if anything unexpected happened.
 
 With --redis the gateway also uses a real redis-server (started here, on loopback) as its
 shared tier: every signed call claims its nonce there and cache misses ask it first.
@@ -133,8 +134,13 @@ def main():
             if time.monotonic() >= next_sample:
                 status = open(f"/proc/{g.proc.pid}/status").read()
                 rss = int(next(l for l in status.splitlines() if l.startswith("VmRSS:")).split()[1])
-                fds = len(os.listdir(f"/proc/{g.proc.pid}/fd"))
                 s = g.stats()
+                # The gateway's own count covers every descriptor table (a worker with
+                # workers_private_fd_tables has one that /proc/PID/fd does not show);
+                # /proc/PID/fd for a build without it.
+                fds = s.get("process", {}).get("open_fds")
+                if fds is None:
+                    fds = len(os.listdir(f"/proc/{g.proc.pid}/fd"))
                 last_redis = s.get("redis")
                 samples.append((round(time.monotonic() - start), rss, fds, s["requests"]["total"]))
                 print(f"t={samples[-1][0]:>4}s rss={rss / 1024:7.1f} MiB fds={fds:>4} requests={s['requests']['total']:>8} "

@@ -255,6 +255,39 @@ final class UpstreamHeadersTests: XCTestCase {
         XCTAssertTrue(r.allowsReuse)
     }
 
+    /// A status code is three digits, 100 to 599 (RFC 9110 15). A longer number was read
+    /// as its first three digits with the rest as the reason (`HTTP/1.1 99999999999 X`
+    /// relayed as `999 99999999 X`); such a line, like one out of range, sets no status,
+    /// which the plain-HTTP client answers `upstream_bad_response` (502).
+    func testStatusCodeIsThreeDigitsFrom100To599() {
+        func status(_ statusLine: String) -> Int {
+            var h = UpstreamResponseHead()
+            XCTAssertFalse(Self.feed(statusLine, into: &h))
+            return h.status
+        }
+        XCTAssertEqual(status("HTTP/1.1 99999999999 X\r\n"), 0)
+        XCTAssertEqual(status("HTTP/1.1 2000 OK\r\n"), 0)
+        XCTAssertEqual(status("HTTP/1.1 2001\r\n"), 0)
+        XCTAssertEqual(status("HTTP/1.1 600 Nope\r\n"), 0)
+        XCTAssertEqual(status("HTTP/1.1 999 Nope\r\n"), 0)
+        XCTAssertEqual(status("HTTP/1.1 099 Nope\r\n"), 0)
+        XCTAssertEqual(status("HTTP/1.1 000\r\n"), 0)
+        XCTAssertEqual(status("HTTP/1.1 20 OK\r\n"), 0)
+        XCTAssertEqual(status("HTTP/1.1 200x OK\r\n"), 0)
+        XCTAssertEqual(status("HTTP/1.1 100 Continue\r\n"), 100)
+        XCTAssertEqual(status("HTTP/1.1 599 Edge\r\n"), 599)
+        XCTAssertEqual(status("HTTP/1.1 204\r\n"), 204, "the reason phrase may be left out")
+        XCTAssertEqual(status("HTTP/1.1 204 \r\n"), 204)
+        // Nothing of such a line reaches the client: no head completes after it.
+        var h = UpstreamResponseHead()
+        XCTAssertFalse(Self.feed("HTTP/1.1 99999999999 X\r\n", into: &h))
+        XCTAssertFalse(Self.feed("X-A: 1\r\n", into: &h))
+        XCTAssertFalse(Self.feed("\r\n", into: &h))
+        XCTAssertFalse(h.isComplete)
+        XCTAssertEqual(h.reason, [])
+        XCTAssertEqual(h.relayLines, [])
+    }
+
     /// `200 OK` keeps no reason (writers put the standard phrase); any other is relayed.
     func testReasonOf200IsKeptOnlyWhenNotTheStandardOne() {
         func reason(_ statusLine: String) -> String {

@@ -198,7 +198,10 @@ public struct UpstreamResponseHead {
             i += 1
             digits += 1
         }
-        guard digits == 3 else { status = 0; return }
+        // Three digits and no more, 100 to 599 (RFC 9110 15): `99999999999` is not `999`
+        // with the rest as the reason. Anything else sets no status (the plain-HTTP client
+        // answers `upstream_bad_response`, as curl's refusal does on the other path).
+        guard digits == 3, i == l.count || l[i] == 0x20, (100...599).contains(code) else { status = 0; return }
         status = code
         if i < l.count && l[i] == 0x20 { i += 1 }
         if code == 200 && l.count - i == 2 && l[i] == UInt8(ascii: "O") && l[i + 1] == UInt8(ascii: "K") { return }
