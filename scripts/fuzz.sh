@@ -41,8 +41,10 @@ HTTP_SOURCES=("$SRC/HTTP/HTTPSyntax.swift" "$SRC/HTTP/HTTPRequestHead.swift" "$S
 # file brings the request writer's own types with it.
 UPSTREAM_SOURCES=("$SRC/Upstream/UpstreamResponseHead.swift" "$SRC/Upstream/UpstreamRequestHeaders.swift" "$SRC/Upstream/UpstreamHeaders.swift"
                   "$SRC/Upstream/RequestFraming.swift" "$SRC/Pipeline/RequestId.swift" "$SRC/Support/BufferWriter.swift"
-                  "$SRC/Support/ByteBuffer.swift" "$SRC/Support/BufferPool.swift" "$SRC/Support/DecimalText.swift")
-WEBSOCKET_SOURCES=("$SRC/WebSocket/WebSocketFrameParser.swift" "$SRC/WebSocket/WebSocketFrame.swift" "$SRC/WebSocket/UTF8Validator.swift")
+                  "$SRC/Support/ByteBuffer.swift" "$SRC/Support/BufferPool.swift" "$SRC/Support/DecimalText.swift"
+                  "$SRC/Support/TrustedProxies.swift")
+WEBSOCKET_SOURCES=("$SRC/WebSocket/WebSocketFrameParser.swift" "$SRC/WebSocket/WebSocketFrame.swift" "$SRC/WebSocket/UTF8Validator.swift"
+                   "$SRC/WebSocket/MessageInflater.swift")
 build() {
   local name=$1; shift
   rm -f "$OUT/fuzz-$name"
@@ -55,7 +57,14 @@ for t in "${TARGETS[@]}"; do
     qw1) build qw1 "${HTTP_SOURCES[@]}" "$SRC/Auth/CanonicalQuery.swift" "$SRC/Auth/QW1Header.swift" Fuzz/FuzzQW1.swift ;;
     upstream) build upstream "${HTTP_SOURCES[@]}" "${UPSTREAM_SOURCES[@]}" Fuzz/FuzzUpstreamHead.swift ;;
     h2fields) build h2fields "${HTTP_SOURCES[@]}" "$SRC/HTTP2/HTTP2RequestFields.swift" Fuzz/FuzzHTTP2Fields.swift ;;
-    websocket) build websocket "${WEBSOCKET_SOURCES[@]}" Fuzz/FuzzWebSocket.swift ;;
+    websocket)
+      # MessageInflater imports CQuickwayShims: here a module of qw_inflate.h (zlib) alone,
+      # with its C file built beside the harness.
+      mkdir -p "$OUT/inflate-module"
+      printf 'module CQuickwayShims [system] {\n  header "%s/Sources/CQuickwayShims/include/qw_inflate.h"\n  link "z"\n  export *\n}\n' \
+        "$PWD" > "$OUT/inflate-module/module.modulemap"
+      cc -c -O1 -g -fsanitize=address -I Sources/CQuickwayShims/include Sources/CQuickwayShims/qw_inflate.c -o "$OUT/qw_inflate.o"
+      build websocket -I "$OUT/inflate-module" "${WEBSOCKET_SOURCES[@]}" Fuzz/FuzzWebSocket.swift "$OUT/qw_inflate.o" -lz ;;
     redis)
       # RedisReply.swift imports CQuickwayShims: here a module of qw_redis.h (hiredis) alone.
       mkdir -p "$OUT/redis-module"
