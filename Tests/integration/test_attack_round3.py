@@ -334,3 +334,32 @@ def test_a_stored_encoded_answer_goes_only_to_callers_that_accept_it(fwd_gateway
     for headers in ({}, {"Accept-Encoding": "br"}, {"Accept-Encoding": "gzip;q=0, *"}):
         st, h, _ = http_call(g, "GET", path, headers)
         assert h["x-cache"] != "HIT", (headers, h)
+
+
+def test_a_hang_up_that_comes_with_the_last_bytes_is_seen(backend):
+    """Item 3: edge-triggered reads stopped at a short read, so a FIN that arrived with
+    the last bytes went unseen and the connection stayed open until the idle timeout
+    (60 s here). Now the hang-up is seen with those bytes: as nginx does without
+    `proxy_ignore_client_abort`, a client gone before its answer ends the exchange, and
+    the connection is closed at once."""
+    g = Gateway(H2_CONFIG.replace("BACKEND_PORT", str(backend.server.server_address[1])), workers=1)
+    try:
+        base = g.stats()["connections"]
+        socks = []
+        for i in range(5):
+            s = socket.create_connection(("127.0.0.1", g.port), timeout=5)
+            s.sendall(f"GET /c/fin/{i} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            s.shutdown(socket.SHUT_WR)   # the FIN right behind the request
+            socks.append(s)
+        t0 = time.monotonic()
+        for s in socks:
+            s.settimeout(5)
+            while True:   # read to the gateway's close (an answer, if any, then EOF)
+                if not s.recv(65536):
+                    break
+        assert time.monotonic() - t0 < 3, "the gateway kept half-closed connections open"
+        wait_until(lambda: g.stats()["connections"] <= base, timeout=3, what="connections closed after the client's FIN")
+        for s in socks:
+            s.close()
+    finally:
+        g.stop()

@@ -81,3 +81,32 @@ def test_dashboard_draws_its_charts_under_traffic(tmp_path):
         t.join(10)
         g.stop()
         b.stop()
+
+
+@pytest.mark.skipif(chromium() is None, reason="needs Chromium (apt-get install chromium; .ci/run installs it)")
+def test_dashboard_opens_with_the_last_minute_drawn(tmp_path):
+    """Issue 30, point 10: the charts were empty until the page had polled a while. The
+    gateway keeps the last minute (`/stats?history=1`), and the page draws it on its first
+    poll: with a virtual time budget shorter than one poll interval, every chart is drawn."""
+    b = Backend("127.0.0.2", free_port("127.0.0.2"))
+    g = Gateway(CONFIG.replace("BACKEND_PORT", str(b.server.server_address[1])))
+    try:
+        for _ in range(20):
+            urllib.request.urlopen(g.url("/api/a"), timeout=5).read()
+        import json
+        def history():
+            with urllib.request.urlopen(f"http://127.0.0.1:{g.admin_port}/stats?history=1", timeout=5) as r:
+                return json.loads(r.read())["history"]
+        wait_until(lambda: len(history()) >= 4, timeout=10, what="four seconds of history")
+        h = history()
+        assert all("p99" in p and "ips" in p for p in h) and "rate" in h[-1] and "api" in h[-1]["ips"], h[-1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{g.admin_port}/stats", timeout=5) as r:
+            assert "history" not in json.loads(r.read()), "plain /stats stays small"
+        url = f"http://127.0.0.1:{g.admin_port}/dashboard"
+        dom = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1300,1000",
+                              "--virtual-time-budget=300", "--dump-dom", url], capture_output=True, text=True, timeout=90).stdout
+        drawn = [int(d) for d in re.findall(r'data-drawn="(\d+)"', dom)]
+        assert len(drawn) == 5 and all(d > 100 for d in drawn), drawn
+    finally:
+        g.stop()
+        b.stop()

@@ -94,7 +94,11 @@ final class AdminHandler: RequestHandler {
                 exchange.respond(status: 400, contentType: "application/json", body: Array(body.utf8))
             }
         default:
-            exchange.respond(status: 200, contentType: "application/json", body: Array(gateway.statsSnapshot().json().utf8))
+            var json = gateway.statsSnapshot().json()
+            // `?history=1`: the last minute too (the dashboard's first poll).
+            let target = exchange.head.string(exchange.head.target)
+            if target.contains("history=1") { json = String(json.dropLast()) + ",\"history\":\(gateway.history.json())}" }
+            exchange.respond(status: 200, contentType: "application/json", body: Array(json.utf8))
         }
     }
 

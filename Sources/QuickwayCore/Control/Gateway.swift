@@ -62,6 +62,10 @@ public final class Gateway {
     public var config: GatewayConfig { lock.lock(); defer { lock.unlock() }; return currentConfig }
     /// Which config is running and how the last reload went (under `lock`).
     private var identity = ConfigIdentity()
+    /// The last minute of `/stats`, for the dashboard (recorded on the admin loop).
+    let history = StatsHistory()
+    /// Records `history` every second; admin loop only.
+    private var historyTimer: LoopTimer?
 
     public init(config: GatewayConfig) throws {
         currentConfig = config
@@ -116,7 +120,11 @@ public final class Gateway {
         cachePurge = CachePurge(cache: shared.cache, tier: aTier)
         let subscriber = config.redis?.cache == true ? redisTier?.makePurgeSubscriber(base: admin.base, cache: shared.cache) : nil
         purgeSubscriber = subscriber
-        admin.onLoopExit = { aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); cp.client.shutdown() }
+        admin.onLoopExit = { [unowned self] in
+            historyTimer?.cancel()
+            historyTimer = nil
+            aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); cp.client.shutdown()
+        }
     }
 
     deinit { drainingFlag.deallocate() }
@@ -284,6 +292,8 @@ public final class Gateway {
         if let tier = adminTier.map(LoopBound.init) { admin.post { tier.value.link.start() } }
         if let sub = purgeSubscriber.map(LoopBound.init) { admin.post { sub.value.start() } }
         restartControlPlane()
+        let me = LoopBound(self)
+        admin.post { me.value.recordHistory() }
         logStartup()
         let sig = SignalLoop.waitForStop(
             reload: {
@@ -299,6 +309,13 @@ public final class Gateway {
         admin.join()
         accessLog?.close()
         Log.info("stopped after \(statsSnapshot().total) request(s)")
+    }
+
+    /// One point of `history` now, and again in a second (admin loop).
+    private func recordHistory() {
+        guard !isDraining else { return }
+        history.record(statsSnapshot(), now: Date().timeIntervalSince1970)
+        historyTimer = LoopTimer(base: admin.base, afterMillis: 1000) { [unowned self] in recordHistory() }
     }
 
     private func logStartup() {

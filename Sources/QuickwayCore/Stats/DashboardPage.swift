@@ -40,7 +40,7 @@ public enum DashboardPage {
 <script>
 "use strict";
 const KEEP = 180, COLORS = ["#2563eb","#16a34a","#d97706","#dc2626","#7c3aed","#0891b2","#db2777","#4b5563"];
-const hist = []; let prev = null;
+let hist = []; let prev = null;
 function fmt(n, d) { return (n === null || n === undefined || isNaN(n)) ? "-" : Number(n).toFixed(d); }
 function legend(id, names) { document.getElementById(id).innerHTML = names.map((n, i) => `<span><i style="background:${COLORS[i % COLORS.length]}"></i>${n}</span>`).join(""); }
 function draw(id, series, opts) {
@@ -101,7 +101,9 @@ function render(s) {
 }
 async function tick() {
   try {
-    const r = await fetch("/stats", { cache: "no-store" }); const s = await r.json(); const now = performance.now() / 1000;
+    const r = await fetch(prev ? "/stats" : "/stats?history=1", { cache: "no-store" }); const s = await r.json(); const now = performance.now() / 1000;
+    // The first poll brings the last minute, so the charts are drawn at once.
+    if (!prev && Array.isArray(s.history)) hist = s.history.slice(-KEEP);
     const lat = s.latency_ms_last_minute && s.latency_ms_last_minute.requests > 0 ? s.latency_ms_last_minute : s.latency_ms;
     const p = { t: now, p50: lat.p50, p90: lat.p90, p99: lat.p99, ips: {} };
     if (prev) {
