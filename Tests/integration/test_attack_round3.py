@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness import ROOT, Backend, Gateway, free_port, http_call
+from harness import ROOT, Backend, Gateway, free_port, http_call, wait_until
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import qw1_client  # noqa: E402
