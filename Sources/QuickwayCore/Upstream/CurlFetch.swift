@@ -49,6 +49,8 @@ final class CurlFetch: CurlTask {
         if connectOnly {
             qw_easy_setopt_long(h, CURLOPT_CONNECT_ONLY, 1)
             qw_easy_setopt_long(h, CURLOPT_FRESH_CONNECT, 1)
+        } else {
+            client.idle.track(h)   // a probe reuses pooled connections too
         }
         if let tls {
             qw_easy_setopt_long(h, CURLOPT_SSL_VERIFYPEER, tls.verify ? 1 : 0)
@@ -57,6 +59,8 @@ final class CurlFetch: CurlTask {
         }
         client.add(h)
     }
+
+    override var watchesIdleConnection: Bool { !connectOnly }
 
     fileprivate func append(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard body.count + bytes.count <= maxBody else { return false }
