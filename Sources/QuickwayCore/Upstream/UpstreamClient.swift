@@ -153,7 +153,7 @@ final class UpstreamClient {
 
     // MARK: curl -> libevent
 
-    fileprivate func watch(socket s: curl_socket_t, what: Int32, current: UnsafeMutableRawPointer?) {
+    fileprivate func watch(socket s: curl_socket_t, what: Int32, easy: UnsafeMutableRawPointer?, current: UnsafeMutableRawPointer?) {
         if what == CURL_POLL_REMOVE {
             if let ev = current { event_free(OpaquePointer(ev)) }
             curl_multi_assign(multi, s, nil)
@@ -170,7 +170,12 @@ final class UpstreamClient {
             event_assign(e, base, s, flags, upstreamSocketEventCallback, me)
             event_add(e, nil)
         } else {
-            idle.curlPolls(s)   // first, so that no idle watch is left on the socket
+            // Curl starts polling `s` for `easy`'s transfer: no idle watch may stay on it,
+            // and the transfer remembers it (`CurlIdleWatch.transferDone`).
+            idle.curlPolls(s)
+            var priv: UnsafeMutableRawPointer?
+            if let easy { qw_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv) }
+            if let priv { Unmanaged<CurlTask>.fromOpaque(priv).takeUnretainedValue().socket = s }
             let e = event_new(base, s, flags, upstreamSocketEventCallback, me)
             event_add(e, nil)
             curl_multi_assign(multi, s, UnsafeMutableRawPointer(e))
@@ -219,7 +224,7 @@ final class UpstreamClient {
             let task = Unmanaged<CurlTask>.fromOpaque(priv).takeUnretainedValue()
             // Before `finished` takes the handle off the multi handle: the connection is
             // looked up there.
-            if task.watchesIdleConnection { idle.transferDone(easy) }
+            if task.watchesIdleConnection { idle.transferDone(easy, socket: task.connectsToOneAddress ? task.socket : -1) }
             task.finished(code)
         }
     }
@@ -232,10 +237,15 @@ class CurlTask {
     /// The connection the task leaves in curl's pool is watched while idle
     /// (`CurlIdleWatch`); its handle must have been given to `CurlIdleWatch.track`.
     var watchesIdleConnection: Bool { false }
+    /// The task's connection has one address to go to (`CURLOPT_CONNECT_TO` an IP), so
+    /// curl opens no other socket for it and `socket` is its connection's.
+    var connectsToOneAddress: Bool { false }
+    /// The socket curl last started polling for the task; -1 before any.
+    final var socket: curl_socket_t = -1
 }
 
-private let upstreamSocketCallback: curl_socket_callback = { _, s, what, userp, socketp in
-    Unmanaged<UpstreamClient>.fromOpaque(userp!).takeUnretainedValue().watch(socket: s, what: what, current: socketp)
+private let upstreamSocketCallback: curl_socket_callback = { easy, s, what, userp, socketp in
+    Unmanaged<UpstreamClient>.fromOpaque(userp!).takeUnretainedValue().watch(socket: s, what: what, easy: easy, current: socketp)
     return 0
 }
 

@@ -38,6 +38,8 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
 
     /// Its handles come from `UpstreamClient.takeHandle`, which tracks them.
     override var watchesIdleConnection: Bool { true }
+    /// `CURLOPT_CONNECT_TO` the member's IP.
+    override var connectsToOneAddress: Bool { true }
 
     var upstreamAddress: String { member.ip }
 
