@@ -54,7 +54,7 @@ routes:
 class StrayBackend:
     """A raw-socket HTTP/1.1 backend (TLS when given a context) that keeps connections
     alive and, `stray_after` seconds after each answer, writes a second, cacheable
-    response nobody asked for."""
+    response nobody asked for (none when `stray_after` is None)."""
 
     def __init__(self, host, port, ssl_context=None, stray_after=0.05):
         self.ssl_context = ssl_context
@@ -112,6 +112,8 @@ class StrayBackend:
                 with self.lock:
                     self.requests.append((method, path, body))
                 conn.sendall(self._response(json.dumps({"method": method, "path": path}).encode()))
+                if self.stray_after is None:
+                    continue
                 time.sleep(self.stray_after)
                 conn.sendall(self._response(STRAY_BODY))
                 with self.lock:
@@ -126,21 +128,44 @@ class StrayBackend:
         self.listener.close()
 
 
-@pytest.fixture()
-def stray_gateway(tmp_path):
-    """A gateway per test, so that no connection (nor stray) carries over."""
+def make_gateway(tmp_path, stray_after):
     pytest.importorskip("cryptography")
     paths = make_ca_and_cert(str(tmp_path), "stray.internal")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(paths["cert.pem"], paths["key.pem"])
     plain_port, tls_port = free_port("127.0.0.2"), free_port("127.0.0.2")
-    backends = {"http": StrayBackend("127.0.0.2", plain_port), "https": StrayBackend("127.0.0.2", tls_port, ssl_context=ctx)}
+    backends = {"http": StrayBackend("127.0.0.2", plain_port, stray_after=stray_after),
+                "https": StrayBackend("127.0.0.2", tls_port, ssl_context=ctx, stray_after=stray_after)}
     g = Gateway(CONFIG.replace("PLAIN_PORT", str(plain_port)).replace("TLS_PORT", str(tls_port))
                 .replace("CA_FILE", paths["ca.pem"]))
+    return g, backends
+
+
+@pytest.fixture()
+def stray_gateway(tmp_path):
+    """A gateway per test, so that no connection (nor stray) carries over."""
+    g, backends = make_gateway(tmp_path, stray_after=0.05)
     yield g, backends
     assert g.stop() == 0, g.logs()
     for b in backends.values():
         b.stop()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_backend_that_behaves_keeps_its_connection(tmp_path, scheme):
+    """The control: without strays, sequential requests (the same gap) share one
+    connection, so the checks below retire only connections that misbehaved."""
+    g, backends = make_gateway(tmp_path, stray_after=None)
+    try:
+        for i in range(6):
+            st, _, body = http_call(g, "GET", f"/p-{scheme}/item/{i}")
+            assert st == 200 and json.loads(body) == {"method": "GET", "path": f"/item/{i}"}, body
+            time.sleep(GAP)
+        assert backends[scheme].connections == 1
+    finally:
+        assert g.stop() == 0, g.logs()
+        for b in backends.values():
+            b.stop()
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
