@@ -12,6 +12,12 @@ CURLMcode qw_multi_setopt_timerfn(CURLM *m, curl_multi_timer_callback fn) { retu
 CURLcode qw_easy_getinfo_long(CURL *h, CURLINFO i, long *out) { return curl_easy_getinfo(h, i, out); }
 CURLcode qw_easy_getinfo_ptr(CURL *h, CURLINFO i, void **out) { return curl_easy_getinfo(h, i, out); }
 CURLcode qw_easy_getinfo_double(CURL *h, CURLINFO i, double *out) { return curl_easy_getinfo(h, i, out); }
+CURLcode qw_easy_getinfo_socket(CURL *h, CURLINFO i, curl_socket_t *out) { return curl_easy_getinfo(h, i, out); }
+CURLcode qw_easy_setopt_closesocketfn(CURL *h, curl_closesocket_callback fn, void *data) {
+    CURLcode rc = curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, fn);
+    if (rc != CURLE_OK) return rc;
+    return curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, data);
+}
 
 #include <unistd.h>
 // Closes the socket unless *keep is set: then the application has taken it over.

@@ -2,7 +2,23 @@
 #include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sched.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include "qw_socket.h"
+
+int qw_eof_socket(void) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0) return -1;
+    close(pair[1]);
+    return pair[0];
+}
+
+int qw_replace_fd(int with, int fd) {
+    int rc;
+    do { rc = dup3(with, fd, O_CLOEXEC); } while (rc < 0 && errno == EINTR);
+    return rc < 0 ? -errno : 0;
+}
 
 int qw_accept_nonblocking(int fd, struct sockaddr *addr, socklen_t *len) {
     return accept4(fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC);

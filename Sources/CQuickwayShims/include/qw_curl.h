@@ -17,6 +17,9 @@ CURLMcode qw_multi_setopt_timerfn(CURLM *m, curl_multi_timer_callback fn);
 CURLcode qw_easy_getinfo_long(CURL *h, CURLINFO i, long *out);
 CURLcode qw_easy_getinfo_ptr(CURL *h, CURLINFO i, void **out);
 CURLcode qw_easy_getinfo_double(CURL *h, CURLINFO i, double *out);
+CURLcode qw_easy_getinfo_socket(CURL *h, CURLINFO i, curl_socket_t *out);
+// CURLOPT_CLOSESOCKETFUNCTION and its CURLOPT_CLOSESOCKETDATA (CurlIdleWatch).
+CURLcode qw_easy_setopt_closesocketfn(CURL *h, curl_closesocket_callback fn, void *data);
 // CURLOPT_CLOSESOCKETFUNCTION that leaves the socket open once *keep is non-zero: a
 // CONNECT_ONLY connection's socket is then handed over to the caller, who closes it.
 CURLcode qw_easy_keep_socket_when_flagged(CURL *h, int *keep);

@@ -11,6 +11,13 @@ int qw_unshare_files(void);
 int qw_gettid(void);
 // How many CPUs the calling thread may run on (its affinity mask), or -1.
 int qw_affinity_cpu_count(void);
+// A non-blocking, close-on-exec socket whose peer is gone: it reads EOF (a peek too),
+// and writes to it fail with EPIPE. -1 with errno if none could be made.
+int qw_eof_socket(void);
+// Makes descriptor `fd` refer to what `with` refers to (dup3, close-on-exec) in one step,
+// so the number is never free for another thread to get. What `fd` referred to loses that
+// reference (the last one of a socket: its connection is closed). 0, or -errno.
+int qw_replace_fd(int with, int fd);
 
 // recv and send on a non-blocking socket as raw system calls, returning the byte count or
 // -errno. glibc's recv and send are cancellation points: in a multi-threaded process each

@@ -22,6 +22,7 @@ final class CurlFetch: CurlTask {
     private var body: [UInt8] = []
     private let maxBody: Int
     private let connectOnly: Bool
+    private var toOneAddress = false
     private let done: (Result) -> Void
     private var retained: Unmanaged<CurlFetch>?
 
@@ -46,9 +47,12 @@ final class CurlFetch: CurlTask {
         qw_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Int(timeoutMillis))
         qw_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Int(timeoutMillis))
         if let connectTo { qw_easy_setopt_ptr(h, CURLOPT_CONNECT_TO, connectTo) }
+        toOneAddress = connectTo != nil   // a member's IP; a URL's host may have several
         if connectOnly {
             qw_easy_setopt_long(h, CURLOPT_CONNECT_ONLY, 1)
             qw_easy_setopt_long(h, CURLOPT_FRESH_CONNECT, 1)
+        } else {
+            client.idle.track(h)   // a probe reuses pooled connections too
         }
         if let tls {
             qw_easy_setopt_long(h, CURLOPT_SSL_VERIFYPEER, tls.verify ? 1 : 0)
@@ -57,6 +61,9 @@ final class CurlFetch: CurlTask {
         }
         client.add(h)
     }
+
+    override var watchesIdleConnection: Bool { !connectOnly }
+    override var connectsToOneAddress: Bool { toOneAddress }
 
     fileprivate func append(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard body.count + bytes.count <= maxBody else { return false }

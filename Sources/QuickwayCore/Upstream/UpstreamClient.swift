@@ -14,6 +14,10 @@ import Glibc
 /// `curl_multi_remove_handle` from there (`CURLM_RECURSIVE_API_CALL`). Whatever a
 /// callback ends (a client that hung up cancels its call) is therefore only marked there;
 /// `afterCurlReturns` runs the removal once the outermost libcurl call has returned.
+///
+/// Pooled connections that the upstream writes to or closes while idle are retired before
+/// curl can reuse them (`CurlIdleWatch`): curl would read the stray bytes as the next
+/// request's answer.
 /// Thread rule: one worker thread only.
 final class UpstreamClient {
     let base: OpaquePointer
@@ -33,6 +37,8 @@ final class UpstreamClient {
     private var curlDepth = 0
     /// Work held back until libcurl has returned (see the type's comment).
     private var afterCurl: [() -> Void] = []
+    /// Watches the connections that tasks with `watchesIdleConnection` leave in curl's pool.
+    let idle: CurlIdleWatch
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
@@ -40,6 +46,7 @@ final class UpstreamClient {
         _ = Self.globalInit
         self.base = base
         deadlines = DeadlineQueue(base: base)
+        idle = CurlIdleWatch(base: base)
         multi = curl_multi_init()
         let me = Unmanaged.passUnretained(self).toOpaque()
         timerEvent = event_new(base, -1, 0, upstreamTimerCallback, me)
@@ -73,6 +80,7 @@ final class UpstreamClient {
         for h in idleHandles { curl_easy_cleanup(h) }
         idleHandles.removeAll()
         curl_multi_cleanup(multi)
+        idle.shutdown()
         if let t = timerEvent { event_free(t); timerEvent = nil }
     }
 
@@ -84,6 +92,7 @@ final class UpstreamClient {
         qw_easy_setopt_long(h, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
         qw_easy_setopt_datafn(h, CURLOPT_HEADERFUNCTION, upstreamHeaderCallback)
         qw_easy_setopt_datafn(h, CURLOPT_WRITEFUNCTION, upstreamWriteCallback)
+        idle.track(h)
         return h
     }
 
@@ -145,10 +154,11 @@ final class UpstreamClient {
 
     // MARK: curl -> libevent
 
-    fileprivate func watch(socket s: curl_socket_t, what: Int32, current: UnsafeMutableRawPointer?) {
+    fileprivate func watch(socket s: curl_socket_t, what: Int32, easy: UnsafeMutableRawPointer?, current: UnsafeMutableRawPointer?) {
         if what == CURL_POLL_REMOVE {
             if let ev = current { event_free(OpaquePointer(ev)) }
             curl_multi_assign(multi, s, nil)
+            idle.curlStopped(s)
             return
         }
         var flags = Int16(EV_PERSIST)
@@ -161,6 +171,12 @@ final class UpstreamClient {
             event_assign(e, base, s, flags, upstreamSocketEventCallback, me)
             event_add(e, nil)
         } else {
+            // Curl starts polling `s` for `easy`'s transfer: no idle watch may stay on it,
+            // and the transfer remembers it (`CurlIdleWatch.transferDone`).
+            idle.curlPolls(s)
+            var priv: UnsafeMutableRawPointer?
+            if let easy { qw_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv) }
+            if let priv { Unmanaged<CurlTask>.fromOpaque(priv).takeUnretainedValue().socket = s }
             let e = event_new(base, s, flags, upstreamSocketEventCallback, me)
             event_add(e, nil)
             curl_multi_assign(multi, s, UnsafeMutableRawPointer(e))
@@ -207,6 +223,9 @@ final class UpstreamClient {
             qw_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv)
             guard let priv else { curl_multi_remove_handle(multi, easy); continue }
             let task = Unmanaged<CurlTask>.fromOpaque(priv).takeUnretainedValue()
+            // Before `finished` takes the handle off the multi handle: the connection is
+            // looked up there.
+            if task.watchesIdleConnection { idle.transferDone(easy, socket: task.connectsToOneAddress ? task.socket : -1) }
             task.finished(code)
         }
     }
@@ -216,10 +235,18 @@ final class UpstreamClient {
 /// the task, which curl's completion is handed to.
 class CurlTask {
     func finished(_ code: CURLcode) {}
+    /// The connection the task leaves in curl's pool is watched while idle
+    /// (`CurlIdleWatch`); its handle must have been given to `CurlIdleWatch.track`.
+    var watchesIdleConnection: Bool { false }
+    /// The task's connection has one address to go to (`CURLOPT_CONNECT_TO` an IP), so
+    /// curl opens no other socket for it and `socket` is its connection's.
+    var connectsToOneAddress: Bool { false }
+    /// The socket curl last started polling for the task; -1 before any.
+    final var socket: curl_socket_t = -1
 }
 
-private let upstreamSocketCallback: curl_socket_callback = { _, s, what, userp, socketp in
-    Unmanaged<UpstreamClient>.fromOpaque(userp!).takeUnretainedValue().watch(socket: s, what: what, current: socketp)
+private let upstreamSocketCallback: curl_socket_callback = { easy, s, what, userp, socketp in
+    Unmanaged<UpstreamClient>.fromOpaque(userp!).takeUnretainedValue().watch(socket: s, what: what, easy: easy, current: socketp)
     return 0
 }
 

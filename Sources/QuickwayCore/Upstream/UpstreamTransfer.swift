@@ -36,6 +36,11 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         health = UpstreamHealthReport(health: service.health, member: member)
     }
 
+    /// Its handles come from `UpstreamClient.takeHandle`, which tracks them.
+    override var watchesIdleConnection: Bool { true }
+    /// `CURLOPT_CONNECT_TO` the member's IP.
+    override var connectsToOneAddress: Bool { true }
+
     var upstreamAddress: String { member.ip }
 
     /// Configures the easy handle and adds it to the multi handle.
