@@ -5,8 +5,10 @@
 
 struct qw_inflater {
     z_stream z;
-    uint8_t scratch[16384];
 };
+
+// Where inflated bytes are written and dropped: one per thread, not per connection.
+static __thread uint8_t qw_inflate_scratch[16384];
 
 qw_inflater *qw_inflater_new(void) {
     qw_inflater *q = calloc(1, sizeof(*q));
@@ -28,10 +30,10 @@ int qw_inflater_feed(qw_inflater *q, const uint8_t *in, size_t len, uint64_t *pr
     q->z.next_in = (Bytef *)in;
     q->z.avail_in = (uInt)len;
     while (q->z.avail_in > 0 && *produced <= limit) {
-        q->z.next_out = q->scratch;
-        q->z.avail_out = sizeof(q->scratch);
+        q->z.next_out = qw_inflate_scratch;
+        q->z.avail_out = sizeof(qw_inflate_scratch);
         int rc = inflate(&q->z, Z_SYNC_FLUSH);
-        *produced += sizeof(q->scratch) - q->z.avail_out;
+        *produced += sizeof(qw_inflate_scratch) - q->z.avail_out;
         if (rc == Z_STREAM_END) {
             // A sender that finished its stream (BFINAL) starts a new one next message.
             inflateReset(&q->z);
@@ -45,10 +47,10 @@ int qw_inflater_feed(qw_inflater *q, const uint8_t *in, size_t len, uint64_t *pr
     }
     // Output still pending inside zlib (a tiny input that inflates to a lot).
     while (*produced <= limit) {
-        q->z.next_out = q->scratch;
-        q->z.avail_out = sizeof(q->scratch);
+        q->z.next_out = qw_inflate_scratch;
+        q->z.avail_out = sizeof(qw_inflate_scratch);
         int rc = inflate(&q->z, Z_SYNC_FLUSH);
-        size_t got = sizeof(q->scratch) - q->z.avail_out;
+        size_t got = sizeof(qw_inflate_scratch) - q->z.avail_out;
         *produced += got;
         if (rc == Z_STREAM_END) { inflateReset(&q->z); break; }
         if (rc != Z_OK && rc != Z_BUF_ERROR) return -1;

@@ -26,6 +26,16 @@ final class AttackRound3Tests: XCTestCase {
         XCTAssertEqual(store.check(scope: "key-a", nonce: "later", nowMillis: 601_000), .accepted)
     }
 
+    func testNoKeyIsLimitedWhileTheStoreIsUnderHalfFull() {
+        let store = NonceStore(ttlMillis: 600_000, capacity: 1_000)
+        store.setKeyCount(10)   // a share of 100 each
+        for i in 0..<499 { XCTAssertEqual(store.check(scope: "busy", nonce: "n\(i)", nowMillis: 0), .accepted) }
+        // At half full the busy key, far over its share, is held; a quiet key is not.
+        XCTAssertEqual(store.check(scope: "busy", nonce: "n499", nowMillis: 0), .accepted)
+        XCTAssertEqual(store.check(scope: "busy", nonce: "n500", nowMillis: 0), .keyOverShare(retryAfterMillis: 600_000))
+        XCTAssertEqual(store.check(scope: "quiet", nonce: "q", nowMillis: 0), .accepted)
+    }
+
     func testRepeatedNamesMustComeInCanonicalOrder() {
         // spec/signature.md: values of one name sort by their encoded bytes.
         for ok in ["", "a=1", "to=alice&to=mallory", "a=0&b=9&a=1", "a&a=x", "a=1&a=1", "a=%41&a=B", "a=10&a=2"] {
@@ -55,9 +65,11 @@ final class ForwardingHeaderTests: XCTestCase {
     func testClientForwardingHeadersNeverPassAndTheGatewayWritesItsOwn() {
         let h = head("GET / HTTP/1.1\r\nHost: api.test\r\nX-Forwarded-Prefix: /evil\r\nX-Forwarded-Scheme: javascript\r\n"
             + "X-Forwarded-Port: 1\r\nX-Forwarded-Ssl: on\r\nX-Forwarded-Server: e\r\nX-Original-Host: e\r\nX-Host: e\r\n"
-            + "X-Real-IP: 6.6.6.6\r\nX-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\nX_Real_IP: 6.6.6.6\r\nKeep: 1\r\n\r\n")
+            + "X-Real-IP: 6.6.6.6\r\nX-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\nX_Real_IP: 6.6.6.6\r\n"
+            + "X-Client-IP: 6\r\nTrue-Client-IP: 6\r\nCF-Connecting-IP: 6\r\nFastly-Client-IP: 6\r\nX-Cluster-Client-IP: 6\r\n"
+            + "Client-IP: 6\r\nX-Forwarded: 6\r\nForwarded-For: 6\r\nX-Forwarded-Client-Cert: 6\r\nX-Forward: keep\r\nKeep: 1\r\n\r\n")
         XCTAssertEqual(lines(h, peer: "203.0.113.9", trusted: .none),
-                       ["Keep: 1", "X-Forwarded-For: 203.0.113.9", "X-Real-IP: 203.0.113.9", "X-Forwarded-Proto: http",
+                       ["X-Forward: keep", "Keep: 1", "X-Forwarded-For: 203.0.113.9", "X-Real-IP: 203.0.113.9", "X-Forwarded-Proto: http",
                         "X-Forwarded-Host: api.test", "X-Request-Id: r"])
     }
 

@@ -131,6 +131,10 @@ routes:
     match: { path_prefix: /pub/secret/, ignore_case: true }
     service: echo
     auth: required
+  - name: matrix-admin
+    match: { path_prefix: /matrix/admin/ }
+    service: echo
+    auth: required
   - name: params-ok
     match: { path_prefix: /matrix/, allow_path_params: true }
     service: echo
@@ -420,6 +424,12 @@ def test_path_parameters_and_letter_case_cannot_skip_a_signed_route(gw, echo):
     assert st == 200 and json.loads(body)["path"] == "/matrix/a;v=1/b", body
     st, _, body = http_call(gw, "GET", "/pub/a%3Bb")
     assert st == 200, body
+    # A route that allows `;` cannot be used to reach a guarded one: without its
+    # parameters the path is /matrix/admin/y, the guarded route's.
+    hits = echo.hits
+    st, _, body = http_call(gw, "GET", "/matrix/admin;x=1/y")
+    assert st == 400 and b"another route" in body, body
+    assert echo.hits == hits
 
 
 def test_a_signed_query_goes_upstream_as_signed(gw, echo):

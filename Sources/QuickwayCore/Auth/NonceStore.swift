@@ -15,9 +15,11 @@ import Foundation
 /// is refused (`.full`), never evicted: forgetting a live nonce would let its request
 /// be replayed.
 ///
-/// Fair: each key may hold at most `capacity / keys` live pairs (`setKeyCount`), so one
-/// key (extracted from an app, say) that signs as fast as it can runs into its own share
-/// (`.keyOverShare`, 429 for that key alone) and cannot fill the store for the others.
+/// Fair under pressure: once the store is half full, a key holding more than its share
+/// (`capacity / keys`, `setKeyCount`) is refused new pairs (`.keyOverShare`, 429 for that
+/// key alone), so one key (extracted from an app, say) that signs as fast as it can cannot
+/// fill the store for the others. Below half full no key is limited: a busy app is not cut
+/// for being busy while the store has room.
 /// `@unchecked Sendable`: every shard's state is read and written under its own lock.
 public final class NonceStore: @unchecked Sendable {
     public enum Outcome: Equatable {
@@ -39,6 +41,8 @@ public final class NonceStore: @unchecked Sendable {
     }
     private let sharesLock = Lock()
     private var shares: [[UInt8]: KeyShare] = [:]
+    /// Live pairs over all keys (kept with the keys' shares, under `sharesLock`).
+    private var live = 0
     /// Live pairs one key may hold: `capacity / keys`.
     private var perKey: Int
     public let capacity: Int
@@ -92,18 +96,39 @@ public final class NonceStore: @unchecked Sendable {
     public func check(scope: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer, nowMillis: Int64) -> Outcome {
         let (keyShare, limit) = share(scope)
         keyShare.lock.lock()
+        let before = keyShare.live
         keyShare.expire(now: nowMillis)
-        if keyShare.live >= limit {
-            let wait = keyShare.expiries[keyShare.head] - nowMillis
-            keyShare.lock.unlock()
-            return .keyOverShare(retryAfterMillis: max(1, wait))
-        }
+        let expired = before - keyShare.live
+        let mine = keyShare.live
+        let oldest = mine > 0 ? keyShare.expiries[keyShare.head] : 0
         keyShare.lock.unlock()
+        sharesLock.lock()
+        live -= expired
+        var underPressure = live * 2 >= capacity
+        if underPressure {
+            // Other keys' pairs are dropped only when those keys come back: count afresh.
+            var total = 0
+            for other in shares.values where other !== keyShare {
+                other.lock.lock()
+                other.expire(now: nowMillis)
+                total += other.live
+                other.lock.unlock()
+            }
+            live = total + mine
+            underPressure = live * 2 >= capacity
+        }
+        sharesLock.unlock()
+        if underPressure && mine >= limit {
+            return .keyOverShare(retryAfterMillis: max(1, oldest - nowMillis))
+        }
         let outcome = claim(scope: scope, nonce: nonce, nowMillis: nowMillis)
         if outcome == .accepted {
             keyShare.lock.lock()
             keyShare.expiries.append(nowMillis + ttlMillis)
             keyShare.lock.unlock()
+            sharesLock.lock()
+            live += 1
+            sharesLock.unlock()
         }
         return outcome
     }

@@ -18,10 +18,14 @@ public final class CachedResponse: @unchecked Sendable {
     /// only callers whose `Accept-Encoding` accepts it are given it.
     let contentEncoding: [UInt8]?
 
-    public init(status: Int, reason: [UInt8], headerLines: [UInt8], body: [UInt8], receivedAt: Double, variant: CacheVariant? = nil) {
+    /// `encodingNegotiated` false: the request this answer was fetched for did not accept
+    /// its `Content-Encoding`, so the backend sends that coding to anyone (pre-compressed
+    /// objects) and every caller is given it, as the backend itself would.
+    public init(status: Int, reason: [UInt8], headerLines: [UInt8], body: [UInt8], receivedAt: Double, variant: CacheVariant? = nil,
+                encodingNegotiated: Bool = true) {
         self.status = status; self.reason = reason; self.headerLines = headerLines; self.body = body; self.receivedAt = receivedAt
         self.variant = variant
-        contentEncoding = Self.encoding(of: headerLines)
+        contentEncoding = encodingNegotiated ? Self.encoding(of: headerLines) : nil
     }
 
     /// Whether a request (its head and verified key id) may be given this answer: its

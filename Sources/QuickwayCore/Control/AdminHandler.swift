@@ -135,13 +135,16 @@ final class AdminHandler: RequestHandler {
         }
         gateway.purgeCache(what) { local, shared in
             // What went where: the local tier always; Redis when it holds cache entries.
+            let json = { (redis: String, extra: String) in Array("{\"purged\":\(local),\"local\":\(local),\"redis\":\(redis)\(extra)}".utf8) }
             switch shared {
-            case nil:
-                exchange.respond(status: 200, contentType: "application/json", body: Array("{\"purged\":\(local),\"local\":\(local),\"redis\":null}".utf8))
-            case .success(let n)?:
-                exchange.respond(status: 200, contentType: "application/json",
-                                 body: Array("{\"purged\":\(local),\"local\":\(local),\"redis\":\(n),\"purged_redis\":\(n)}".utf8))
-            case .failure(let e)?:
+            case .localOnly:
+                exchange.respond(status: 200, contentType: "application/json", body: json("null", ""))
+            case .redisPurged(let n):
+                exchange.respond(status: 200, contentType: "application/json", body: json("\(n)", ",\"purged_redis\":\(n),\"published\":true"))
+            case .redisPending:
+                // Published to every gateway; Redis is still deleting (a large keyspace).
+                exchange.respond(status: 202, contentType: "application/json", body: json("\"pending\"", ",\"published\":true"))
+            case .failed(let e):
                 exchange.respondError(.redisUnavailable, "purged \(local) local entr\(local == 1 ? "y" : "ies"), but not the Redis tier: \(e.message); purge again once Redis is back")
             }
         }

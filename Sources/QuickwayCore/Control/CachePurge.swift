@@ -9,13 +9,32 @@ struct CachePurge {
 
     /// Purges `what`; `done` runs on the admin loop with the local count and the Redis
     /// outcome (nil when Redis holds no cache entries).
-    func run(_ what: ResponseCache.Purge, _ done: @escaping (Int, Result<Int, RedisFailure>?) -> Void) {
+    /// The purge is published first (cheap, and what keeps the other gateways from serving
+    /// the entries), then the Redis entries are deleted by a script that scans the keys.
+    /// Each step is bounded by `redis.timeout`; a script still running then goes on in
+    /// Redis and is answered as pending (`Outcome.redisPending`).
+    enum Outcome {
+        /// Redis holds no cache entries (no shared tier, or `redis.cache: false`).
+        case localOnly
+        case redisPurged(Int)
+        /// Published to every gateway; the Redis deletion did not answer in time.
+        case redisPending
+        case failed(RedisFailure)
+    }
+
+    func run(_ what: ResponseCache.Purge, _ done: @escaping (Int, Outcome) -> Void) {
         let local = cache.purge(what)
-        guard let tier, tier.config.cache else { return done(local, nil) }
-        tier.purge(what) { result in
-            guard case .success = result else { return done(local, result) }
-            tier.publishPurge(what) { reply in
-                if let why = reply.failure { done(local, .failure(RedisFailure(message: "the purge was not published to the other gateways: \(why)"))) } else { done(local, result) }
+        guard let tier, tier.config.cache else { return done(local, .localOnly) }
+        tier.publishPurge(what) { reply in
+            if let why = reply.failure {
+                return done(local, .failed(RedisFailure(message: "the purge was not published to the other gateways: \(why)")))
+            }
+            tier.purge(what) { result in
+                switch result {
+                case .success(let n): done(local, .redisPurged(n))
+                case .failure(let f) where f.message.contains("did not answer within"): done(local, .redisPending)
+                case .failure(let f): done(local, .failed(f))
+                }
             }
         }
     }

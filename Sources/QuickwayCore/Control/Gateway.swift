@@ -215,7 +215,7 @@ public final class Gateway {
     }
 
     /// `POST /cache/purge` (see `CachePurge`). Admin loop only.
-    func purgeCache(_ what: ResponseCache.Purge, _ done: @escaping (Int, Result<Int, RedisFailure>?) -> Void) {
+    func purgeCache(_ what: ResponseCache.Purge, _ done: @escaping (Int, CachePurge.Outcome) -> Void) {
         cachePurge.run(what, done)
     }
 

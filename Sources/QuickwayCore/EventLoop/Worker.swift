@@ -27,7 +27,7 @@ final class Worker: @unchecked Sendable {
     /// Spare body buffers for proxied answers (loop thread only).
     let spareArrays = ByteArrayPool()
     /// Answers its HTTP/2 clients have not taken yet, over all its connections.
-    let http2AnswerBudget = HTTP2AnswerBudget()
+    private(set) lazy var http2AnswerBudget = HTTP2AnswerBudget(stats: stats)
     /// Above this many open connections an HTTP/1.1 connection gives its buffer objects
     /// back as soon as it is idle, below it at the next sweep
     /// (`HTTP1Connection.dropBuffersSoon`): as many as the pool keeps spare objects for

@@ -135,6 +135,14 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     private var oversizeHeaderBlocks = 0
     /// The session was ended mid-block for a header list far over the limit.
     private var amplificationCut = false
+    /// Decoded bytes of the header block being received (any stream, request or trailers):
+    /// blocks are never interleaved (RFC 9113 6.10), and a block past twice the limit
+    /// ends the connection whatever its stream's state.
+    private var blockBytes = 0
+    /// Coarse milliseconds when the client last took answer bytes on any stream.
+    private var lastTaken: Int64
+    /// Counted in the worker's budget's connections (once; undone at close).
+    private var inBudget = true
     /// Request body bytes held by streams not yet answered.
     @exclusivity(unchecked) private var requestBodyBytes = 0
     /// Streams in the pipeline whose answers are not all taken by nghttp2 yet; at most
@@ -171,6 +179,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         input = transport.input
         output = transport.output
         idleSince = Clock.coarseMillis()
+        lastTaken = idleSince
+        answerBudget.connectionOpened()
         framePages.initialize(to: qw_idle_pages(block: nil, length: 0, tried: 0))
         super.init()
         transport.user = self
@@ -263,6 +273,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     override func transportClosed() {
         closing = true
         pendingChanged(-pendingBytes)
+        if inBudget { inBudget = false; answerBudget.connectionClosed() }
         var open = streams
         for (id, s) in detached { open[id] = s }
         streams.removeAll()
@@ -396,16 +407,19 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// (references to one large table entry cost far more to decode than to send), and
     /// the connection ends at once, mid-block, before the rest is decoded.
     fileprivate func header(_ id: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> HeaderVerdict {
-        guard let s = lookup(id), s.phase == .headers else { return .go }   // trailers are dropped
-        s.fields.add(name: name, value: value)
-        if s.fields.refusal == .tooLarge && s.fields.listBytes > 2 * settings.maxHeaderListBytes {
-            Log.debug("h2 \(transport.peer): a header list past twice max_header_list_bytes; ending the session")
-            s.phase = .refused
+        blockBytes += name.count + value.count + 32
+        if blockBytes > 2 * settings.maxHeaderListBytes {
+            Log.debug("h2 \(transport.peer): a header block past twice max_header_list_bytes; ending the session")
             amplificationCut = true
             return .endConnection
         }
+        guard let s = lookup(id), s.phase == .headers else { return .go }   // trailers are dropped
+        s.fields.add(name: name, value: value)
         return .go
     }
+
+    /// A header block begins (any kind: request, trailers).
+    fileprivate func headerBlockBegins() { blockBytes = 0 }
 
     enum HeaderVerdict { case go, endConnection }
 
@@ -511,7 +525,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     private func dispatch(_ s: HTTP2Stream, _ ex: Exchange) {
         s.phase = .dispatched
-        if activeStreams >= maxActive || (answerBudget.isExceeded && s.tunnel == nil) {
+        s.lastProgress = Clock.coarseMillis()   // (queued since, while in `admission`)
+        if activeStreams >= maxActive || answerBudget.isExceeded {
             admission.append(s)   // waits until an earlier answer has been taken
             return
         }
@@ -562,7 +577,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
                                 headerLines: UnsafeRawBufferPointer(start: lines.utf8Start, count: lines.utf8CodeUnitCount),
                                 length: .known(body.count))
         submit(s, HTTP2ResponseFields(head: head, requestId: id, cacheStatus: nil, age: nil), hasBody: !isHead)
-        if !isHead { s.pending.append(body) }
+        if !isHead {
+            s.pending.append(body)
+            pendingAdded(s, body.count)
+        }
         s.responseEnded = true
         dataAvailable(s, pumpNow: true)
     }
@@ -571,11 +589,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         guard let s = streams.removeValue(forKey: id) else { return }
         if lastStream === s { lastStream = nil }
         s.onWritable = nil
+        uncountPending(s, s.countedPending)
         if let t = s.tunnel {
             s.tunnel = nil
             t.close()
-        } else {
-            pendingChanged(-s.pending.readableBytes)
         }
         s.pending.clear()
         s.pending.releaseStorage()
@@ -644,7 +661,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         if n > 0 {
             memcpy(buf, s.pending.readable.baseAddress!, n)
             s.pending.consume(n)
-            if s.tunnel == nil { pendingChanged(-n) }
+            uncountPending(s, n)
+            lastTaken = Clock.coarseMillis()
             s.takenSinceProgress += n
             if s.takenSinceProgress >= HTTP2Codec.progressBytes || s.pending.isEmpty {
                 s.takenSinceProgress = 0
@@ -769,19 +787,34 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     }
 
     /// A stream took answer bytes into its `pending` buffer.
-    func pendingAdded(_ n: Int) { pendingChanged(n) }
+    /// Counted into the connection's and the worker's budgets, and remembered on the
+    /// stream (`countedPending`), so only what was counted is ever taken off again: a
+    /// tunnel's bytes are not counted, and an error answer's are.
+    func pendingAdded(_ s: HTTP2Stream, _ n: Int) {
+        s.countedPending += n
+        pendingChanged(n)
+    }
+
+    /// Takes up to `n` counted bytes of `s` off the budgets.
+    @inline(__always) private func uncountPending(_ s: HTTP2Stream, _ n: Int) {
+        let counted = min(n, s.countedPending)
+        guard counted > 0 else { return }
+        s.countedPending -= counted
+        pendingChanged(-counted)
+    }
 
     /// The one place `pendingBytes` moves, and the worker's budget with it.
     @inline(__always) private func pendingChanged(_ n: Int) {
         pendingBytes += n
         answerBudget.add(n)
+        assert(pendingBytes >= 0 && answerBudget.held >= 0, "answer budget accounting drifted")
     }
 
     func responseAborted(_ s: HTTP2Stream, _ exchange: Exchange) {
         worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
         releaseBody(s, exchange)
         if !detached.isEmpty && detached.removeValue(forKey: s.id) != nil { return }   // (no hashing when empty)
-        pendingChanged(-s.pending.readableBytes)
+        uncountPending(s, s.countedPending)
         s.pending.clear()
         if let session { nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_INTERNAL_ERROR.rawValue) }
         pump()
@@ -846,13 +879,22 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         // An answer the client does not take is reset after a short stall (shorter still
         // over the connection's or the worker's budget), and a tunnel whose relay has ended
         // waits a moment for the client's end of stream, then is reset too.
-        let overBudget = pendingBytes > HTTP2Codec.connectionBudget || answerBudget.isExceeded
+        // Over the connection's budget, or holding more than its fair share of an exceeded
+        // worker budget: short stalls. Otherwise a stream waits on its client until the
+        // connection as a whole has taken nothing for `stallMillis` (many streams sharing a
+        // slow link each make little progress, and are not at fault).
+        let overShare = answerBudget.isExceeded && pendingBytes > answerBudget.fairShare
+        let overBudget = pendingBytes > HTTP2Codec.connectionBudget || overShare
+        let connectionStalled = now - lastTaken >= HTTP2Codec.stallMillis
+        var largest: HTTP2Stream?
         for s in Array(streams.values) {
             var limit: Int64
             if s.phase == .headers || s.phase == .body {
                 limit = worker.limits.clientHeaderTimeoutMillis
             } else if !s.pending.isEmpty {
-                limit = min(worker.limits.clientIdleTimeoutMillis, overBudget ? HTTP2Codec.stallWhenOverBudgetMillis : HTTP2Codec.stallMillis)
+                if largest == nil || s.countedPending > largest!.countedPending { largest = s }
+                limit = worker.limits.clientIdleTimeoutMillis
+                if overBudget { limit = min(limit, HTTP2Codec.stallWhenOverBudgetMillis) } else if connectionStalled { limit = min(limit, HTTP2Codec.stallMillis) }
             } else if s.endStreamSent && !s.requestEnded {
                 limit = HTTP2Codec.tunnelCloseGraceMillis
             } else {
@@ -860,6 +902,20 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             }
             if now - s.lastProgress >= limit, let session {
                 nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_CANCEL.rawValue)
+            }
+        }
+        // The worker's budget exceeded for a while: the connections over their share shed
+        // their largest answer, progress or not, until it is back under.
+        if overShare, answerBudget.exceededSince != 0, now - answerBudget.exceededSince >= HTTP2Codec.stallWhenOverBudgetMillis,
+           let big = largest, let session {
+            nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), big.id, NGHTTP2_CANCEL.rawValue)
+        }
+        // Streams queued for the pipeline too long (the budget stayed exceeded): 503.
+        if !admission.isEmpty {
+            let waited = admission.filter { now - $0.lastProgress >= worker.limits.clientHeaderTimeoutMillis }
+            for s in waited {
+                admission.removeAll { $0 === s }
+                if let ex = s.exchange { ex.respondError(.overloaded, "too many answers waiting for HTTP/2 clients to read them; try again shortly") }
             }
         }
         admit()
@@ -887,6 +943,7 @@ private func connection(_ p: UnsafeMutableRawPointer?) -> HTTP2Connection {
 
 private let h2OnBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, user in
     guard let frame else { return 0 }
+    connection(user).headerBlockBegins()
     if frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) && frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST {
         connection(user).beginStream(frame.pointee.hd.stream_id)
     }

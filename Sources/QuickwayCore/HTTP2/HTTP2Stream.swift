@@ -42,6 +42,8 @@ final class HTTP2Stream: ResponseSink {
     @exclusivity(unchecked) var tunnelEnded = false
     /// A frame with END_STREAM went out for this stream (our side is closed).
     @exclusivity(unchecked) var endStreamSent = false
+    /// Bytes of `pending` counted into the connection's and worker's answer budgets.
+    @exclusivity(unchecked) var countedPending = 0
     /// Response bytes nghttp2 has not taken yet (the window is closed or the connection's
     /// output is full). Taken lazily, given back once empty.
     let pending = ByteBuffer(capacity: 16384, lazy: true)
@@ -73,7 +75,7 @@ final class HTTP2Stream: ResponseSink {
     func sendBody(_ bytes: UnsafeRawBufferPointer, of exchange: Exchange) -> BodyWrite {
         if bytes.count > 0 && !bodyless {
             pending.append(bytes)
-            connection.pendingAdded(bytes.count)
+            connection.pendingAdded(self, bytes.count)
             connection.dataAvailable(self, pumpNow: exchange.isStreaming)
         }
         return pending.readableBytes < HTTP2Codec.streamHighWater ? .accepted : .pause

@@ -226,8 +226,10 @@ final class UpstreamRelay: UpstreamCallDelegate {
             if buffersForCache, case .names(let names) = CacheVariant.selector(headerLines: relayLines) {
                 variant = CacheVariant(names: names, head: exchange.head, keyId: exchange.authKeyId)
             }
+            // A coding the fetching request did not accept is the backend's for everyone.
+            let negotiated = CachedResponse.encoding(of: relayLines).map { AcceptEncoding.accepts(exchange.head, coding: $0) } ?? true
             finish(.upstream(CachedResponse(status: upstreamStatus, reason: upstreamReason, headerLines: relayLines, body: body,
-                                            receivedAt: Clock.wallSeconds(), variant: variant)))
+                                            receivedAt: Clock.wallSeconds(), variant: variant, encodingNegotiated: negotiated)))
         case .failed(let failure):
             let message = failure.message
             if streaming {

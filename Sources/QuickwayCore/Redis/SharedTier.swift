@@ -156,8 +156,10 @@ final class SharedTier {
     static let purgeScript = """
         local pfx, mode, want = ARGV[1], ARGV[2], ARGV[3]
         local cursor, n = "0", 0
+        local pattern = pfx .. "*"
+        if mode == "url" then pattern = pfx .. (string.gsub(want, "[%*%?%[%]\\\\]", "\\\\%0")) .. "*" end
         repeat
-          local r = redis.call("SCAN", cursor, "MATCH", pfx .. "*", "COUNT", 1000)
+          local r = redis.call("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
           cursor = r[1]
           for _, k in ipairs(r[2]) do
             local hit = mode == "all"

@@ -101,7 +101,8 @@ public struct StatsSnapshot {
         let h2c = counter(.http2Connections), h2r = counter(.http2Requests)
         var s = "\"protocols\":{\"http/1.1\":{\"connections\":\(max(0, counter(.accepted) - h2c)),\"requests\":\(max(0, started - h2r))},"
         s += "\"h2\":{\"connections\":\(h2c),\"requests\":\(h2r),\"streams_reset_by_client\":\(counter(.http2StreamsReset)),"
-        s += "\"goaways_sent\":\(counter(.http2Goaways)),\"protocol_errors\":\(counter(.http2ProtocolErrors))}},"
+        s += "\"goaways_sent\":\(counter(.http2Goaways)),\"protocol_errors\":\(counter(.http2ProtocolErrors)),"
+        s += "\"answer_bytes_held\":\(counter(.http2AnswerBytesHeld))}},"
         return s
     }
 

@@ -35,6 +35,8 @@ public final class WorkerStats {
         case http2Goaways
         /// Connections ended for a protocol error or a flood (bad preface, rapid reset, ...).
         case http2ProtocolErrors
+        /// A gauge: answer bytes HTTP/2 clients have not taken yet (`HTTP2AnswerBudget`).
+        case http2AnswerBytesHeld
         /// TLS handshake failures by reason.
         case tlsFailedNotTLS, tlsFailedVersion, tlsFailedCipher, tlsFailedALPN, tlsFailedClosed, tlsFailedOther
 
@@ -145,6 +147,8 @@ public final class WorkerStats {
     public func http2StreamReset() { count(.http2StreamsReset) }
     public func http2GoawaySent() { count(.http2Goaways) }
     public func http2ProtocolError() { count(.http2ProtocolErrors) }
+    /// Moves a gauge kept among the connection counters.
+    @inline(__always) func add(_ c: ConnectionCounter, _ n: Int) { qw_counter_add(cells + Slot.connectionCounters + c.rawValue, Int64(n)) }
     @inline(__always) public func authAccepted() { qw_counter_add(cells + Slot.authAccepted, 1) }
     @inline(__always) public func authRejected(_ r: AuthRejection) { qw_counter_add(cells + Slot.authRejected + r.rawValue, 1) }
 

@@ -158,12 +158,29 @@ enum UpstreamRequestHeaders {
     }
 
     /// A forwarding header a client may have sent: `X-Forwarded-*`, `X-Original-*`,
-    /// `X-Real-IP`, `X-Host` (`Forwarded` is in `isDropped`). The gateway writes its own.
+    /// `X-Real-IP`, `X-Host`, and the client-address headers that frameworks and CDNs read
+    /// (`X-Client-IP`, `True-Client-IP`, `CF-Connecting-IP`, `Fastly-Client-IP`,
+    /// `X-Cluster-Client-IP`, `Client-IP`, `X-Forwarded`, `Forwarded-For`; `Forwarded` is in
+    /// `isDropped`). The gateway writes its own.
     static func isForwarding(_ raw: UnsafeRawBufferPointer, _ n: Range<Int>) -> Bool {
-        guard n.count >= 6 else { return false }
-        if n.count > 12 && named(raw, n.lowerBound..<(n.lowerBound + 12), "x-forwarded-") { return true }
-        if n.count > 11 && named(raw, n.lowerBound..<(n.lowerBound + 11), "x-original-") { return true }
-        return named(raw, n, "x-real-ip") || named(raw, n, "x-host")
+        switch n.count {
+        case 6: return named(raw, n, "x-host")
+        case 9: return named(raw, n, "x-real-ip") || named(raw, n, "client-ip")
+        case 11: return named(raw, n, "x-client-ip") || named(raw, n, "x-forwarded")
+        case 13: return named(raw, n, "forwarded-for") || prefixed(raw, n, "x-forwarded-") || prefixed(raw, n, "x-original-")
+        case 14: return named(raw, n, "true-client-ip") || prefixed(raw, n, "x-forwarded-") || prefixed(raw, n, "x-original-")
+        case 16: return named(raw, n, "cf-connecting-ip") || named(raw, n, "fastly-client-ip") || prefixed(raw, n, "x-forwarded-")
+            || prefixed(raw, n, "x-original-")
+        case 19: return named(raw, n, "x-cluster-client-ip") || prefixed(raw, n, "x-forwarded-") || prefixed(raw, n, "x-original-")
+        case ..<12: return false
+        default: return prefixed(raw, n, "x-forwarded-") || prefixed(raw, n, "x-original-")
+        }
+    }
+
+    /// The name is longer than `literal` and starts with it (with `_` read as `-`).
+    @inline(__always)
+    private static func prefixed(_ raw: UnsafeRawBufferPointer, _ n: Range<Int>, _ literal: StaticString) -> Bool {
+        n.count > literal.utf8CodeUnitCount && named(raw, n.lowerBound..<(n.lowerBound + literal.utf8CodeUnitCount), literal)
     }
 
     /// A header name equals a gateway-managed one, with `_` read as `-`: with

@@ -22,6 +22,20 @@ final class RouteStage: RequestStage {
         }
     }
 
+    /// The path as Tomcat, Jetty and Spring read it: each `;` and what follows it up to the
+    /// next `/` removed (`/a;x=1/b;y` is `/a/b`).
+    static func withoutPathParameters(_ path: UnsafeRawBufferPointer) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(path.count)
+        var skipping = false
+        for c in path {
+            if c == UInt8(ascii: ";") { skipping = true; continue }
+            if c == UInt8(ascii: "/") { skipping = false }
+            if !skipping { out.append(c) }
+        }
+        return out
+    }
+
     func run(_ ctx: ProxyContext) -> StageResult {
         ctx.withHead { route(ctx, $0) }
     }
@@ -35,8 +49,17 @@ final class RouteStage: RequestStage {
             switch routes.table.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path) {
             case .route(let i):
                 let route = routes.routes[i]
-                if !route.config.allowPathParams, path.contains(UInt8(ascii: ";")) {
-                    return .refuse(.badRequest, "the path must not contain ; (path parameters): the backend could read another path than the one routed")
+                if path.count > 0, memchr(path.baseAddress!, Int32(UInt8(ascii: ";")), path.count) != nil {
+                    guard route.config.allowPathParams else {
+                        return .refuse(.badRequest, "the path must not contain ; (path parameters): the backend could read another path than the one routed")
+                    }
+                    // Allowed here, but what a servlet container reads (the parameters
+                    // removed) must be this route's path too, not a guarded route's.
+                    let bare = Self.withoutPathParameters(path)
+                    let again = bare.withUnsafeBytes { routes.table.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: $0) }
+                    if again != .route(i) {
+                        return .refuse(.badRequest, "the path without its ; parameters belongs to another route: the backend could read another path than the one routed")
+                    }
                 }
                 if head.encodedSlashInPath && !route.config.allowEncodedSlashes {
                     return .refuse(.badRequest, "the path must not contain an encoded / or \\ (%2F, %5C): the backend could read another path than the one routed")

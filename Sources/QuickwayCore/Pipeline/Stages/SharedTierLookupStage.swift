@@ -13,7 +13,9 @@ final class SharedTierLookupStage: RequestStage {
         ctx.waiting = .redis
         tier.lookup(plan.key) { found in
             ctx.waiting = .nothing
-            if let (response, ttl) = found {
+            // An entry this caller may not be given (another `Content-Encoding`, a `Vary`
+            // value) is a miss here.
+            if let (response, ttl) = found, response.suits(ctx.exchange.head, keyId: ctx.exchange.authKeyId) {
                 ctx.pipeline.answer(ctx, .sharedTier(response, ttlMillis: ttl))
                 return
             }
