@@ -227,6 +227,13 @@ def test_quickway_sign_agrees_with_independent_client():
                          env={**os.environ, "S": "s3cr3t"})
     assert out.stdout.startswith("curl -sS -X GET -H 'Authorization: QW1-HMAC-SHA256 Key=ios-app, Timestamp=")
     assert out.stdout.strip().endswith("'http://127.0.0.1:1/x'")
+    # What the gateway would refuse (400) is refused by the signer with the same words,
+    # not signed (issue 30: it signed a raw + the gateway then refused).
+    for url, words in (("http://h/x?a=1+2", "a raw + in the query of a signed call is ambiguous"),
+                       ("http://h/x?to=b&to=a", "values of a repeated name in canonical order")):
+        out = subprocess.run([quickway_binary(), "sign", "--key", "ios-app", "--secret-env", "S", "--salt", "pepper", "--url", url],
+                             capture_output=True, text=True, timeout=10, env={**os.environ, "S": "s3cr3t"})
+        assert out.returncode == 2 and words in out.stderr and out.stdout == "", (url, out)
 
 
 SIGV4_CONFIG = """
