@@ -20,13 +20,8 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "Tests", "integration"))
-from harness import free_port, wait_until  # noqa: E402
+from harness import admin_healthy as _up, cpu_seconds as cpu, free_port, wait_until  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
-
-
-def cpu(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main():
@@ -79,14 +74,6 @@ routes:
         backend.kill()
         backend.wait()
 
-
-def _up(admin):
-    import urllib.request
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/health", timeout=1) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 if __name__ == "__main__":

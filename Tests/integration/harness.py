@@ -54,6 +54,31 @@ def free_port(host="127.0.0.1", also=()):
     raise RuntimeError("no free port")
 
 
+def rss_kb(pid):
+    """Resident memory of a process, in KiB (VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of a process so far, in seconds."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def admin_healthy(admin_port):
+    """Whether a gateway's admin listener answers /health with 200 (for gateways a test
+    starts itself, outside `Gateway`)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/health", timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness import ROOT, Backend, Gateway, free_port, http_call, wait_until
+from harness import ROOT, Backend, Gateway, cpu_seconds, free_port, http_call, rss_kb, wait_until
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import qw1_client  # noqa: E402
@@ -80,19 +80,6 @@ routes:
 """
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def cpu_seconds(pid):
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def frames_of(data):

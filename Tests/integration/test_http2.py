@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from harness import ROOT, Backend, Gateway, free_port, wait_until
+from harness import ROOT, Backend, Gateway, free_port, rss_kb, wait_until
 
 h2 = pytest.importorskip("h2")
 import h2.config  # noqa: E402
@@ -253,14 +253,6 @@ def frames(data):
 def goaway_code(data):
     """The error code of the first GOAWAY frame (type 7) in a byte stream, or None."""
     return next((int.from_bytes(p[4:8], "big") for t, _, _, p in frames(data) if t == 7 and len(p) >= 8), None)
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def still_serves(g):

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from harness import Backend, Gateway, free_port, quickway_binary, wait_until
+from harness import Backend, Gateway, admin_healthy as _up, free_port, quickway_binary, wait_until
 
 CONFIG = """
 listen: 127.0.0.1:{PORT}
@@ -348,10 +348,3 @@ def test_out_of_descriptors_is_the_gateways_fault_not_the_backends(backend, tmp_
         proc.terminate()
         proc.wait(20)
 
-
-def _up(admin):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/health", timeout=1) as r:
-            return r.status == 200
-    except OSError:
-        return False
