@@ -207,11 +207,14 @@ public struct WebSocketFrameParser: Sendable {
         try checkInflated(ok, inflater)
     }
 
+    /// The limit first: what was inflated before bad data is the same however the bytes
+    /// came split, but whether the bad data is reached in the same call is not (a call
+    /// stops once past the limit), so a message past the limit is 1009 either way.
     private func checkInflated(_ ok: Bool, _ inflater: MessageInflater) throws(WebSocketViolation) {
-        if !ok { throw WebSocketViolation(WebSocketCloseCode.invalidPayload, "compressed message is not valid DEFLATE data") }
         if inflater.produced > maxMessageBytes {
             throw WebSocketViolation(WebSocketCloseCode.messageTooBig, "message inflates to more than \(maxMessageBytes) bytes")
         }
+        if !ok { throw WebSocketViolation(WebSocketCloseCode.invalidPayload, "compressed message is not valid DEFLATE data") }
     }
 
     /// Data frame `h` has had all its payload: the next bytes are a header; its FIN ends the message.
