@@ -76,7 +76,7 @@ cache: { max_object_bytes: 1MiB }
 services:
   api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2] }
 routes:
-  - { name: cached, match: { path_prefix: /c/ }, service: api, cache: { ttl: 300s } }
+  - { name: cached, match: { path_prefix: /c/ }, service: api, strip_prefix: true, cache: { ttl: 300s } }
 """
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

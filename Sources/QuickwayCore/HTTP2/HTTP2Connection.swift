@@ -20,7 +20,7 @@ enum HTTP2Codec {
     static let connectionBudget = 8 * 1024 * 1024
     /// Per worker: answers held for every HTTP/2 client that has not taken them yet
     /// (`HTTP2AnswerBudget`).
-    static let workerBudget = 24 * 1024 * 1024
+    static let workerBudget = 8 * 1024 * 1024
     /// A stream whose answer makes no progress for this long is reset, whatever the budget
     /// (a client that opens a window of zero must not hold an answer for the idle timeout).
     static let stallMillis: Int64 = 10_000
