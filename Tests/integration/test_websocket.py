@@ -776,3 +776,39 @@ def test_an_h2_tunnel_ended_by_the_relay_leaves_no_connection_behind(gw):
         left = time.monotonic()
         wait_until(lambda: gw.stats()["connections"] <= base, timeout=3, what="the connection count back to its baseline")
         assert time.monotonic() - left < 3
+
+
+def test_max_message_bytes_holds_on_the_inflated_size(gw):
+    """Attack round 3, item 11: with permessage-deflate a 200 kB message passed a 64 KiB
+    limit (only its compressed bytes were counted), and a small frame could inflate to
+    gigabytes at the backend. The gateway now inflates (into a scratch buffer, bounded by
+    the limit) to count, and closes with 1009."""
+    with connect(url(gw, "/ws/echo"), ping_interval=None, max_size=None) as ws:
+        assert "permessage-deflate" in ws.response.headers.get("Sec-WebSocket-Extensions", "")
+        small = "ok " * 1000                      # 3 kB, well under the limit: passes
+        ws.send(small)
+        assert ws.recv(timeout=5) == small
+        ws.send("a" * 200_000)                    # a few hundred bytes on the wire, 200 kB inflated
+        with pytest.raises(ConnectionClosed) as e:
+            ws.recv(timeout=5)
+        assert e.value.rcvd is not None and e.value.rcvd.code == 1009, e.value
+    # A bomb in many fragments: 64 MB of zeros compressed to ~64 kB, as raw frames.
+    import zlib
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    data = c.compress(b"\0" * (64 << 20)) + c.flush(zlib.Z_SYNC_FLUSH)
+    assert data.endswith(b"\x00\x00\xff\xff")
+    data = data[:-4]
+    s, head, rest = raw_handshake(gw, extra="Sec-WebSocket-Extensions: permessage-deflate\r\n")
+    try:
+        assert " 101 " in head.split("\r\n")[0] and "permessage-deflate" in head, head
+        pieces = [data[i:i + 8192] for i in range(0, len(data), 8192)]
+        out = frame(2, pieces[0], fin=len(pieces) == 1, rsv=0x40)
+        for k, p in enumerate(pieces[1:], 1):
+            out += frame(0, p, fin=k == len(pieces) - 1)
+        try:
+            s.sendall(out)
+        except OSError:
+            pass   # closed before all of it went: fine, the close code says why
+        assert FrameReader(s, rest).close_code() == 1009
+    finally:
+        s.close()
