@@ -163,11 +163,20 @@ def main():
                       "unexpected": len(unexpected), "first_unexpected": unexpected[:5],
                       "rss_mib_after_warmup": [round(warm[0][1] / 1024, 1), round(warm[-1][1] / 1024, 1)],
                       "rss_growth_mib_after_warmup": round(growth, 1),
-                      "fds_first_last": [samples[0][2], samples[-1][2]], "access_log_lines": lines}, indent=1))
+                      "fds_first_last": [samples[0][2], samples[-1][2]],
+                      "fds_max_first3_min_last3": [max(x[2] for x in samples[:3]), min(x[2] for x in samples[-3:])],
+                      "access_log_lines": lines}, indent=1))
     if os.path.exists(log):
         os.remove(log)
     memory_ok = a.sanitizer_build or growth < 16
-    ok = not unexpected and memory_ok and samples[-1][2] <= samples[0][2] + 8 and lines == total
+    # Every table's descriptors are counted, and the client and upstream sockets in flight
+    # make a sample swing by 10-20 (seen: 69 to 92 in one 90 s run with no leak), so a leak
+    # is what stays above the start: the lowest of the last three samples against the
+    # highest of the first three.
+    first = max(x[2] for x in samples[:3])
+    last = min(x[2] for x in samples[-3:])
+    fds_ok = last <= first + 8
+    ok = not unexpected and memory_ok and fds_ok and lines == total
     print("SOAK", "PASSED" if ok else "FAILED")
     return 0 if ok else 1
 
