@@ -92,6 +92,22 @@ def frames_of(data):
         i += 9 + n
     return out
 
+def read_frames_until(s, done, timeout):
+    """Reads HTTP/2 frames from `s` until `done(frames)` holds, the peer closes or
+    `timeout` seconds pass; returns the frames read."""
+    s.settimeout(0.5)
+    data = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not done(frames_of(data)):
+        try:
+            b = s.recv(65536)
+        except socket.timeout:
+            continue
+        if not b:
+            break
+        data += b
+    return frames_of(data)
+
 
 @pytest.fixture()
 def h2_gateway(backend):
@@ -148,18 +164,10 @@ def test_a_stalled_stream_is_reset_whatever_the_budget(h2_gateway):
                   + HeadersFrame(1, enc.encode([(":method", "GET"), (":path", "/c/sized/200000/stall"), (":scheme", "http"),
                                                 (":authority", "a")]), flags=["END_HEADERS", "END_STREAM"]).serialize())
         t0 = time.monotonic()
-        data = b""
-        s.settimeout(0.5)
-        while time.monotonic() - t0 < 25 and not any(t == 3 and sid == 1 for t, sid, _ in frames_of(data)):
-            try:
-                b = s.recv(65536)
-            except socket.timeout:
-                continue
-            if not b:
-                break
-            data += b
+        reset = lambda frames: any(t == 3 and sid == 1 for t, sid, _ in frames)
+        frames = read_frames_until(s, reset, 25)
         elapsed = time.monotonic() - t0
-        assert any(t == 3 and sid == 1 for t, sid, _ in frames_of(data)), "stream never reset"
+        assert reset(frames), "stream never reset"
         assert elapsed < 20, elapsed
     finally:
         s.close()
@@ -228,18 +236,8 @@ def test_repeated_oversize_header_blocks_end_the_connection(h2_gateway):
                                                       (":authority", "a"), ("x-big", "a" * 8100), ("x-big2", "b" * 8100)],
                                                      huffman=False), flags=["END_HEADERS", "END_STREAM"]).serialize()
         s.sendall(out)
-        s.settimeout(0.5)
-        data = b""
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not any(t == 7 for t, _, _ in frames_of(data)):
-            try:
-                b = s.recv(65536)
-            except socket.timeout:
-                continue
-            if not b:
-                break
-            data += b
-        goaways = [p for t, _, p in frames_of(data) if t == 7]
+        frames = read_frames_until(s, lambda frames: any(t == 7 for t, _, _ in frames), 10)
+        goaways = [p for t, _, p in frames if t == 7]
         assert goaways and int.from_bytes(goaways[0][4:8], "big") == 0xB, "no GOAWAY ENHANCE_YOUR_CALM"
     finally:
         s.close()
