@@ -12,8 +12,7 @@ final class FlightTableTests: XCTestCase {
 
     override func setUpWithError() throws {
         for i in 0..<3 {
-            let w = try Worker(id: i, name: "flight-test-\(i)", listen: ListenAddress(host: "127.0.0.1", port: 0),
-                               limits: LimitsConfig(), maxConnections: 4, routeCount: 0)
+            let w = try Worker(id: i, name: "flight-test-\(i)", limits: LimitsConfig(), maxConnections: 4, routeCount: 0)
             w.start()
             workers.append(w)
             let seen = Cancels()

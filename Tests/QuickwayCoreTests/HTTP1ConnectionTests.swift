@@ -38,6 +38,8 @@ final class HTTP1ConnectionTests: XCTestCase {
     private var handler: Handler!
     private var client: Int32 = -1
     private var connection: HTTP1Connection<TCPTransport>!
+    /// The stream layer the codec hands its requests to (with `handler`).
+    private var layer: StreamLayer!
 
     override func setUpWithError() throws {
         loop = try LoopHarness()
@@ -50,11 +52,12 @@ final class HTTP1ConnectionTests: XCTestCase {
         var tv = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         let (worker, handler) = (loop.worker, handler!)
+        let layer = StreamLayer(workerId: worker.id, stats: worker.stats, limits: worker.limits, handler: handler)
+        self.layer = layer
         connection = loop.onLoop {
-            worker.setHandler(handler)
             let transport = TCPTransport(fd: server, peer: "127.0.0.9", base: worker.base, readAheadLimit: 16384 + 65536,
                                          pool: worker.bufferPool)
-            return HTTP1Connection(transport: transport, worker: worker)
+            return HTTP1Connection(transport: transport, worker: worker, layer: layer)
         }
     }
 
@@ -272,8 +275,8 @@ final class HTTP1ConnectionTests: XCTestCase {
             }
         }
         let big = Big()
-        let w = loop.worker
-        loop.onLoop { w.setHandler(big) }
+        let layer = self.layer!
+        loop.onLoop { layer.install(big) }
         write(String(repeating: "GET /x HTTP/1.1\nHost: a\n\n", count: 64))
         // The socket pair's buffers take some; the codec then stops parsing.
         loop.wait("some requests are handled") { big.handled > 0 }

@@ -121,8 +121,9 @@ final class HTTP2CodecTests: XCTestCase {
     func testAResponseHeadBecomesHTTP2Fields() {
         let lines = Array("Content-Type: text/plain\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 99\r\nX-Mixed-Case:  v  \r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n".utf8)
         lines.withUnsafeBytes { raw in
-            let f = HTTP2ResponseFields(head: ResponseHead(status: 200, reason: nil, headerLines: raw, length: .known(12)),
-                                        requestId: RequestId(Array("rid-1".utf8)), cacheStatus: "HIT", age: 3)
+            let f = HTTP2ResponseFields(head: ResponseHead(status: 200, reason: nil, headerLines: raw, length: .known(12),
+                                                                  requestId: RequestId(Array("rid-1".utf8)), cacheStatus: "HIT", age: 3,
+                                                                  carriesBody: true))
             XCTAssertEqual(f.value(of: ":status"), "200")
             XCTAssertEqual(f.value(of: "content-type"), "text/plain")
             XCTAssertEqual(f.value(of: "x-mixed-case"), "v")
@@ -138,11 +139,11 @@ final class HTTP2CodecTests: XCTestCase {
             XCTAssertEqual(f.value(of: "age"), "3")
             for field in f.fields { XCTAssertFalse(f.bytes[field.name].contains { $0 >= 0x41 && $0 <= 0x5A }) }
         }
-        let noBody = HTTP2ResponseFields(head: ResponseHead(status: 204, reason: nil, headerLines: nil, length: .known(0)),
-                                         requestId: RequestId([0x61]), cacheStatus: nil, age: nil)
+        let noBody = HTTP2ResponseFields(head: ResponseHead(status: 204, reason: nil, headerLines: nil, length: .known(0),
+                                                                   requestId: RequestId([0x61]), carriesBody: false))
         XCTAssertNil(noBody.value(of: "content-length"))
-        let streamed = HTTP2ResponseFields(head: ResponseHead(status: 200, reason: nil, headerLines: nil, length: .unknown),
-                                           requestId: RequestId([0x61]), cacheStatus: nil, age: nil)
+        let streamed = HTTP2ResponseFields(head: ResponseHead(status: 200, reason: nil, headerLines: nil, length: .unknown,
+                                                                     requestId: RequestId([0x61]), carriesBody: true))
         XCTAssertNil(streamed.value(of: "content-length"))
     }
 

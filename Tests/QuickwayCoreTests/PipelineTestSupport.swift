@@ -17,21 +17,29 @@ final class RecordingSink: ResponseSink {
     /// The exchange being answered, held until its response ends, as a codec holds it.
     var exchange: Exchange?
 
-    func sendHead(_ head: ResponseHead, of exchange: Exchange) {
+    /// The gateway's own fields of the last head (written by the exchange, not the sink).
+    var requestId: String?
+    var cacheStatus: String?
+    var age: Int?
+
+    func sendHead(_ head: ResponseHead) {
         heads += 1
         status = head.status
+        requestId = head.requestId.string
+        cacheStatus = head.cacheStatus.map { "\($0)" }
+        age = head.age
         headerLines = head.headerLines.map { String(decoding: $0, as: UTF8.self) } ?? ""
         length = head.length
     }
 
-    func sendBody(_ bytes: UnsafeRawBufferPointer, of exchange: Exchange) -> BodyWrite {
+    func sendBody(_ bytes: UnsafeRawBufferPointer) -> BodyWrite {
         body.append(contentsOf: bytes)
         return body.count >= pauseAfterBytes ? .pause : .accepted
     }
 
     func whenWritable(_ resume: @escaping () -> Void) { onWritable = resume }
-    func sendEnd(of exchange: Exchange) { ended = true; self.exchange = nil }
-    func sendAbort(of exchange: Exchange) { aborted = true; self.exchange = nil }
+    func sendEnd() { ended = true; self.exchange = nil }
+    func sendAbort() { aborted = true; self.exchange = nil }
 
     var bodyString: String { String(decoding: body, as: UTF8.self) }
 }
@@ -146,8 +154,7 @@ final class LoopHarness {
     let worker: Worker
 
     init() throws {
-        worker = try Worker(id: 0, name: "pipeline-test", listen: ListenAddress(host: "127.0.0.1", port: 0),
-                            limits: LimitsConfig(), maxConnections: 16, routeCount: 8)
+        worker = try Worker(id: 0, name: "pipeline-test", limits: LimitsConfig(), maxConnections: 16, routeCount: 8)
         worker.ownDescriptorTable = false   // the tests hand the loop socket pairs made here
         worker.start()
     }

@@ -7,10 +7,8 @@ import XCTest
 /// (the bound and set are ours: spec/admin-and-errors.md asks only for "a sane one"), else replaced.
 final class RequestIdTests: XCTestCase {
     func testGeneratedIdsCountUpInDecimalAfterTheProcessAndWorkerPrefix() throws {
-        let loop = try LoopHarness()
-        defer { loop.stop() }
-        let worker = loop.worker
-        let ids = loop.onLoop { (1...101).map { _ in worker.newRequestId().string } }
+        let worker = StreamLayer(workerId: 0, stats: WorkerStats(routeCount: 0), limits: LimitsConfig(), handler: NoHandler())
+        let ids = (1...101).map { _ in worker.newRequestId().string }
         let parts = ids[0].split(separator: "-")
         XCTAssertEqual(parts.count, 3, ids[0])
         XCTAssertTrue(parts[0].allSatisfy { $0.isHexDigit } && parts[0].count == 12, ids[0])
@@ -43,13 +41,11 @@ final class RequestIdTests: XCTestCase {
     }
 
     func testAClientIdIsKeptOnlyWhenItIsShortAndPlain() throws {
-        let loop = try LoopHarness()
-        defer { loop.stop() }
-        let worker = loop.worker
+        let worker = StreamLayer(workerId: 0, stats: WorkerStats(routeCount: 0), limits: LimitsConfig(), handler: NoHandler())
         func id(_ value: String) -> String {
-            loop.onLoop { worker.requestId(from: parsedHead("GET / HTTP/1.1\nHost: a\nX-Request-Id: \(value)\n\n")).string }
+            worker.requestId(from: parsedHead("GET / HTTP/1.1\nHost: a\nX-Request-Id: \(value)\n\n")).string
         }
-        let generated = loop.onLoop { worker.newRequestId().string }
+        let generated = worker.newRequestId().string
         let prefix = generated.split(separator: "-").prefix(2).joined(separator: "-") + "-"
         let longest = String(repeating: "a", count: 128)
         XCTAssertEqual(id("abc-DEF_1.2:3"), "abc-DEF_1.2:3")
@@ -59,7 +55,13 @@ final class RequestIdTests: XCTestCase {
             XCTAssertNotEqual(got, refused)
             XCTAssertTrue(got.hasPrefix(prefix), got)
         }
-        let none = loop.onLoop { worker.requestId(from: parsedHead("GET / HTTP/1.1\nHost: a\n\n")).string }
+        let none = worker.requestId(from: parsedHead("GET / HTTP/1.1\nHost: a\n\n")).string
         XCTAssertEqual(none.split(separator: "-").count, 3, none)
     }
+}
+
+/// A handler for a stream layer whose requests a test never dispatches.
+final class NoHandler: RequestHandler {
+    func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? { nil }
+    func handle(_ exchange: Exchange) {}
 }

@@ -76,8 +76,7 @@ final class SharedCounterTests: XCTestCase {
     /// reads the flag: the loop stops.
     func testWorkerDrainRequestedFromOtherThreads() throws {
         for round in 0..<20 {
-            let w = try Worker(id: round, name: "drain-test-\(round)", listen: ListenAddress(host: "127.0.0.1", port: 0),
-                               limits: LimitsConfig(), maxConnections: 4, routeCount: 0)
+            let w = try Worker(id: round, name: "drain-test-\(round)", limits: LimitsConfig(), maxConnections: 4, routeCount: 0)
             w.start()
             // Keep the loop busy reading its flag (every post runs `control`).
             DispatchQueue.concurrentPerform(iterations: 3) { i in

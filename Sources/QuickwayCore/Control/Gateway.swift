@@ -7,8 +7,8 @@ import Foundation
 /// what it may change) builds new handler snapshots; requests in flight keep theirs.
 ///
 /// Thread rules: `config` and the reload state are guarded by `lock` (reloads come from
-/// the signal thread or the admin loop); workers only ever see whole handler snapshots
-/// through `Worker.install`.
+/// the signal thread or the admin loop); workers only ever see whole handler snapshots,
+/// installed on their loops (`install`).
 public final class Gateway {
     /// A proxy worker and what its handler snapshots keep across reloads: its libcurl
     /// multi handle (pooled connections) and its Redis link.
@@ -16,6 +16,8 @@ public final class Gateway {
         let worker: Worker
         let client: UpstreamClient
         let tier: SharedTier?
+        /// Where the worker's codecs hand their requests, with the handler snapshot.
+        var layer: StreamLayer!
     }
 
     private let lock = NSLock()
@@ -96,23 +98,21 @@ public final class Gateway {
         try ListeningSocket.ensureFree(config.listen)
         if let t = config.tlsListen { try ListeningSocket.ensureFree(t.listen) }
         for i in 0..<config.workers {
-            let w = try Worker(id: i, name: "quickway-worker-\(i)", listen: config.listen, limits: config.limits,
-                               maxConnections: config.limits.maxConnections, tlsListen: config.tlsListen?.listen, tlsContext: tls)
+            let w = try Worker(id: i, name: "quickway-worker-\(i)", limits: config.limits, maxConnections: config.limits.maxConnections)
             w.budget = budget
-            w.http2 = config.http2
-            w.maxObjectBytes = config.cache.maxObjectBytes
             w.ownDescriptorTable = config.workersPrivateFDTables
             let client = UpstreamClient(base: w.base)
             let tier = redisTier?.makeTier(base: w.base)
-            let proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
-            w.setHandler(makePipeline(proxyWorker, config: config, authenticator: authenticator))
-            w.onLoopExit = { tier?.link.shutdown(); client.shutdown() }
-            if let log = accessLog { w.accessLog = AccessLogBuffer(log: log) }
+            var proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
+            let layer = try Codecs.serve(w, handler: makePipeline(proxyWorker, config: config, authenticator: authenticator),
+                                         listen: config.listen, tlsListen: config.tlsListen?.listen, tlsContext: tls,
+                                         http2: config.http2, maxObjectBytes: config.cache.maxObjectBytes, accessLog: accessLog)
+            proxyWorker.layer = layer
+            w.onLoopExit = { layer.accessLog?.flush(); tier?.link.shutdown(); client.shutdown() }
             proxyWorkers.append(proxyWorker)
         }
-        admin = try Worker(id: config.workers, name: "quickway-admin", listen: config.admin.listen, limits: config.limits,
-                           maxConnections: 256, routeCount: 0, sharedPort: false)
-        admin.setHandler(AdminHandler(gateway: self))
+        admin = try Worker(id: config.workers, name: "quickway-admin", limits: config.limits, maxConnections: 256, routeCount: 0)
+        try Codecs.serve(admin, handler: AdminHandler(gateway: self), listen: config.admin.listen, shared: false)
         let cp = ControlPlane(worker: admin)
         controlPlane = cp
         let aTier = redisTier?.makeTier(base: admin.base)
@@ -251,7 +251,7 @@ public final class Gateway {
         if let t = applied.tlsListen, old.tlsListen != nil {
             do {
                 let context = try TLSContext(t)
-                for p in proxyWorkers { p.worker.installTLSContext(context) }
+                for p in proxyWorkers { p.worker.listener?.installTLSContext(context) }
                 tlsCertificates = context.certificates
             } catch {
                 Log.error("reload: tls_listen: \(error); keeping the running certificates")
@@ -262,7 +262,8 @@ public final class Gateway {
         services = Self.buildServices(applied, previous: services)
         restartControlPlane()
         for p in proxyWorkers {
-            p.worker.install(makePipeline(p, config: applied, authenticator: authenticator))
+            let install = LoopBound(InstallHandler(layer: p.layer, handler: makePipeline(p, config: applied, authenticator: authenticator)))
+            p.worker.post { install.value.run() }
         }
         Log.level = applied.log.level
         currentConfig = applied
@@ -341,4 +342,13 @@ public final class Gateway {
             Log.info("auth: \(a.scheme.rawValue), \(a.keys.filter { !$0.disabled }.count) active key(s), max_skew \(Units.formatMillis(a.maxSkewMillis)), nonce_ttl \(Units.formatMillis(a.nonceTTLMillis))")
         }
     }
+}
+
+/// A handler snapshot on its way to a worker's loop (`Gateway.reload`): the loop installs
+/// it between requests; requests already started keep their own.
+private final class InstallHandler {
+    let layer: StreamLayer
+    let handler: RequestHandler
+    init(layer: StreamLayer, handler: RequestHandler) { self.layer = layer; self.handler = handler }
+    func run() { layer.install(handler) }
 }

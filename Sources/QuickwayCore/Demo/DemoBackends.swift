@@ -19,8 +19,9 @@ public final class DemoBackends {
         var limits = LimitsConfig()
         limits.drainTimeoutMillis = 2000
         for (i, b) in backends.enumerated() {
-            let w = try Worker(id: i, name: "demo-\(b.address)", listen: b.address, limits: limits, maxConnections: 10_000, sharedPort: false)
-            w.setHandler(DemoHandler(worker: w, name: b.address.description, delayMillis: b.delayMillis))
+            let w = try Worker(id: i, name: "demo-\(b.address)", limits: limits, maxConnections: 10_000)
+            try Codecs.serve(w, handler: DemoHandler(worker: w, name: b.address.description, delayMillis: b.delayMillis),
+                             listen: b.address, shared: false)
             workers.append(w)
         }
     }

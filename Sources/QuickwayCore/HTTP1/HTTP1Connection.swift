@@ -5,14 +5,13 @@ enum HTTP1Codec {
     /// Output beyond this makes streamed bodies pause their producer, and stops request
     /// parsing while pipelined answers pile up unread.
     static let outputHighWater = 256 * 1024
-
-    /// How far ahead a transport for this codec may read: one head plus a 64 KiB read.
-    static func readAheadLimit(_ limits: LimitsConfig) -> Int { limits.maxHeaderBytes + 65536 }
 }
 
 /// The HTTP/1.1 codec of one client connection: turns the transport's bytes into
-/// exchanges (pipelined requests one after another) and writes their responses back as
-/// HTTP/1.1 (status line, `Content-Length` or chunked framing, `Connection`).
+/// requests for the stream layer (pipelined requests one after another) and writes
+/// their responses back as HTTP/1.1 (status line, `Content-Length` or chunked framing,
+/// `Connection`). It translates only: the request's lifecycle (ids, handler, preflight,
+/// body limits, local replies, counting) is the stream layer's.
 ///
 /// Backpressure both ways: request parsing stops while answers pile up unread in the
 /// transport's output (`awaitingDrain`), and a streamed body gets `.pause` from
@@ -26,35 +25,20 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 
     enum Phase { case head, body, responding, closing }
 
-    // Field order keeps the object small (it is most of an idle connection's memory):
-    // references and 8-byte values first, then the parser (whose last field is a flag),
-    // then the one-byte flags and the 4-byte slot packed together.
     let transport: Transport
-    /// Not counted: the worker outlives everything on its loop (its thread holds it until
-    /// the loop has ended and its connections are closed). Held as `Unmanaged` and lent by
-    /// `withWorker` on the request path: a method call on an `unowned(unsafe)` property
-    /// retains and releases it around the call (about 35 instructions each), a checked
-    /// `unowned` at each use.
-    private let workerRef: Unmanaged<Worker>
-    /// The worker, for paths off the request's way (each method call on it is counted).
-    var worker: Worker { workerRef.takeUnretainedValue() }
-    /// The transport's buffers, held directly: a computed property would retain and
-    /// release the buffer on each of the dozens of appends per response. On a
-    /// connection idle between requests they are dropped for the worker's stand-in
-    /// (`dropBuffersSoon`) and taken again when bytes arrive (`transportReadable`).
-    @exclusivity(unchecked) private var input: ByteBuffer
-    @exclusivity(unchecked) private var output: ByteBuffer
+    /// Not counted: the worker outlives everything on its loop.
+    private let workerRef: Uncounted<Worker>
+    var worker: Worker { workerRef.object }
+    /// Not counted: the worker's, which outlives its connections.
+    private let layerRef: Uncounted<StreamLayer>
     private(set) var exchange: Exchange?
-    /// The request body's framing state, boxed: only a request with a body needs it, and
-    /// inline it would add 65 bytes to every connection.
+    /// The request body's framing state, boxed: only a request with a body needs it.
     private var bodyDecoder: BodyDecoderBox?
     /// Monotonic milliseconds after which the sweep acts; 0 for none.
     private(set) var deadline: Int64 = 0
     /// Set by a streaming producer that paused; called once the output drained.
     private var onDrained: (() -> Void)?
-    /// Its methods call nothing that could reach the connection again: exempt from
-    /// run-time exclusivity checks (two a request, with a thread-local lookup each).
-    @exclusivity(unchecked) private var parser: HTTPRequestParser
+    private var parser: HTTPRequestParser
     private(set) var phase = Phase.head
     private var headTimerRunning = false
     private var closeAfterResponse = false
@@ -62,19 +46,23 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     private var needsFlush = false
     /// Request parsing stopped because unread answers filled `output`; resumes on drain.
     private var awaitingDrain = false
-    /// The current response's framing: chunked, and whether its body goes on the wire.
+    /// The current response's framing: chunked, whether its body goes on the wire, and
+    /// whether it is streamed (each piece flushed).
     private var responseChunked = false
     private var responseCarriesBody = true
+    private var responseStreamed = false
+    /// The current request: HTTP/1.0, and a body not read (an answer then closes).
+    private var requestIsHTTP10 = false
+    private var requestBodyUnread = false
     /// The first bytes were checked for HTTP/2 (h2c preface, ALPN `h2`): this connection
     /// stays HTTP/1.1.
     private var protocolSettled = false
     var tableSlot: Int32 = -1
 
-    init(transport: Transport, worker: Worker) {
-        self.workerRef = .passUnretained(worker)
+    init(transport: Transport, worker: Worker, layer: StreamLayer) {
+        workerRef = Uncounted(worker)
+        layerRef = Uncounted(layer)
         self.transport = transport
-        input = transport.input
-        output = transport.output
         parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
                                    allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
         super.init()
@@ -85,21 +73,13 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         deadline = Clock.coarseMillis() + (transport.isReady ? worker.limits.clientIdleTimeoutMillis : worker.limits.clientHeaderTimeoutMillis)
     }
 
+    private var limits: LimitsConfig { workerRef.with { $0.limits } }
+
     // MARK: transport events
 
     func readNow() { transport.readNow() }
 
-    /// Lends the worker to `body` without counting it (`workerRef`).
-    @inline(__always) private func withWorker<R, E: Error>(_ body: (Worker) throws(E) -> R) throws(E) -> R {
-        try workerRef._withUnsafeGuaranteedRef { w in Result { () throws(E) -> R in try body(w) } }.get()
-    }
-
     override func transportReadable(peerClosed: Bool) {
-        if input !== transport.input {
-            // New buffers after an idle spell.
-            input = transport.input
-            output = transport.output
-        }
         if phase == .closing { return }
         if peerClosed {
             // The client hung up (or half-closed): abandon anything pending.
@@ -117,24 +97,24 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 
     /// Before the first request: a client that picked `h2` by ALPN, or opens with the
     /// HTTP/2 preface (h2c with prior knowledge), is handed to the HTTP/2 codec. Only on
-    /// listeners with HTTP/2 (`worker.http2`); elsewhere the preface is a bad request.
+    /// listeners with HTTP/2; elsewhere the preface is a bad request.
     private func choseHTTP2(peerClosed: Bool) -> Bool {
-        guard let h2 = worker.http2, phase == .head else { protocolSettled = true; return false }
+        guard let switches = layerRef.object.switches, let h2 = switches.http2, phase == .head else { protocolSettled = true; return false }
         if transport.negotiatedH2 {
-            worker.switchToHTTP2(from: self, transport: transport, peerClosed: peerClosed)
+            switches.switchToHTTP2(from: self, transport: transport, peerClosed: peerClosed)
             return true
         }
         guard h2.h2c else { protocolSettled = true; return false }
-        switch HTTP2Codec.checkPreface(input.readable) {
+        switch HTTP2Codec.checkPreface(transport.input.readable) {
         case .http2:
-            worker.switchToHTTP2(from: self, transport: transport, peerClosed: peerClosed)
+            switches.switchToHTTP2(from: self, transport: transport, peerClosed: peerClosed)
             return true
         case .needMore where !peerClosed:
-            // A prefix of the preface ("PRI * HTTP/2.0..."): wait, as for a slow head (the
-            // deadline is set once: a byte at a time does not extend it).
+            // A prefix of the preface: wait, as for a slow head (the deadline is set
+            // once: a byte at a time does not extend it).
             if !headTimerRunning {
                 headTimerRunning = true
-                deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
+                deadline = Clock.coarseMillis() + limits.clientHeaderTimeoutMillis
             }
             return true
         case .needMore, .notHTTP2:
@@ -144,10 +124,8 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     }
 
     override func transportDrained() {
-        // The block goes back now; the buffer objects too when many connections are
-        // open, else at the next sweep (`dropBuffersSoon`).
         if exchange == nil && phase == .head {
-            output.releaseStorage()
+            transport.output.releaseStorage()
             if !processing { dropBuffersSoon() }
         }
         if let drained = onDrained {
@@ -163,7 +141,6 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     override func transportClosed() {
         if let ex = exchange {
             exchange = nil
-            worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
             ex.cancel()
         }
         onDrained = nil
@@ -183,69 +160,65 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         while !transport.closed {
             switch phase {
             case .head:
-                if output.readableBytes >= HTTP1Codec.outputHighWater {
+                if transport.output.readableBytes >= HTTP1Codec.outputHighWater {
                     // Answers pile up unread (pipelined cache hits are answered at once):
                     // take no more requests until the client has read them.
                     awaitingDrain = true
                     transport.disableReading()
                     return
                 }
-                if input.isEmpty {
+                if transport.input.isEmpty {
+                    // Between requests: the input block goes back to the pool now (the
+                    // output's once it is sent), the buffer objects as `dropBuffersSoon` says.
                     parser.reset()
-                    // Between requests: the input block goes back to the worker's pool
-                    // now (the output's when it has been sent, `transportDrained`), so an
-                    // idle kept-alive connection holds no buffer memory; the buffer
-                    // objects as `dropBuffersSoon` says.
-                    input.releaseStorage()
+                    transport.input.releaseStorage()
                     dropBuffersSoon()
-                    deadline = Clock.coarseMillis() + worker.limits.clientIdleTimeoutMillis
+                    deadline = Clock.coarseMillis() + limits.clientIdleTimeoutMillis
                     transport.enableReading()
                     return
                 }
                 let result: HTTPRequestParser.HeadResult
                 do {
-                    let readable = input.readable
-                    result = try withWorker { w throws(HTTPParseError) in try parser.parseHead(readable, scratch: w.headFieldScratch) }
+                    let readable = transport.input.readable
+                    result = try workerRef.with { w throws(HTTPParseError) in try parser.parseHead(readable, scratch: w.headFieldScratch) }
                 } catch {
-                    refuse(error)
+                    failAndClose(.parse(error))
                     return
                 }
                 switch consume result {
                 case .needMore:
                     if deadline == 0 || !headTimerRunning {
                         headTimerRunning = true
-                        deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
+                        deadline = Clock.coarseMillis() + limits.clientHeaderTimeoutMillis
                     }
-                    // Waiting for the client: reading may still be paused by the
-                    // read-ahead bound of the previous (pipelined) response, with the
-                    // rest of this head already in the kernel. Resume it here, at every
-                    // point that waits for more bytes, or it stalls until the 408 sweep.
+                    // Reading may still be paused by the read-ahead bound of the previous
+                    // (pipelined) response with the rest of this head in the kernel:
+                    // resume it at every point that waits for bytes, or it stalls until
+                    // the 408 sweep.
                     transport.enableReading()
                     return
                 case let .head(head, consumed):
-                    input.consume(consumed)
+                    transport.input.consume(consumed)
                     headTimerRunning = false
                     start(head)
                 }
             case .body:
                 guard let ex = exchange, let box = bodyDecoder else { return }
-                if input.isEmpty { transport.enableReading(); return }   // see `.needMore` above
+                if transport.input.isEmpty { transport.enableReading(); return }   // see `.needMore` above
                 do {
-                    let before = ex.body.count
-                    let used = try box.decoder.decode(input.readable, into: &ex.body)
-                    input.consume(used)
-                    if ex.bodyHasher != nil && ex.body.count > before {
-                        ex.body.withUnsafeBytes { ex.bodyHasher!.update(UnsafeRawBufferPointer(rebasing: $0[before...])) }
+                    let readable = transport.input.readable
+                    let used = try layerRef.with { layer throws(HTTPParseError) in
+                        try layer.appendBody(ex) { body throws(HTTPParseError) in try box.decoder.decode(readable, into: &body) }
                     }
+                    transport.input.consume(used)
                 } catch {
-                    bodyDecoder = nil
-                    refuse(error)
+                    failAndClose(.parse(error))
                     return
                 }
                 if box.decoder.isComplete {
-                    dispatch(ex, ex.handler ?? worker.handler)
+                    dispatch(ex)
                 } else {
-                    deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
+                    deadline = Clock.coarseMillis() + limits.clientHeaderTimeoutMillis
                     transport.enableReading()   // see `.needMore` above
                     return
                 }
@@ -255,101 +228,70 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         }
     }
 
-    /// `head` is consumed: the exchange takes it without a copy, and what follows reads
-    /// it there.
+    /// Hands a parsed head to the stream layer (moved, not copied).
     private func start(_ head: consuming HTTPRequestHead) {
-        // The handler taken once for the request (each read of the worker's `handler` is
-        // a retain and a release).
-        let (requestId, handler): (RequestId, RequestHandler) = withWorker { ($0.requestId(from: head), $0.handler) }
-        let ex = handler.makeExchange(head: consume head, sink: self, requestId: requestId, clientAddress: transport.peer)
-        startExchange(ex, handler)
-    }
-
-    /// Reads the head's scalar fields through `ex.head` (no copy of the head).
-    private func startExchange(_ ex: Exchange, _ handler: RequestHandler) {
-        ex.overTLS = transport.isTLS
-        exchange = ex
+        requestIsHTTP10 = head.minorVersion == 0
+        requestBodyUnread = !head.hasNoBody
+        let framing = head.body
+        let expectsContinue = head.expectsContinue
+        if !head.keepAlive || worker.isDraining { closeAfterResponse = true }
         phase = .responding
         deadline = 0
-        withWorker { worker in
-            worker.stats.requestStarted()
-            if ex.head.droppedUnderscoreFields > 0 { worker.stats.underscoreHeadersDropped(ex.head.droppedUnderscoreFields) }
-            if !ex.head.keepAlive || worker.isDraining { closeAfterResponse = true }
-        }
-        ex.handler = handler
-        if let (code, message) = handler.preflight(ex) {
-            // Answer without reading the body; the connection cannot be reused then.
-            // A request refused as bad also ends the connection.
-            if ex.head.body != .none || code == .badRequest { closeAfterResponse = true }
-            ex.respondError(code, message)
+        let (ex, opened) = layerRef.object.open(head, sink: self, peer: transport.peer, overTLS: transport.isTLS)
+        switch opened {
+        case .refused:
             return
-        }
-        if ex.head.hasNoBody {
-            dispatch(ex, handler)
-        } else {
-            bodyDecoder = BodyDecoderBox(HTTPBodyDecoder(framing: ex.head.body, maxBodyBytes: worker.limits.maxBodyBytes))
-            if case let .contentLength(n) = ex.head.body { ex.body.reserveCapacity(n) }
+        case .complete:
+            exchange = ex
+            dispatch(ex)
+        case .needsBody:
+            exchange = ex
+            bodyDecoder = BodyDecoderBox(HTTPBodyDecoder(framing: framing, maxBodyBytes: limits.maxBodyBytes))
+            if case let .contentLength(n) = framing { ex.body.reserveCapacity(n) }
             phase = .body
-            deadline = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
-            if ex.head.expectsContinue && input.isEmpty {
-                output.append("HTTP/1.1 100 Continue\r\n\r\n")
+            deadline = Clock.coarseMillis() + limits.clientHeaderTimeoutMillis
+            if expectsContinue && transport.input.isEmpty {
+                transport.output.append("HTTP/1.1 100 Continue\r\n\r\n")
                 flushSoon()
             }
         }
     }
 
-    /// `handler`: the exchange's (`ex.handler`).
-    private func dispatch(_ ex: Exchange, _ handler: RequestHandler) {
+    private func dispatch(_ ex: Exchange) {
         bodyDecoder = nil
+        requestBodyUnread = false
         phase = .responding
         deadline = 0
-        handler.handle(ex)
+        layerRef.with { $0.dispatch(ex) }
     }
 
-    /// Answers a request that could not be parsed and closes the connection.
-    private func refuse(_ error: HTTPParseError) {
-        switch error {
-        case .badRequest(let why): failAndClose(.badRequest, "malformed request: \(why)")
-        case .headersTooLarge: failAndClose(.headersTooLarge, "request head is larger than \(worker.limits.maxHeaderBytes) bytes")
-        case .bodyTooLarge: failAndClose(.bodyTooLarge, "request body is larger than \(worker.limits.maxBodyBytes) bytes")
-        }
-    }
-
-    /// Answers the request being received (or one that could not even be parsed) with a
-    /// JSON error, counts it once, and closes the connection.
-    private func failAndClose(_ code: GatewayErrorCode, _ message: String) {
+    /// Answers the request being received (or one that could not even be parsed) with the
+    /// gateway's JSON error, and closes the connection after it.
+    private func failAndClose(_ why: StreamLayer.Refusal) {
+        closeAfterResponse = true
+        bodyDecoder = nil
+        phase = .responding
         if let ex = exchange {
-            exchange = nil
-            worker.requestDone(ex, status: code.status, nanos: Clock.monotonicNanos() &- ex.startNanos)
-            ex.cancel(status: code.status)
+            layerRef.with { $0.refuse(ex, why) }
         } else {
-            worker.stats.requestStarted()
-            worker.requestDone(nil, status: code.status, nanos: 0)
+            layerRef.with { $0.refuseUnparsed(why, sink: self) }
         }
-        let id = worker.newRequestId()
-        let body = GatewayErrorBody.json(code, message: message, requestId: id.string)
-        output.append(string: "HTTP/1.1 \(code.status) \(HTTPReason.phrase(code.status))\r\nContent-Type: application/json\r\nX-Request-Id: ")
-        id.append(to: output)
-        output.append("\r\nContent-Length: ")
-        output.appendDecimal(body.count)
-        output.append("\r\nConnection: close\r\n\r\n")
-        output.append(body)
-        beginClosing()
     }
 
     // MARK: responses out (ResponseSink)
 
-    func sendHead(_ head: ResponseHead, of exchange: Exchange) {
-        // Held once for the call: each use of the (variable) property would retain and
-        // release it. Safe if the transport drops it meanwhile: a buffer still referred
-        // to is never kept as a spare.
-        let output = self.output
+    func sendHead(_ head: ResponseHead) {
+        let output = transport.output   // read once for the call
         let status = head.status
-        responseCarriesBody = HTTPSyntax.responseHasBody(toHead: exchange.isHeadRequest, status: status)
+        responseCarriesBody = head.carriesBody
+        responseStreamed = head.streamed
         responseChunked = false
+        // Answered before its body was read (a head stage refused it), or refused as bad:
+        // the connection is not reused.
+        if requestBodyUnread || (exchange == nil && head.status == 400) { closeAfterResponse = true }
         let reason = head.reason ?? UnsafeRawBufferPointer(start: nil, count: 0)
         if status == 200 && reason.isEmpty {
-            output.append("HTTP/1.1 200 OK\r\n")   // the commonest status line, in one copy
+            output.append("HTTP/1.1 200 OK\r\n")
         } else {
             output.append("HTTP/1.1 ")
             output.appendDecimal(status)
@@ -361,12 +303,12 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         // Each line's CRLF goes out with the next line's name (one copy for both): the
         // last line's with the empty line that ends the head.
         output.append("X-Request-Id: ")
-        exchange.requestId.append(to: output)
-        if let cache = exchange.cacheStatus {
+        head.requestId.append(to: output)
+        if let cache = head.cacheStatus {
             output.append("\r\nX-Cache: ")
             output.append(cache)
         }
-        if let age = exchange.age {
+        if let age = head.age {
             output.append("\r\nAge: ")
             output.appendDecimal(age)
         }
@@ -377,7 +319,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
             case .known(let n):
                 output.append("\r\nContent-Length: ")
                 output.appendDecimal(n)
-            case .unknown where exchange.head.minorVersion == 1:
+            case .unknown where !requestIsHTTP10:
                 output.append("\r\nTransfer-Encoding: chunked")
                 responseChunked = true
             case .unknown:
@@ -387,22 +329,19 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 break
             }
         }
-        if worker.isDraining { closeAfterResponse = true }
+        if workerRef.with({ $0.isDraining }) { closeAfterResponse = true }
         if closeAfterResponse {
             output.append("\r\nConnection: close\r\n\r\n")
-        } else if exchange.head.minorVersion == 0 {
+        } else if requestIsHTTP10 {
             output.append("\r\nConnection: keep-alive\r\n\r\n")
         } else {
             output.append("\r\n\r\n")
         }
-        if exchange.isStreaming { flushSoon() }
+        if responseStreamed { flushSoon() }
     }
 
-    func sendBody(_ bytes: UnsafeRawBufferPointer, of exchange: Exchange) -> BodyWrite {
-        // Held once for the call: each use of the (variable) property would retain and
-        // release it. Safe if the transport drops it meanwhile: a buffer still referred
-        // to is never kept as a spare.
-        let output = self.output
+    func sendBody(_ bytes: UnsafeRawBufferPointer) -> BodyWrite {
+        let output = transport.output
         if responseCarriesBody && bytes.count > 0 {
             if responseChunked {
                 output.appendHex(bytes.count)
@@ -413,18 +352,17 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 output.append(bytes)
             }
         }
-        if exchange.isStreaming { flushSoon() }
+        if responseStreamed { flushSoon() }
         return output.readableBytes < HTTP1Codec.outputHighWater ? .accepted : .pause
     }
 
     func whenWritable(_ resume: @escaping () -> Void) {
-        if output.isEmpty { resume() } else { onDrained = resume }
+        if transport.output.isEmpty { resume() } else { onDrained = resume }
     }
 
-    func sendEnd(of exchange: Exchange) {
-        if responseChunked && responseCarriesBody { output.append("0\r\n\r\n") }
-        withWorker { $0.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos) }
-        self.exchange = nil
+    func sendEnd() {
+        if responseChunked && responseCarriesBody { transport.output.append("0\r\n\r\n") }
+        exchange = nil
         onDrained = nil
         if closeAfterResponse {
             beginClosing()
@@ -439,36 +377,33 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         }
     }
 
-    func sendAbort(of exchange: Exchange) {
-        worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
-        self.exchange = nil
+    func sendAbort() {
+        exchange = nil
         transport.flush()
         closeNow()
     }
 
-    /// The backend accepted a WebSocket handshake: writes the `101`, counts the exchange,
-    /// and hands the transport (with whatever the client already sent after its
-    /// handshake) to a `WebSocketRelay`, which takes this codec's place in the worker's
-    /// table. The codec does nothing more.
-    func switchToWebSocket(_ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool {
+    /// The backend accepted a WebSocket handshake: writes the `101`, and hands the
+    /// transport (with whatever the client already sent after its handshake) to a relay,
+    /// which takes this codec's place in the worker's table. The codec does nothing more.
+    func switchToWebSocket(_ head: ResponseHead, handOff: WebSocketHandOff) -> Int? {
         // In the table (so the relay can take this codec's place): checked before anything
-        // is written, since after a `false` the exchange is still ours to fail.
-        guard phase == .responding, !transport.closed, worker.holds(self) else { return false }
-        output.append("HTTP/1.1 101 Switching Protocols\r\n")
-        if let lines = head.headerLines { output.append(lines) }
-        output.append("X-Request-Id: ")
-        exchange.requestId.append(to: output)
-        output.append("\r\n\r\n")
-        worker.requestDone(exchange, status: 101, nanos: Clock.monotonicNanos() &- exchange.startNanos)
-        self.exchange = nil
+        // is written, since after a nil the exchange is still ours to fail.
+        guard phase == .responding, !transport.closed, worker.holds(self), let switches = layerRef.object.switches else { return nil }
+        transport.output.append("HTTP/1.1 101 Switching Protocols\r\n")
+        if let lines = head.headerLines { transport.output.append(lines) }
+        transport.output.append("X-Request-Id: ")
+        head.requestId.append(to: transport.output)
+        transport.output.append("\r\n\r\n")
+        exchange = nil
         onDrained = nil
         phase = .closing
         deadline = 0
-        let relay = WebSocketRelay(clientTransport: transport, worker: worker, handOff: handOff)
-        let replaced = worker.replaceConnection(self, with: relay)
-        precondition(replaced, "a codec checked to be in the table left it")
-        relay.start()
-        return true
+        guard let startRelay = switches.switchToWebSocket(from: self, client: transport, handOff: handOff) else {
+            preconditionFailure("a codec checked to be in the table left it")
+        }
+        startRelay()
+        return 101
     }
 
     /// Flushes now, or at the end of the current `process()` pass (so pipelined
@@ -488,56 +423,43 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         transport.closeAfterWriting()
     }
 
-    /// Between requests: the two buffer objects (no storage, about 100 bytes each) go
-    /// back at once only while more connections are open than the worker keeps spare
-    /// objects for (`Worker.idleBuffersGoBackAtOnceAbove`); with fewer, at
-    /// the next sweep (`checkDeadline`, every 250 ms), which a keep-alive client's next
-    /// request usually beats. Giving them back and taking them again costs about 800
-    /// instructions a request. With thousands of connections they are recycled through
-    /// the spares at once: held until a sweep, a burst of them would be freed together,
-    /// leaving holes malloc does not give back (measured: 545 against 519 bytes per idle
-    /// connection, `scripts/bench_idle.py`).
+    /// Between requests: the buffer objects go back at once while more connections are
+    /// open than the pool keeps spares for (`Worker.idleBuffersGoBackAtOnce`), else at
+    /// the next sweep, which a keep-alive client's next request usually beats. With
+    /// thousands of connections they are recycled at once: held until a sweep, a burst
+    /// of them would be freed together, leaving holes malloc does not give back
+    /// (`scripts/bench/bench_idle.py`).
     private func dropBuffersSoon() {
-        if worker.idleBuffersGoBackAtOnce { dropBuffersIfIdle() }
+        if workerRef.with({ $0.idleBuffersGoBackAtOnce }) { dropBuffersIfIdle() }
     }
 
-    /// Between requests with nothing buffered either way: the buffer objects go back to
-    /// the worker (an idle connection then holds none), the worker's stand-in taking
-    /// their place here and in the transport until bytes arrive. This codec lets go of
-    /// them first, so that the pool keeps them only if nothing else refers to them.
+    /// Idle with nothing buffered either way: the transport gives its buffer objects
+    /// back to the pool (`ByteTransport.dropIdleBuffers`) until bytes arrive.
     private func dropBuffersIfIdle() {
-        guard phase == .head, exchange == nil, onDrained == nil, !input.isStandIn, input.isEmpty, output.isEmpty,
-              input.heldBytes == 0, output.heldBytes == 0, !transport.closed else { return }
-        // The worker's stand-in (its pool's): this codec lets go first.
-        let standIn = worker.bufferPool.idleStandIn
-        guard input.isDrawing(from: worker.bufferPool) else { return }
-        input = standIn
-        output = standIn
+        guard phase == .head, exchange == nil, onDrained == nil, !transport.closed else { return }
         transport.dropIdleBuffers()
     }
 
     func checkDeadline(_ now: Int64) {
-        // Idle between requests: hold no buffers. Their blocks normally went back when
-        // the last answer was sent (this catches what was left, e.g. after a drain that
-        // resumed reading); the buffer objects go back here.
-        if phase == .head && input.isEmpty && output.isEmpty && !processing {
+        // Idle between requests: hold no buffers (catches what the answer path left).
+        if phase == .head && transport.input.isEmpty && transport.output.isEmpty && !processing {
             transport.releaseIdleBuffers()
             dropBuffersIfIdle()
         }
+        let limits = self.limits
         // A client that takes none of its answer for `client_idle_timeout` (nginx's
         // send_timeout) is cut off: it would hold its output, and a paused upstream
         // call, for as long as it keeps the connection open.
         let stalled = transport.writeStalledSince
-        if stalled != 0 && now - stalled >= worker.limits.clientIdleTimeoutMillis && !transport.closed {
-            Log.debug("client \(transport.peer) read nothing for \(Units.formatMillis(worker.limits.clientIdleTimeoutMillis)); closing")
+        if stalled != 0 && now - stalled >= limits.clientIdleTimeoutMillis && !transport.closed {
+            Log.debug("client \(transport.peer) read nothing for \(Units.formatMillis(limits.clientIdleTimeoutMillis)); closing")
             closeNow()
             return
         }
         guard deadline != 0, now >= deadline, !transport.closed else { return }
         switch phase {
-        case .head where input.isEmpty: closeNow()
-        case .head, .body:
-            failAndClose(.requestTimeout, "the request was not received within \(Units.formatMillis(worker.limits.clientHeaderTimeoutMillis))")
+        case .head where transport.input.isEmpty: closeNow()
+        case .head, .body: failAndClose(.timeout(millis: limits.clientHeaderTimeoutMillis))
         case .responding: deadline = 0
         case .closing: closeNow()
         }
@@ -549,9 +471,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// cannot tell from a lost answer. It gets the header timeout for it (then served,
     /// and closed after: `closeAfterResponse` while draining); the drain deadline bounds it.
     func drain() {
-        guard phase == .head && input.isEmpty && transport.isReady else { return }
+        guard phase == .head && transport.input.isEmpty && transport.isReady else { return }
         guard !protocolSettled else { closeNow(); return }
-        let due = Clock.coarseMillis() + worker.limits.clientHeaderTimeoutMillis
+        let due = Clock.coarseMillis() + limits.clientHeaderTimeoutMillis
         if deadline == 0 || due < deadline { deadline = due }
     }
 
@@ -559,8 +481,8 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 }
 
 /// A request body's decoder on the heap, held by its connection only while the body
-/// arrives. Loop thread only; no access spans a call that could reach it again.
+/// arrives. Loop thread only.
 final class BodyDecoderBox {
-    @exclusivity(unchecked) var decoder: HTTPBodyDecoder
+    var decoder: HTTPBodyDecoder
     init(_ decoder: HTTPBodyDecoder) { self.decoder = decoder }
 }

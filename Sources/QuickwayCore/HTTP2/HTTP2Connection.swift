@@ -79,6 +79,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// until the loop has ended and its connections are closed), and a checked `unowned`
     /// costs an atomic retain and release at each use.
     unowned(unsafe) let worker: Worker
+    /// The worker's stream layer: every stream's request goes through it.
+    private let layer: StreamLayer
     private let settings: HTTP2Config
     private var session: OpaquePointer?
     /// The session's allocator state: nghttp2's outbound frame buffer lives in pages of
@@ -165,8 +167,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     @exclusivity(unchecked) private var sending = false
     @exclusivity(unchecked) private var admitNeeded = false
 
-    init(transport: any ByteTransport, worker: Worker, settings: HTTP2Config, maxObjectBytes: Int, answerBudget: HTTP2AnswerBudget) {
+    init(transport: any ByteTransport, worker: Worker, layer: StreamLayer, settings: HTTP2Config, maxObjectBytes: Int,
+         answerBudget: HTTP2AnswerBudget) {
         self.answerBudget = answerBudget
+        self.layer = layer
         self.transport = transport
         self.worker = worker
         self.settings = settings
@@ -289,8 +293,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
                 // A HEAD or 204 answer already complete on the wire (its exchange still
                 // reading the upstream body for the cache) counts as what it answered.
                 let answered = s.bodyless && s.responseStarted
-                worker.requestDone(ex, status: answered ? ex.status : 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
-                ex.cancel()
+                ex.cancel(countedAs: answered ? ex.status : 499)
             }
         }
         worker.connectionClosed(self)
@@ -438,7 +441,6 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         swap(&fields, &s.fields)
         s.isHeadRequest = fields.isHeadRequest
         s.lastProgress = Clock.coarseMillis()
-        worker.stats.requestStarted()
         worker.stats.http2RequestStarted()
         let headBytes: [UInt8]
         do {
@@ -449,8 +451,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
                 // Repeated oversize blocks end the session (GOAWAY ENHANCE_YOUR_CALM).
                 oversizeHeaderBlocks += 1
                 if oversizeHeaderBlocks >= HTTP2Codec.oversizeHeaderBlocksAllowed { terminating = true }
-                return refuse(s, .headersTooLarge, "request header list is larger than \(settings.maxHeaderListBytes) bytes")
-            case .malformed(let why): return refuse(s, .badRequest, "malformed HTTP/2 request: \(why)")
+                return refuse(s, .headerListTooLarge(settings.maxHeaderListBytes))
+            case .malformed(let why): return refuse(s, .malformedHTTP2(why))
             }
         }
         var parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
@@ -458,35 +460,27 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         let head: HTTPRequestHead
         do {
             // Bound straight from the result, so the head moves rather than being copied.
-            guard case let .head(h, _) = try parser.parseHead(whole: headBytes, scratch: worker.headFieldScratch) else { return refuse(s, .badRequest, "malformed request") }
+            guard case let .head(h, _) = try parser.parseHead(whole: headBytes, scratch: worker.headFieldScratch) else {
+                return refuse(s, .parse(.badRequest("malformed request")))
+            }
             head = h
         } catch {
-            switch error {
-            case .headersTooLarge: return refuse(s, .headersTooLarge, "request head is larger than \(worker.limits.maxHeaderBytes) bytes")
-            case .bodyTooLarge: return refuse(s, .bodyTooLarge, "request body is larger than \(worker.limits.maxBodyBytes) bytes")
-            case .badRequest(let why): return refuse(s, .badRequest, "malformed request: \(why)")
-            }
+            return refuse(s, .parse(error))
         }
-        // What is needed of the head here is read before it moves into the exchange.
-        let requestId = worker.requestId(from: head)
         let body = head.body
-        let dropped = head.droppedUnderscoreFields
-        // The handler read once: the exchange keeps the one that made it.
-        let handler: RequestHandler = worker.handler
-        let ex = handler.makeExchange(head: consume head, sink: s, requestId: requestId, clientAddress: transport.peer)
-        ex.overTLS = transport.isTLS
-        s.exchange = ex
-        if dropped > 0 { worker.stats.underscoreHeadersDropped(dropped) }
-        ex.handler = handler
-        if let (code, message) = handler.preflight(ex) {
+        let (ex, opened) = layer.open(head, sink: s, peer: transport.peer, overTLS: transport.isTLS)
+        switch opened {
+        case .refused:
             s.phase = .refused
-            ex.respondError(code, message)
-            return
-        }
-        if endStream || body == .none {
+        case .complete:
             // (An extended CONNECT stays open for the WebSocket's frames; its head has no body.)
+            s.exchange = ex
             dispatch(s, ex)
-        } else {
+        case .needsBody where endStream:
+            s.exchange = ex
+            dispatch(s, ex)
+        case .needsBody:
+            s.exchange = ex
             s.phase = .body
             // The client's content-length is a claim: reserve no more than a window's worth.
             if case let .contentLength(n) = body { ex.body.reserveCapacity(min(n, settings.initialWindowBytes)) }
@@ -497,23 +491,20 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         if let t = lookup(id)?.tunnel { return t.deliver(data, ended: false) }
         guard let s = lookup(id), s.phase == .body, let ex = s.exchange else { return }
         s.lastProgress = Clock.coarseMillis()
-        if ex.body.count + data.count > worker.limits.maxBodyBytes {
-            s.phase = .refused
-            releaseBody(s, ex)
-            ex.respondError(.bodyTooLarge, "request body is larger than \(worker.limits.maxBodyBytes) bytes")
-            return
-        }
-        if requestBodyBytes + data.count > max(HTTP2Codec.connectionBudget, worker.limits.maxBodyBytes) {
+        let refusal: StreamLayer.Refusal? = ex.body.count + data.count > worker.limits.maxBodyBytes
+            ? .bodyTooLarge(worker.limits.maxBodyBytes)
             // Many streams each sending a body at once: one connection may hold this much.
+            : requestBodyBytes + data.count > max(HTTP2Codec.connectionBudget, worker.limits.maxBodyBytes)
+            ? .overloaded("too many request bodies in flight on this connection") : nil
+        if let refusal {
             s.phase = .refused
             releaseBody(s, ex)
-            ex.respondError(.overloaded, "too many request bodies in flight on this connection")
+            layer.refuse(ex, refusal)
             return
         }
-        ex.body.append(contentsOf: data)
+        layer.appendBody(ex) { $0.append(contentsOf: data) }
         s.bodyBytesHeld += data.count
         requestBodyBytes += data.count
-        ex.bodyHasher?.update(data)
     }
 
     fileprivate func requestBodyEnded(_ s: HTTP2Stream) {
@@ -532,7 +523,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         }
         activeStreams += 1
         s.active = true
-        (ex.handler ?? worker.handler).handle(ex)
+        layer.dispatch(ex)
     }
 
     /// An active stream's answer is all with nghttp2 (or the stream is gone): the next
@@ -552,7 +543,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             guard let ex = next.exchange, lookup(next.id) === next else { continue }
             activeStreams += 1
             next.active = true
-            (ex.handler ?? worker.handler).handle(ex)
+            layer.dispatch(ex)
         }
     }
 
@@ -565,24 +556,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// Answers, with the gateway's JSON error, a stream whose request could not be made
     /// into an exchange; the rest of the request is dropped (and the client told to stop
     /// sending once the answer is out).
-    private func refuse(_ s: HTTP2Stream, _ code: GatewayErrorCode, _ message: String) {
-        let isHead = s.isHeadRequest
+    private func refuse(_ s: HTTP2Stream, _ why: StreamLayer.Refusal) {
         s.phase = .refused
         s.fields = HTTP2RequestFields.spent()
-        worker.requestDone(nil, status: code.status, nanos: 0)
-        let id = worker.newRequestId()
-        let body = GatewayErrorBody.json(code, message: message, requestId: id.string)
-        let lines: StaticString = "Content-Type: application/json\r\n"
-        let head = ResponseHead(status: code.status, reason: nil,
-                                headerLines: UnsafeRawBufferPointer(start: lines.utf8Start, count: lines.utf8CodeUnitCount),
-                                length: .known(body.count))
-        submit(s, HTTP2ResponseFields(head: head, requestId: id, cacheStatus: nil, age: nil), hasBody: !isHead)
-        if !isHead {
-            s.pending.append(body)
-            pendingAdded(s, body.count)
-        }
-        s.responseEnded = true
-        dataAvailable(s, pumpNow: true)
+        layer.refuseUnparsed(why, sink: s, isHeadRequest: s.isHeadRequest)
     }
 
     fileprivate func streamClosed(_ id: Int32, errorCode: UInt32) {
@@ -606,7 +583,6 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             } else {
                 // Reset by the client (or the connection) before the answer was complete.
                 s.exchange = nil
-                worker.requestDone(ex, status: 499, nanos: Clock.monotonicNanos() &- ex.startNanos)
                 ex.cancel()
             }
         }
@@ -689,10 +665,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     // MARK: responses (called by the streams)
 
-    func submitResponse(_ s: HTTP2Stream, _ head: ResponseHead, of exchange: Exchange) {
-        let fields = HTTP2ResponseFields(head: head, requestId: exchange.requestId, cacheStatus: exchange.cacheStatus, age: exchange.age)
-        submit(s, fields, hasBody: HTTPSyntax.responseHasBody(toHead: exchange.isHeadRequest, status: head.status))
-        if exchange.isStreaming { pump() }
+    func submitResponse(_ s: HTTP2Stream, _ head: ResponseHead) {
+        s.streamed = head.streamed
+        submit(s, HTTP2ResponseFields(head: head), hasBody: head.carriesBody)
+        if head.streamed { pump() }
     }
 
     private func submit(_ s: HTTP2Stream, _ fields: HTTP2ResponseFields, hasBody: Bool) {
@@ -734,8 +710,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         if pumpNow { pump() }
     }
 
-    func responseEnded(_ s: HTTP2Stream, _ exchange: Exchange) {
-        worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+    func responseEnded(_ s: HTTP2Stream, _ exchange: Exchange?) {
         releaseBody(s, exchange)
         if !detached.isEmpty && detached.removeValue(forKey: s.id) != nil { return }   // (no hashing when empty)
         dataAvailable(s, pumpNow: true)
@@ -747,22 +722,22 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// stream answers 200 and stays open, and a relay takes it (as its client side) and
     /// the backend's socket. The relay has its own entry in the worker's table (and a
     /// connection slot) for its timers and drain.
-    func switchToWebSocket(_ s: HTTP2Stream, _ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool {
-        guard lookup(s.id) === s, !s.requestEnded, !s.responseStarted, !closing else { return false }
+    func switchToWebSocket(_ s: HTTP2Stream, _ head: ResponseHead, handOff: WebSocketHandOff) -> Int? {
+        guard lookup(s.id) === s, !s.requestEnded, !s.responseStarted, !closing, let switches = layer.switches else { return nil }
         let t = HTTP2StreamTransport(stream: s, peer: transport.peer, isTLS: transport.isTLS)
-        let relay = WebSocketRelay(clientTransport: t, worker: worker, handOff: handOff)
-        guard worker.addConnection(relay) else { return false }
+        guard let startRelay = switches.switchToWebSocket(from: nil, client: t, handOff: handOff) else { return nil }
         var h = head
         h.status = 200
         h.length = .unknown
-        submit(s, HTTP2ResponseFields(head: h, requestId: exchange.requestId, cacheStatus: nil, age: nil), hasBody: true)
-        worker.requestDone(exchange, status: 200, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+        h.cacheStatus = nil
+        h.age = nil
+        submit(s, HTTP2ResponseFields(head: h), hasBody: true)
         s.exchange = nil
         s.tunnel = t
         deactivate(s)
-        relay.start()
+        startRelay()
         pump()
-        return true
+        return 200
     }
 
     /// The relay wrote to the stream (or ended it): nghttp2 takes it within the window.
@@ -810,8 +785,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         assert(pendingBytes >= 0 && answerBudget.held >= 0, "answer budget accounting drifted")
     }
 
-    func responseAborted(_ s: HTTP2Stream, _ exchange: Exchange) {
-        worker.requestDone(exchange, status: exchange.status, nanos: Clock.monotonicNanos() &- exchange.startNanos)
+    func responseAborted(_ s: HTTP2Stream, _ exchange: Exchange?) {
         releaseBody(s, exchange)
         if !detached.isEmpty && detached.removeValue(forKey: s.id) != nil { return }   // (no hashing when empty)
         uncountPending(s, s.countedPending)
@@ -915,7 +889,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             let waited = admission.filter { now - $0.lastProgress >= worker.limits.clientHeaderTimeoutMillis }
             for s in waited {
                 admission.removeAll { $0 === s }
-                if let ex = s.exchange { ex.respondError(.overloaded, "too many answers waiting for HTTP/2 clients to read them; try again shortly") }
+                if let ex = s.exchange { layer.refuse(ex, .overloaded("too many answers waiting for HTTP/2 clients to read them; try again shortly")) }
             }
         }
         admit()

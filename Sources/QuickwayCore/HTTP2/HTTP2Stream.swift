@@ -58,6 +58,8 @@ final class HTTP2Stream: ResponseSink {
     @exclusivity(unchecked) var lastProgress: Int64
     /// The head is submitted: frames for this stream are nghttp2's to send.
     @exclusivity(unchecked) var responseStarted = false
+    /// The answer is streamed: each piece is sent without waiting.
+    @exclusivity(unchecked) var streamed = false
 
     init(id: Int32, connection: HTTP2Connection, maxHeaderListBytes: Int) {
         self.id = id
@@ -68,15 +70,15 @@ final class HTTP2Stream: ResponseSink {
 
     // MARK: ResponseSink
 
-    func sendHead(_ head: ResponseHead, of exchange: Exchange) {
-        connection.submitResponse(self, head, of: exchange)
+    func sendHead(_ head: ResponseHead) {
+        connection.submitResponse(self, head)
     }
 
-    func sendBody(_ bytes: UnsafeRawBufferPointer, of exchange: Exchange) -> BodyWrite {
+    func sendBody(_ bytes: UnsafeRawBufferPointer) -> BodyWrite {
         if bytes.count > 0 && !bodyless {
             pending.append(bytes)
             connection.pendingAdded(self, bytes.count)
-            connection.dataAvailable(self, pumpNow: exchange.isStreaming)
+            connection.dataAvailable(self, pumpNow: streamed)
         }
         return pending.readableBytes < HTTP2Codec.streamHighWater ? .accepted : .pause
     }
@@ -85,20 +87,22 @@ final class HTTP2Stream: ResponseSink {
         if pending.readableBytes < HTTP2Codec.streamHighWater { resume() } else { onWritable = resume }
     }
 
-    func sendEnd(of exchange: Exchange) {
+    func sendEnd() {
         responseEnded = true
-        self.exchange = nil
-        connection.responseEnded(self, exchange)
+        let ex = exchange
+        exchange = nil
+        connection.responseEnded(self, ex)
     }
 
-    func switchToWebSocket(_ head: ResponseHead, of exchange: Exchange, handOff: WebSocketHandOff) -> Bool {
-        connection.switchToWebSocket(self, head, of: exchange, handOff: handOff)
+    func switchToWebSocket(_ head: ResponseHead, handOff: WebSocketHandOff) -> Int? {
+        connection.switchToWebSocket(self, head, handOff: handOff)
     }
 
-    func sendAbort(of exchange: Exchange) {
+    func sendAbort() {
         responseEnded = true
-        self.exchange = nil
+        let ex = exchange
+        exchange = nil
         onWritable = nil
-        connection.responseAborted(self, exchange)
+        connection.responseAborted(self, ex)
     }
 }

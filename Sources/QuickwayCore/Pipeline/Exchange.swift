@@ -1,16 +1,19 @@
 import Glibc
 
 /// One request and its response, whatever the wire protocol: the normalised request
-/// (head and body) and the response API the stages answer through. The codec that made
-/// the exchange is its `ResponseSink`.
+/// (head and body) and the response API the stages answer through. The codec that
+/// carried the request is its `ResponseSink`; the exchange writes the response head
+/// (its own fields included: `X-Request-Id`, `X-Cache`, `Age`) and the sink only
+/// frames what it is given.
 ///
 /// Ownership: the codec holds its current exchange strongly and the exchange holds the
 /// sink until the response finishes or the client leaves, when the link is cut; whatever
 /// produces the response (a stage waiting for Redis, an upstream call) holds the
 /// exchange. All on one event-loop thread.
 ///
-/// The handler makes it (`RequestHandler.makeExchange`): the proxy's is a
-/// `ProxyContext`, which adds what its stages find, so a proxied request is one object.
+/// The stream layer makes it (`StreamLayer.open`, through `RequestHandler.makeExchange`:
+/// the proxy's is a `ProxyContext`, which adds what its stages find, so a proxied request
+/// is one object), and hears once when it ends (`ended`: counted and logged there).
 class Exchange {
     let head: HTTPRequestHead
     /// Appended to by the codec and read by the forward stage, never within one
@@ -28,6 +31,11 @@ class Exchange {
     var handler: RequestHandler?
     /// Hashes the body as it arrives (set by a stage when a signature covers it).
     var bodyHasher: SHA256Hasher?
+    /// The stream layer that opened the exchange, told once when it ends (nil for an
+    /// exchange made by a test or run internally without one).
+    var layer: Uncounted<StreamLayer>?
+    /// Counted and logged (`ended`): once per exchange, whichever way it ends.
+    private var counted = false
 
     // What the stages found, for the response head, the access log and the counters.
 
@@ -102,9 +110,9 @@ class Exchange {
                  body: UnsafeRawBufferPointer, length: ResponseLength? = nil) {
         guard let sink, !isFinished, !isStreaming else { return }
         self.status = status
-        sink.sendHead(ResponseHead(status: status, reason: reason, headerLines: headerLines, length: length ?? .known(body.count)), of: self)
+        sink.sendHead(head(status, reason, headerLines, length ?? .known(body.count)))
         if body.count > 0 && carriesBody {
-            _ = sink.sendBody(body, of: self)
+            _ = sink.sendBody(body)
             bytesSent = body.count
         }
         finish()
@@ -115,18 +123,25 @@ class Exchange {
         lines.withUTF8 { h in body.withUnsafeBytes { b in respond(status: status, headerLines: UnsafeRawBufferPointer(h), body: b) } }
     }
 
-    /// Answers with the gateway's JSON error body.
+    /// Answers with the gateway's JSON error body (`LocalReply`).
     func respondError(_ code: GatewayErrorCode, _ message: String) {
-        let body = GatewayErrorBody.json(code, message: message, requestId: requestIdString)
-        let challenge = code.status == 401 ? "WWW-Authenticate: \(authChallenge ?? "QW1-HMAC-SHA256")\r\n"
-            : code == .upgradeRequired ? "Sec-WebSocket-Version: 13\r\n"
-            : code == .methodNotAllowed ? "Allow: \(allowedMethods ?? "")\r\n"
-            : code == .rateLimited ? "Retry-After: \(retryAfterSeconds ?? 1)\r\n" : ""
-        respond(status: code.status, contentType: "application/json", body: body, extraHeaders: challenge)
+        let reply = LocalReply(code, message, requestId: requestId, challenge: authChallenge, allow: allowedMethods,
+                               retryAfter: retryAfterSeconds)
+        reply.headerLines.withUnsafeBytes { lines in
+            reply.body.withUnsafeBytes { respond(status: reply.status, headerLines: lines, body: $0) }
+        }
     }
 
     /// Whether this response has a body on the wire (not for HEAD, 1xx, 204, 304).
     private var carriesBody: Bool { HTTPSyntax.responseHasBody(toHead: isHeadRequest, status: status) }
+
+    /// The response head as the sink writes it: the producer's status, reason, lines and
+    /// length, and the gateway's own fields from what the stages found.
+    @inline(__always)
+    private func head(_ status: Int, _ reason: UnsafeRawBufferPointer?, _ lines: UnsafeRawBufferPointer?, _ length: ResponseLength) -> ResponseHead {
+        ResponseHead(status: status, reason: reason, headerLines: lines, length: length, requestId: requestId,
+                     cacheStatus: cacheStatus, age: age, carriesBody: carriesBody, streamed: isStreaming)
+    }
 
     // MARK: streamed responses
 
@@ -135,15 +150,14 @@ class Exchange {
         guard let sink, !isFinished, !isStreaming else { return }
         self.status = status
         isStreaming = true
-        sink.sendHead(ResponseHead(status: status, reason: reason, headerLines: headerLines,
-                                   length: contentLength.map { .known($0) } ?? .unknown), of: self)
+        sink.sendHead(head(status, reason, headerLines, contentLength.map { .known($0) } ?? .unknown))
     }
 
     /// Sends a piece of a streamed body. `.pause`: stop until `whenWritable`'s closure runs.
     func streamBody(_ bytes: UnsafeRawBufferPointer) -> BodyWrite {
         guard let sink, isStreaming, !isFinished, bytes.count > 0 else { return .accepted }
         if carriesBody { bytesSent += bytes.count }
-        return sink.sendBody(bytes, of: self)
+        return sink.sendBody(bytes)
     }
 
     /// Runs `resume` once the client has taken what is buffered (or never, if it leaves).
@@ -164,7 +178,8 @@ class Exchange {
         isFinished = true
         self.sink = nil
         isOwned = false
-        sink.sendAbort(of: self)
+        ended(status)
+        sink.sendAbort()
     }
 
     /// Ends the exchange with a `101` and hands the connection to a WebSocket relay
@@ -172,14 +187,15 @@ class Exchange {
     /// its codec cannot switch; the caller then owns `handOff.upstreamFD` still.
     func switchToWebSocket(headerLines: [UInt8], handOff: WebSocketHandOff) -> Bool {
         guard let sink, !isFinished, !isStreaming else { return false }
-        let switched = headerLines.withUnsafeBytes { lines in
-            sink.switchToWebSocket(ResponseHead(status: 101, reason: nil, headerLines: lines, length: .unstated), of: self, handOff: handOff)
+        let sent = headerLines.withUnsafeBytes { lines in
+            sink.switchToWebSocket(head(101, nil, lines, .unstated), handOff: handOff)
         }
-        guard switched else { return false }
-        status = 101
+        guard let sent else { return false }
+        status = sent
         isFinished = true
         self.sink = nil
         isOwned = false
+        ended(sent)
         return true
     }
 
@@ -188,16 +204,29 @@ class Exchange {
         isFinished = true
         self.sink = nil
         isOwned = false
-        sink.sendEnd(of: self)
+        ended(status)
+        sink.sendEnd()
     }
 
-    /// The client went away (called by the codec): stop whatever produces the response.
-    func cancel(status: Int = 499) {
+    /// The client went away (called by the codec): the request is counted as `status`
+    /// (499: it left before its answer was complete), and whatever produces the response
+    /// stops. An answer that is complete on the wire (a HEAD answer while the upstream
+    /// body is still read for the cache) is counted as what it answered.
+    func cancel(countedAs status: Int = 499) {
+        ended(status)
         guard !isFinished else { return }
         sink = nil
         if self.status == 0 { self.status = status }
         guard isOwned else { return }
         isOwned = false
         clientLeft()
+    }
+
+    /// The one report of the request's end to the stream layer (counted, logged).
+    @inline(__always)
+    private func ended(_ status: Int) {
+        guard !counted else { return }
+        counted = true
+        layer?.with { $0.requestEnded(self, status: status) }
     }
 }
