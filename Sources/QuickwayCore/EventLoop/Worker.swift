@@ -8,14 +8,14 @@ import Foundation
 /// serves comes from outside: a `Listener` accepts connections and builds them with the
 /// factory `Gateway` gives it, so the loop knows connections only as `ClientConnection`.
 /// Nothing here is touched from another thread except through `post` and
-/// `requestDrain()`, which wake the loop by writing to its eventfd (`wakeFD`). The base has
+/// `requestDrain()`, which go through its `LoopMailbox`. The base has
 /// no lock (`EventLoopSupport.makeBase`): every libevent call on it is made on the loop
 /// thread, or before the loop thread starts.
 ///
 /// `@unchecked Sendable`: a worker is created on one thread and runs on its own. Its
 /// loop-side state is touched only on the loop thread; the entry points other threads
-/// call (`post`, `requestDrain`, `join`) go through `pendingLock`, the atomic
-/// `drainFlag` or the `finished` semaphore.
+/// call (`post`, `requestDrain`, `join`) go through the mailbox or the `finished`
+/// semaphore.
 final class Worker: @unchecked Sendable {
     let id: Int
     let name: String
@@ -34,11 +34,11 @@ final class Worker: @unchecked Sendable {
     var idleBuffersGoBackAtOnceAbove: Int { didSet { connectionsChanged() } }
     /// `connections.count > idleBuffersGoBackAtOnceAbove`, kept as connections come and
     /// go (read per request).
-    @exclusivity(unchecked) private(set) var idleBuffersGoBackAtOnce = false
+    @exclusivity(unchecked) var idleBuffersGoBackAtOnce = false
     /// What accepts this loop's connections (nil for a loop that only runs timers and
     /// posted work). Set before `start()`.
     var listener: Listener?
-    private let maxConnections: Int
+    let maxConnections: Int
     /// The gateway-wide connection limit (nil: only this worker's `maxConnections`).
     var budget: ConnectionBudget?
     private var sweepEvent: OpaquePointer?
@@ -49,22 +49,14 @@ final class Worker: @unchecked Sendable {
     /// Transports whose output waits for `flushDeferred` (`deferFlush`), each retained
     /// until it is flushed. Loop thread only.
     private let pendingFlush = DeferredFlushList()
-    /// The eventfd other threads write to wake the loop (`wake()`); read by `control()`.
-    /// Closed under `pendingLock` once the loop has ended.
-    private var wakeFD: Int32 = -1
+    /// Work and drain requests from other threads; its eventfd wakes `control()`.
+    private let mailbox: LoopMailbox
     private var drainDeadlineEvent: OpaquePointer?
-    private var connections = ConnectionTable()
+    var connections = ConnectionTable()
     /// Connections closed since the last sweep, still referenced: a connection closes
     /// from inside its own methods (a read error, a hang-up seen mid-`process`), and the
     /// codec and transport frames still on the stack must not outlive their objects.
-    private var retired: [ClientConnection] = []
-    /// Set by another thread to ask for a graceful stop (read on the loop). An allocated
-    /// cell: the atomic helpers need a stable address, which `&storedProperty` is not.
-    private let drainFlag: UnsafeMutablePointer<Int32> = {
-        let p = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
-        p.initialize(to: 0)
-        return p
-    }()
+    var retired: [ClientConnection] = []
     private(set) var isDraining = false
     private var finished = DispatchSemaphore(value: 0)
     /// Runs once the loop exits (frees the handler's resources on the loop thread).
@@ -76,11 +68,6 @@ final class Worker: @unchecked Sendable {
     /// table is `/proc/self/task/TID/fd`, counted into the process's open descriptors.
     /// Written by `start()` before the gateway serves, read-only after.
     private(set) var ownTableThreadID: Int32 = 0
-    private let pendingLock = NSLock()
-    private var mailbox: [() -> Void] = []
-    /// Set (under `pendingLock`) once the loop has ended and its base is freed: from then
-    /// on nothing may wake it, so posts are dropped.
-    private var loopClosed = false
     /// The eventfd's number in the process's table when the loop thread has a table of its
     /// own (-1 otherwise): other threads write to this copy; `join()` closes it.
     private var processWakeFD: Int32 = -1
@@ -93,32 +80,15 @@ final class Worker: @unchecked Sendable {
         headFieldScratch = HeadFieldScratch(headBytes: limits.maxHeaderBytes)
         self.maxConnections = maxConnections
         self.stats = WorkerStats(routeCount: routeCount)
+        mailbox = try LoopMailbox(name: name)
         base = EventLoopSupport.makeBase()
-        wakeFD = qw_wake_fd()
-        guard wakeFD >= 0 else { throw ListeningSocket.Failure(description: "eventfd() for \(name): \(String(cString: strerror(errno)))") }
     }
-
-    deinit { drainFlag.deallocate() }
 
     // MARK: other threads
 
     /// Runs `work` on this worker's loop, from any thread; wakes the loop at once.
     /// After the loop has ended, `work` is dropped (whatever it answered is gone too).
-    func post(_ work: @escaping @Sendable () -> Void) {
-        pendingLock.lock()
-        defer { pendingLock.unlock() }
-        guard !loopClosed else { return }
-        mailbox.append(work)
-        wake()
-    }
-
-    /// Makes the loop run `control()` soon. Any thread; the caller holds `pendingLock`
-    /// (so the eventfd is still open). A write of 1 to an eventfd is atomic and cannot
-    /// block short of 2^64 - 2 unread wake-ups.
-    private func wake() {
-        var one: UInt64 = 1
-        _ = write(wakeFD, &one, 8)
-    }
+    func post(_ work: @escaping @Sendable () -> Void) { mailbox.post(work) }
 
     /// Starts the loop on a new thread.
     func start() {
@@ -128,22 +98,11 @@ final class Worker: @unchecked Sendable {
         var tv = EventLoopSupport.timeval(millis: 250)
         event_add(sweepEvent, &tv)
         flushEvent = event_new(base, -1, 0, workerFlushCallback, me)
-        controlEvent = event_new(base, wakeFD, Int16(EV_READ | EV_PERSIST), workerControlCallback, me)
+        controlEvent = event_new(base, mailbox.fd, Int16(EV_READ | EV_PERSIST), workerControlCallback, me)
         event_add(controlEvent, nil)
-        // The loop thread takes a descriptor table of its own first (`DescriptorTables`);
-        // then the process's copies of its listeners are closed here, and its eventfd's
-        // copy at `join()`. The numbers are read now: the loop may change the fields.
-        let ownFDs = listener?.descriptors ?? []
-        let tableTaken = DispatchSemaphore(value: 0)
-        let wantsOwnTable = ownDescriptorTable
-        nonisolated(unsafe) var ownTable = false
-        nonisolated(unsafe) var loopThreadID: Int32 = 0
-        let thread = Thread { [self] in
-            if wantsOwnTable {
-                ownTable = DescriptorTables.takeOwnTable(keeping: ownFDs)
-                if ownTable { loopThreadID = qw_gettid() }
-            }
-            tableTaken.signal()
+        // With a descriptor table of its own, the process's copies of the listeners are
+        // closed once the thread has taken its table, and the eventfd's at `join()`.
+        ownTableThreadID = LoopThread.start(name: name, ownTable: ownDescriptorTable, keeping: listener?.descriptors ?? []) { [self] in
             event_base_dispatch(base)
             // Order matters: connections still open (cut at the drain deadline) cancel
             // their upstream calls while the upstream client exists; then the client, the
@@ -154,15 +113,7 @@ final class Worker: @unchecked Sendable {
             closeLoop()
             finished.signal()
         }
-        thread.name = name
-        thread.stackSize = 4 << 20
-        thread.start()
-        tableTaken.wait()
-        if ownTable {
-            ownTableThreadID = loopThreadID
-            DescriptorTables.releaseFromProcessTable(ownFDs)
-            processWakeFD = wakeFD   // its copy here, closed once the loop is over
-        }
+        if ownTableThreadID != 0 { processWakeFD = mailbox.fd }
     }
 
     /// Blocks until the loop has exited.
@@ -172,82 +123,17 @@ final class Worker: @unchecked Sendable {
     }
 
     /// Asks the loop (from any thread) to stop accepting and finish what is in flight.
-    func requestDrain() {
-        qw_flag_store(drainFlag, 1)
-        pendingLock.lock()
-        defer { pendingLock.unlock() }
-        if !loopClosed { wake() }
-    }
+    func requestDrain() { mailbox.requestDrain() }
 
     /// Frees the worker's own events and its event base once the loop has ended (loop
     /// thread). Everything else on the base has freed its events by then.
     private func closeLoop() {
-        pendingLock.lock()
-        loopClosed = true
-        mailbox.removeAll()
-        if wakeFD >= 0 { close(wakeFD); wakeFD = -1 }
-        pendingLock.unlock()
+        mailbox.close()
         for e in [sweepEvent, controlEvent, drainDeadlineEvent, flushEvent] { if let e { event_free(e) } }
         sweepEvent = nil; controlEvent = nil; drainDeadlineEvent = nil; flushEvent = nil
         pendingFlush.removeAll()   // not sent: the loop is over
         listener?.close()
         event_base_free(base)
-    }
-
-    // MARK: the connection table (loop thread)
-
-    /// Takes a slot for a new connection (this worker's limit and the gateway's budget);
-    /// false when there is none. `add` then puts the connection in it.
-    func takeSlot() -> Bool {
-        if connections.count >= maxConnections { return false }
-        if let b = budget, !b.take() { return false }
-        return true
-    }
-
-    /// Gives back a slot taken for a connection that never came (a failed accept).
-    func releaseSlot() { budget?.release() }
-
-    /// Puts a connection in the table (its slot taken by `takeSlot`).
-    func add(_ c: ClientConnection) {
-        connections.add(c)
-        connectionsChanged()
-    }
-
-    /// Adds a connection that did not come from a listener (a WebSocket relay on an HTTP/2
-    /// stream), taking a slot; false when there is none.
-    func addConnection(_ c: ClientConnection) -> Bool {
-        guard takeSlot() else { return false }
-        add(c)
-        return true
-    }
-
-    /// Whether `c` is in the connection table (it is from its start until it closes).
-    func holds(_ c: ClientConnection) -> Bool { connections.contains(c) }
-
-    /// Puts `new` in `old`'s place (a codec handing its connection to another: HTTP/2
-    /// after a preface, a WebSocket relay after a `101`). The connection keeps its slot;
-    /// `old` is kept until the next sweep (it is on the stack). False (and nothing
-    /// changed) if `old` is not in the table: the caller must then not start `new`.
-    func replaceConnection(_ old: ClientConnection, with new: ClientConnection) -> Bool {
-        guard let removed = connections.replace(old, with: new) else { return false }
-        retired.append(removed)
-        return true
-    }
-
-    func connectionClosed(_ c: ClientConnection) {
-        if let removed = connections.remove(c) {
-            retired.append(removed)
-            budget?.release()
-            connectionsChanged()
-        }
-        listener?.resumeIfRoom()
-        if isDraining && connections.isEmpty { event_base_loopexit(base, nil) }
-    }
-
-    var connectionCount: Int { connections.count }
-
-    private func connectionsChanged() {
-        idleBuffersGoBackAtOnce = connections.count > idleBuffersGoBackAtOnceAbove
     }
 
     // MARK: loop turns
@@ -279,14 +165,8 @@ final class Worker: @unchecked Sendable {
     fileprivate func flushDeferred() { pendingFlush.flushAll() }
 
     fileprivate func control() {
-        var count: UInt64 = 0
-        _ = read(wakeFD, &count, 8)   // resets the eventfd (it is non-blocking)
-        pendingLock.lock()
-        let work = mailbox
-        mailbox.removeAll()
-        pendingLock.unlock()
-        for w in work { w() }
-        if qw_flag_load(drainFlag) == 1 && !isDraining { beginDrain() }
+        for w in mailbox.take() { w() }
+        if mailbox.drainRequested && !isDraining { beginDrain() }
     }
 
     private func beginDrain() {

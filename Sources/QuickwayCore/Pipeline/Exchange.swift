@@ -16,9 +16,8 @@ import Glibc
 /// is one object), and hears once when it ends (`ended`: counted and logged there).
 class Exchange {
     let head: HTTPRequestHead
-    /// Appended to by the codec and read by the forward stage, never within one
-    /// another's call: exempt from run-time exclusivity checks.
-    @exclusivity(unchecked) var body: [UInt8] = []
+    /// Appended to by the codec (through the stream layer) and read by the stages.
+    var body: [UInt8] = []
     let requestId: RequestId
     let startNanos: UInt64
     let clientAddress: String

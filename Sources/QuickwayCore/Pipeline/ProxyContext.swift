@@ -7,16 +7,8 @@
 final class ProxyContext: Exchange {
     /// The exchange the stages read and answer through: this object.
     @inline(__always) var exchange: Exchange { self }
-    /// The pipeline running the request. Not counted: the exchange holds it as its
-    /// `handler` for as long as the exchange is in use. Held as `Unmanaged` and lent by
-    /// `withPipeline` where the request path calls it (a method call on an
-    /// `unowned(unsafe)` property retains and releases it around the call); `pipeline`
-    /// (counted) where a closure cannot be used, as for an answer passed on consumed.
-    private let pipelineRef: Unmanaged<ProxyPipeline>
-    var pipeline: ProxyPipeline { pipelineRef.takeUnretainedValue() }
-
-    /// Lends the pipeline to `body` without counting it.
-    @inline(__always) func withPipeline<R>(_ body: (ProxyPipeline) -> R) -> R { pipelineRef._withUnsafeGuaranteedRef(body) }
+    /// The pipeline running the request (the config snapshot it started with).
+    let pipeline: ProxyPipeline
     /// Where the run goes on after a suspended stage (an index into the pipeline's stages).
     var nextStage = 0
 
@@ -69,7 +61,7 @@ final class ProxyContext: Exchange {
     override func clientLeft() { pipeline.clientLeft(self) }
 
     init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String, pipeline: ProxyPipeline) {
-        self.pipelineRef = .passUnretained(pipeline)
+        self.pipeline = pipeline
         super.init(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress)
     }
 }

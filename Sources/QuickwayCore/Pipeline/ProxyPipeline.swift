@@ -24,10 +24,8 @@ final class SharedStages: @unchecked Sendable {
 ///
 /// Runs on its worker's loop.
 final class ProxyPipeline: RequestHandler {
-    /// `unowned(unsafe)`: the worker outlives everything on its loop (its thread holds it
-    /// until the loop has ended and its connections are closed), and a checked `unowned`
-    /// costs an atomic retain and release at each use.
-    unowned(unsafe) let worker: Worker
+    /// The worker's spare body buffers, for buffered upstream answers.
+    let spareArrays: ByteArrayPool
     let routes: RouteSnapshot
     /// The stages in order, as a flat list of kinds (nginx's phase array): each step is
     /// a `switch` and a direct call on the stage objects below. Called through a
@@ -49,7 +47,7 @@ final class ProxyPipeline: RequestHandler {
 
     init(worker: Worker, config: GatewayConfig, client: UpstreamCallMaker, authenticator: Authenticator?,
          statSlots: RouteStatSlots, shared: SharedStages, services: [String: ServiceRuntime], sharedTier: SharedTier? = nil) {
-        self.worker = worker
+        spareArrays = worker.spareArrays
         self.shared = shared
         self.sharedTier = sharedTier
         self.authenticator = authenticator

@@ -20,10 +20,8 @@ final class UpstreamRelay: UpstreamCallDelegate {
     private var done = false
     /// The request's exchange (the context itself).
     private var exchange: Exchange { ctx }
-    // Not counted: both are held by the pipeline (its forward stage, its routes), which
-    // the exchange holds as its handler for as long as the relay holds the exchange.
-    private unowned(unsafe) let service: ServiceRuntime
-    private unowned(unsafe) let upstream: UpstreamCallMaker
+    private let service: ServiceRuntime
+    private let upstream: UpstreamCallMaker
     private let request: UpstreamRequest
     private let maxObjectBytes: Int
     /// The answer is wanted in full (to store or share), even for a HEAD request.
@@ -41,9 +39,8 @@ final class UpstreamRelay: UpstreamCallDelegate {
     private var retriesLeft: Int
     /// Safe to send twice (`isIdempotent`): retried on any connection error.
     private let idempotent: Bool
-    /// The buffered answer. Appended to and read by calls that reach nothing that could
-    /// touch it again: exempt from run-time exclusivity checks.
-    @exclusivity(unchecked) private var body: [UInt8] = []
+    /// The buffered answer.
+    private var body: [UInt8] = []
     private var relayLines: [UInt8] = []
     private var streaming = false
     /// The sink said `.pause`: the next piece pauses the upstream until it drains.
@@ -139,7 +136,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
                 // Answered from here and then given back (`respondDirectly`): a spare
                 // buffer. Not one kept with the answer (stored, shared): its spare room
                 // would be memory the cache's byte budget does not count.
-                body = ctx.withPipeline { $0.worker.spareArrays.take(minimumCapacity: n) }
+                body = ctx.pipeline.spareArrays.take(minimumCapacity: n)
             } else {
                 body.reserveCapacity(n)
             }
@@ -182,7 +179,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
     private func startStreaming() {
         streaming = true
         // Too large to store or share: merged waiters make their own calls.
-        if !done { ctx.withPipeline { $0.answer(ctx, .streamed) } }
+        if !done { ctx.pipeline.answer(ctx, .streamed) }
         // The leader's client left and the waiters are released: nobody wants the rest.
         guard exchange.isOpen else {
             cancel()
@@ -297,7 +294,7 @@ final class UpstreamRelay: UpstreamCallDelegate {
             }
         }
         // The body was copied into the client's output: its buffer serves the next answer.
-        ctx.withPipeline { $0.worker.spareArrays.give(&b) }
+        ctx.pipeline.spareArrays.give(&b)
     }
 
     /// The call ended without an answer for the answer stages (streamed, a HEAD relayed

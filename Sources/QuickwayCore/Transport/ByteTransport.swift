@@ -72,12 +72,14 @@ enum IdleBuffers {
     /// Both empty and holding no memory: the pool's stand-in takes their place, and the
     /// objects become spares if nothing else refers to them (the codec let go first).
     @inline(__always)
-    static func drop(_ input: inout ByteBuffer, _ output: inout ByteBuffer) {
+    static func drop(_ input: inout ByteBuffer, _ output: inout ByteBuffer, user: TransportUser?) {
         guard !input.isStandIn, let pool = input.poolObject, input.isEmpty, output.isEmpty,
               input.heldBytes == 0, output.heldBytes == 0 else { return }
         var i = input, o = output
         input = pool.idleStandIn
         output = pool.idleStandIn
+        user?.inbound = pool.idleStandIn
+        user?.outbound = pool.idleStandIn
         pool.giveBufferObject(&i)
         pool.giveBufferObject(&o)
     }
@@ -85,9 +87,11 @@ enum IdleBuffers {
     /// Buffers of their own again in place of the stand-in (spares from the pool;
     /// storage is taken on the first write, as ever).
     @inline(__always)
-    static func takeBack(_ input: inout ByteBuffer, _ output: inout ByteBuffer) {
+    static func takeBack(_ input: inout ByteBuffer, _ output: inout ByteBuffer, user: TransportUser?) {
         guard input.isStandIn, let pool = input.poolObject else { return }
         input = pool.takeBufferObject()
         output = pool.takeBufferObject()
+        user?.inbound = input
+        user?.outbound = output
     }
 }

@@ -7,6 +7,18 @@ import CQuickwayShims
 /// transport can hold its user as `Unmanaged` and call it without a retain and release
 /// per event (an existential cannot be held that way). Loop thread only.
 class TransportUser {
+    /// The transport's two buffers, mirrored here by the transport so that a codec reads
+    /// them as its own stored properties. The transport swaps them in both places (for
+    /// the pool's stand-in while idle, and back once bytes arrive: `IdleBuffers`), so
+    /// the idle-buffer mechanism is the transport's alone. Set by transports only;
+    /// loop-thread values no access of which spans a call that could reach them again
+    /// (exempt from run-time exclusivity checks).
+    @exclusivity(unchecked) final var inbound: ByteBuffer = TransportUser.unattached
+    @exclusivity(unchecked) final var outbound: ByteBuffer = TransportUser.unattached
+    /// What a user holds before a transport takes it: a stand-in, never written (a write
+    /// into it stops the process), shared by every thread (only its count changes).
+    nonisolated(unsafe) static let unattached = ByteBuffer(standInFor: nil)
+
     /// New bytes are in `transport.input`; `peerClosed` when the client hung up or
     /// half-closed (the codec abandons what is pending).
     func transportReadable(peerClosed: Bool) {}
@@ -44,7 +56,11 @@ final class TCPTransport {
     private var userRef: Unmanaged<TransportUser>?
     var user: TransportUser? {
         get { userRef?.takeUnretainedValue() }
-        set { userRef = newValue.map { Unmanaged.passUnretained($0) } }
+        set {
+            userRef = newValue.map { Unmanaged.passUnretained($0) }
+            newValue?.inbound = input
+            newValue?.outbound = output
+        }
     }
     @exclusivity(unchecked) private var events = SocketEvents()
     var writeStalledSince: Int64 { events.writeStalledSince }
@@ -204,6 +220,6 @@ private let transportEventCallback: @convention(c) (Int32, Int16, UnsafeMutableR
 }
 
 extension TCPTransport {
-    func dropIdleBuffers() { IdleBuffers.drop(&input, &output) }
-    func takeOwnBuffers() { IdleBuffers.takeBack(&input, &output) }
+    func dropIdleBuffers() { IdleBuffers.drop(&input, &output, user: user) }
+    func takeOwnBuffers() { IdleBuffers.takeBack(&input, &output, user: user) }
 }

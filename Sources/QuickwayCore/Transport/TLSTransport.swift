@@ -24,7 +24,12 @@ final class TLSTransport: ByteTransport {
     @exclusivity(unchecked) private(set) var input: ByteBuffer
     @exclusivity(unchecked) private(set) var output: ByteBuffer
     var readAheadLimit: Int
-    unowned(unsafe) var user: TransportUser?
+    unowned(unsafe) var user: TransportUser? {
+        didSet {
+            user?.inbound = input
+            user?.outbound = output
+        }
+    }
     private let context: TLSContext
     private let stats: WorkerStats
     private var ssl: OpaquePointer?
@@ -329,6 +334,6 @@ private let tlsEventCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPoin
 }
 
 extension TLSTransport {
-    func dropIdleBuffers() { IdleBuffers.drop(&input, &output) }
-    func takeOwnBuffers() { IdleBuffers.takeBack(&input, &output) }
+    func dropIdleBuffers() { IdleBuffers.drop(&input, &output, user: user) }
+    func takeOwnBuffers() { IdleBuffers.takeBack(&input, &output, user: user) }
 }

@@ -3,10 +3,9 @@
 /// most `coalesce_wait`. Range and conditional requests make their own calls.
 final class CoalesceStage: RequestStage {
     private let flights: FlightTable
-    /// `unowned(unsafe)`: the worker outlives everything on its loop (its thread holds it
-    /// until the loop has ended and its connections are closed), and a checked `unowned`
-    /// costs an atomic retain and release at each use.
-    private unowned(unsafe) let worker: Worker
+    /// The worker the pipeline runs on (it outlives the pipeline): waiters' answers are
+    /// delivered there, and their wait timers run on its loop.
+    private unowned let worker: Worker
     var needsBody: Bool { true }
 
     init(flights: FlightTable, worker: Worker) {
