@@ -41,7 +41,7 @@ let package = Package(
         // Config-loader fuzz harness (scripts/fuzz.sh builds it with libFuzzer).
         .executableTarget(name: "quickway-fuzz-config", dependencies: ["QuickwayCore"],
                           swiftSettings: [.unsafeFlags(["-parse-as-library"])]),
-        .testTarget(name: "QuickwayCoreTests", dependencies: ["QuickwayCore"]),
+        .testTarget(name: "QuickwayCoreTests", dependencies: ["QuickwayCore", "CNghttp2"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -38,7 +38,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     var deadline: Int64 = 0
     /// Set by a streaming producer that paused; called once the outbound drained.
     var onDrained: (() -> Void)?
-    var parser: HTTPRequestParser
+    /// The request parser's state, read and written in place (`LoopConfined`: the
+    /// parser calls nothing outside itself).
+    let parser: LoopConfined<HTTPRequestParser>
     var phase = Phase.head
     var headTimerRunning = false
     var closeAfterResponse = false
@@ -63,8 +65,8 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         workerRef = Uncounted(worker)
         layerRef = Uncounted(layer)
         self.transport = transport
-        parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
-                                   allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
+        parser = LoopConfined(HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
+                                                allowUnderscoresInHeaders: worker.limits.underscoresInHeaders))
         super.init()
         transport.user = self
         transport.enableReading()
@@ -142,7 +144,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 if inbound.isEmpty {
                     // Between requests: the inbound block goes back to the pool now (the
                     // outbound's once it is sent), the buffer objects as `dropBuffersSoon` says.
-                    parser.reset()
+                    parser.value.reset()
                     inbound.releaseStorage()
                     dropBuffersSoon()
                     deadline = Clock.coarseMillis() + limits.clientIdleTimeoutMillis
@@ -152,7 +154,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 let result: HTTPRequestParser.HeadResult
                 do {
                     let readable = inbound.readable
-                    result = try workerRef.with { w throws(HTTPParseError) in try parser.parseHead(readable, scratch: w.headFieldScratch) }
+                    result = try workerRef.with { w throws(HTTPParseError) in try parser.value.parseHead(readable, scratch: w.headFieldScratch) }
                 } catch {
                     failAndClose(.parse(error))
                     return
@@ -180,14 +182,14 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 do {
                     let readable = inbound.readable
                     let used = try layerRef.with { layer throws(HTTPParseError) in
-                        try layer.appendBody(ex) { body throws(HTTPParseError) in try box.decoder.decode(readable, into: &body) }
+                        try layer.appendBody(ex) { body throws(HTTPParseError) in try box.value.decode(readable, into: &body) }
                     }
                     inbound.consume(used)
                 } catch {
                     failAndClose(.parse(error))
                     return
                 }
-                if box.decoder.isComplete {
+                if box.value.isComplete {
                     dispatch(ex)
                 } else {
                     deadline = Clock.coarseMillis() + limits.clientHeaderTimeoutMillis
@@ -330,7 +332,4 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 
 /// A request body's decoder on the heap, held by its connection only while the body
 /// arrives. Loop thread only.
-final class BodyDecoderBox {
-    var decoder: HTTPBodyDecoder
-    init(_ decoder: HTTPBodyDecoder) { self.decoder = decoder }
-}
+final class BodyDecoderBox: LoopConfined<HTTPBodyDecoder> {}

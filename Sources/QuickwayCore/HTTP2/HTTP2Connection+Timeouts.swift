@@ -26,17 +26,17 @@ extension HTTP2Connection {
             releaseFramePagesIfIdle(now)
         }
         let stalled = transport.writeStalledSince
-        if stalled != 0 && now - stalled >= worker.limits.clientIdleTimeoutMillis {
+        if stalled != 0 && now - stalled >= limits.clientIdleTimeoutMillis {
             transport.close()
             return
         }
-        if !sawFirstFrame && now - idleSince >= worker.limits.clientHeaderTimeoutMillis {
+        if !sawFirstFrame && now - idleSince >= limits.clientHeaderTimeoutMillis {
             transport.close()
             return
         }
         if shutdownNoticeAt != 0 && now - shutdownNoticeAt >= 1000 { goAway(NGHTTP2_NO_ERROR) }
         if streams.isEmpty {
-            if now - idleSince >= worker.limits.clientIdleTimeoutMillis { goAway(NGHTTP2_NO_ERROR) }
+            if now - idleSince >= limits.clientIdleTimeoutMillis { goAway(NGHTTP2_NO_ERROR) }
             return
         }
         // A request that stops arriving, or an answer whose window the client never
@@ -55,10 +55,10 @@ extension HTTP2Connection {
         for s in Array(streams.values) {
             var limit: Int64
             if s.phase == .headers || s.phase == .body {
-                limit = worker.limits.clientHeaderTimeoutMillis
+                limit = limits.clientHeaderTimeoutMillis
             } else if !s.pending.isEmpty {
                 if largest == nil || s.countedPending > largest!.countedPending { largest = s }
-                limit = worker.limits.clientIdleTimeoutMillis
+                limit = limits.clientIdleTimeoutMillis
                 if overBudget { limit = min(limit, HTTP2Codec.stallWhenOverBudgetMillis) } else if connectionStalled { limit = min(limit, HTTP2Codec.stallMillis) }
             } else if s.endStreamSent && !s.requestEnded {
                 limit = HTTP2Codec.tunnelCloseGraceMillis
@@ -77,7 +77,7 @@ extension HTTP2Connection {
         }
         // Streams queued for the pipeline too long (the budget stayed exceeded): 503.
         if !admission.isEmpty {
-            let waited = admission.filter { now - $0.lastProgress >= worker.limits.clientHeaderTimeoutMillis }
+            let waited = admission.filter { now - $0.lastProgress >= limits.clientHeaderTimeoutMillis }
             for s in waited {
                 admission.removeAll { $0 === s }
                 if let ex = s.exchange { layer.refuse(ex, .overloaded("too many answers waiting for HTTP/2 clients to read them; try again shortly")) }

@@ -26,8 +26,12 @@ import CQuickwayShims
 /// its transport, its session and its streams. Loop thread only.
 final class HTTP2Connection: TransportUser, ClientConnection {
     let transport: any ByteTransport
-    /// Not counted: the worker outlives everything on its loop.
-    unowned(unsafe) let worker: Worker
+    /// The worker it runs on (it outlives its connections), and what the codec reads of
+    /// it per request, held here.
+    unowned let worker: Worker
+    let stats: WorkerStats
+    let limits: LimitsConfig
+    let headFieldScratch: HeadFieldScratch
     /// The worker's stream layer: every stream's request goes through it.
     let layer: StreamLayer
     let settings: HTTP2Config
@@ -36,13 +40,12 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// its own, handed back to the kernel while the connection is idle. Allocated here,
     /// freed in `deinit` after the session.
     let framePages = UnsafeMutablePointer<qw_idle_pages>.allocate(capacity: 1)
-    /// Frames went through the frame buffer since its pages were last handed back.
-    @exclusivity(unchecked) var framesSinceRelease = true
     var tableSlot: Int32 = -1
-    @exclusivity(unchecked) var streams: [Int32: HTTP2Stream] = [:]
-    /// The stream found last (`lookup`): a request's callbacks and its response's data
-    /// reads come one after another for one stream. Cleared when it leaves `streams`.
-    @exclusivity(unchecked) var lastStream: HTTP2Stream?
+    /// Shared by the worker's HTTP/2 connections.
+    let answerBudget: HTTP2AnswerBudget
+    let maxActive: Int
+    /// Everything below the `let`s that changes (`HTTP2ConnectionState`).
+    let state: LoopConfined<HTTP2ConnectionState>
 
     func lookup(_ id: Int32) -> HTTP2Stream? {
         if let s = lastStream, s.id == id { return s }
@@ -50,69 +53,14 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         if s != nil { lastStream = s }
         return s
     }
-    // The state marked `@exclusivity(unchecked)`: loop-thread values no access of which
-    // spans a call that could reach them again (the stream table is changed by
-    // subscript, never while it is iterated); checked, they cost a dozen calls a request.
-    /// Inside `mem_recv` or `mem_send`: sends are deferred and nothing is freed.
-    @exclusivity(unchecked) var inNghttp2 = false
-    @exclusivity(unchecked) var pumping = false
-    @exclusivity(unchecked) var pumpNeeded = false
-    /// Reading stopped because the outbound is full; resumes on drain.
-    @exclusivity(unchecked) var readPaused = false
-    /// Streams whose paused producers can go on (their `pending` drained).
-    @exclusivity(unchecked) var writable: [HTTP2Stream] = []
-    /// GOAWAY sent (drain or a protocol error): closes once no stream is open.
-    @exclusivity(unchecked) var goingAway = false
-    /// Closing after what is written (lingering close).
-    @exclusivity(unchecked) var closing = false
-    var closeDeadline: Int64 = 0
-    /// When the last stream closed (idle timeout), or the connection began (preface).
-    @exclusivity(unchecked) var idleSince: Int64
-    @exclusivity(unchecked) var sawFirstFrame = false
-    /// A GOAWAY with an error code went out (counted once as a protocol error).
-    var errorGoawaySent = false
-    /// Answer bytes waiting in the streams' `pending` buffers (all streams); kept in step
-    /// with the worker's `answerBudget` (`pendingChanged`).
-    @exclusivity(unchecked) var pendingBytes = 0
-    /// Shared by the worker's HTTP/2 connections.
-    let answerBudget: HTTP2AnswerBudget
-    /// Header blocks that went over `max_header_list_bytes` on this connection.
-    var oversizeHeaderBlocks = 0
-    /// The session was ended mid-block for a header list far over the limit.
-    var amplificationCut = false
-    /// Decoded bytes of the header block being received (any stream, request or trailers):
-    /// blocks are never interleaved (RFC 9113 6.10), and a block past twice the limit
-    /// ends the connection whatever its stream's state.
-    var blockBytes = 0
-    /// Coarse milliseconds when the client last took answer bytes on any stream.
-    var lastTaken: Int64
-    /// Counted in the worker's budget's connections (once; undone at close).
-    var inBudget = true
-    /// Request body bytes held by streams not yet answered.
-    @exclusivity(unchecked) var requestBodyBytes = 0
-    /// Streams in the pipeline whose answers are not all taken by nghttp2 yet; at most
-    /// `maxActive`, the others wait in `admission` (FIFO) with their request complete.
-    @exclusivity(unchecked) var activeStreams = 0
-    let maxActive: Int
-    @exclusivity(unchecked) var admission: [HTTP2Stream] = []
-    /// Streams whose answer is complete on the wire (a HEAD, a 204) while their exchange
-    /// still runs (the upstream body is read for the cache): kept so a close cancels them.
-    @exclusivity(unchecked) var detached: [Int32: HTTP2Stream] = [:]
-    /// Client resets allowed (rapid reset).
-    var resets = HTTP2ResetLimiter()
-    /// The client reset streams faster than allowed: nothing more is dispatched and the
-    /// session ends (GOAWAY ENHANCE_YOUR_CALM).
-    @exclusivity(unchecked) var terminating = false
-    /// When drain sent the shutdown notice (0: not sent); the final GOAWAY follows.
-    var shutdownNoticeAt: Int64 = 0
-    /// Inside `mem_send` (its data callback may finish a stream).
-    @exclusivity(unchecked) var sending = false
-    @exclusivity(unchecked) var admitNeeded = false
 
     init(transport: any ByteTransport, worker: Worker, layer: StreamLayer, settings: HTTP2Config, maxObjectBytes: Int,
          answerBudget: HTTP2AnswerBudget) {
         self.answerBudget = answerBudget
         self.layer = layer
+        stats = worker.stats
+        limits = worker.limits
+        headFieldScratch = worker.headFieldScratch
         self.transport = transport
         self.worker = worker
         self.settings = settings
@@ -122,14 +70,13 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         // Held for the connection's life: never the idle stand-in (only the HTTP/1.1
         // codec drops a transport's buffers).
         transport.takeOwnBuffers()
-        idleSince = Clock.coarseMillis()
-        lastTaken = idleSince
+        state = LoopConfined(HTTP2ConnectionState(now: Clock.coarseMillis()))
         answerBudget.connectionOpened()
         framePages.initialize(to: qw_idle_pages(block: nil, length: 0, tried: 0))
         super.init()
         transport.user = self
         session = HTTP2Session.make(for: self, settings: settings, framePages: framePages)
-        worker.stats.http2ConnectionOpened()
+        stats.http2ConnectionOpened()
     }
 
     /// Starts on what the HTTP/1.1 codec already read (the preface, perhaps more); the
@@ -230,7 +177,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// nghttp2 refused the client's bytes (bad preface, a connection error, a flood): send
     /// the GOAWAY it queued, if any, and close.
     func protocolFailure(_ code: Int32) {
-        if !errorGoawaySent { worker.stats.http2ProtocolError() }
+        if !errorGoawaySent { stats.http2ProtocolError() }
         // Ended by us mid-block (`header`): tell the client why.
         if amplificationCut, let session, !errorGoawaySent {
             nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM.rawValue)
@@ -336,7 +283,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         swap(&fields, &s.fields)
         s.isHeadRequest = fields.isHeadRequest
         s.lastProgress = Clock.coarseMillis()
-        worker.stats.http2RequestStarted()
+        stats.http2RequestStarted()
         let headBytes: [UInt8]
         do {
             headBytes = try fields.http1Head(hasBody: !endStream)
@@ -350,12 +297,12 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             case .malformed(let why): return refuse(s, .malformedHTTP2(why))
             }
         }
-        var parser = HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
-                                       allowUnderscoresInHeaders: worker.limits.underscoresInHeaders)
+        var parser = HTTPRequestParser(maxHeadBytes: limits.maxHeaderBytes, maxBodyBytes: limits.maxBodyBytes,
+                                       allowUnderscoresInHeaders: limits.underscoresInHeaders)
         let head: HTTPRequestHead
         do {
             // Bound straight from the result, so the head moves rather than being copied.
-            guard case let .head(h, _) = try parser.parseHead(whole: headBytes, scratch: worker.headFieldScratch) else {
+            guard case let .head(h, _) = try parser.parseHead(whole: headBytes, scratch: headFieldScratch) else {
                 return refuse(s, .parse(.badRequest("malformed request")))
             }
             head = h
@@ -386,10 +333,10 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         if let t = lookup(id)?.tunnel { return t.deliver(data, ended: false) }
         guard let s = lookup(id), s.phase == .body, let ex = s.exchange else { return }
         s.lastProgress = Clock.coarseMillis()
-        let refusal: StreamLayer.Refusal? = ex.body.count + data.count > worker.limits.maxBodyBytes
-            ? .bodyTooLarge(worker.limits.maxBodyBytes)
+        let refusal: StreamLayer.Refusal? = ex.body.count + data.count > limits.maxBodyBytes
+            ? .bodyTooLarge(limits.maxBodyBytes)
             // Many streams each sending a body at once: one connection may hold this much.
-            : requestBodyBytes + data.count > max(HTTP2Codec.connectionBudget, worker.limits.maxBodyBytes)
+            : requestBodyBytes + data.count > max(HTTP2Codec.connectionBudget, limits.maxBodyBytes)
             ? .overloaded("too many request bodies in flight on this connection") : nil
         if let refusal {
             s.phase = .refused
@@ -462,7 +409,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// A RST_STREAM from the client: counted, and rate-limited (rapid reset,
     /// CVE-2023-44487). Past the limit nothing more is dispatched and the session ends.
     func clientReset() {
-        worker.stats.http2StreamReset()
+        stats.http2StreamReset()
         if !resets.take(now: Clock.coarseMillis()) && !terminating {
             terminating = true
             Log.debug("h2 \(transport.peer): streams reset faster than \(HTTP2Codec.resetRatePerSecond)/s; ending the session")
@@ -472,12 +419,12 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     /// A GOAWAY went out: ours (drain, idle) or nghttp2's own (a connection error, the
     /// rapid-reset limit). One with an error code counts as a protocol error.
     func goawaySent(errorCode: UInt32, lastStreamId: Int32) {
-        worker.stats.http2GoawaySent()
+        stats.http2GoawaySent()
         // The shutdown notice (last stream 2^31-1) announces the final GOAWAY; it ends nothing.
         if lastStreamId != Int32.max { goingAway = true }
         if errorCode != NGHTTP2_NO_ERROR.rawValue && !errorGoawaySent {
             errorGoawaySent = true
-            worker.stats.http2ProtocolError()
+            stats.http2ProtocolError()
         }
     }
 

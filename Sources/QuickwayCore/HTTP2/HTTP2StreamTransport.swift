@@ -10,7 +10,12 @@ final class HTTP2StreamTransport: ByteTransport {
     let output: ByteBuffer
     let peer: String
     let isTLS: Bool
-    unowned(unsafe) var user: TransportUser?
+    /// Not retained (the relay's endpoint owns the transport).
+    private var userRef: Uncounted<TransportUser>?
+    var user: TransportUser? {
+        get { userRef?.object }
+        set { userRef = newValue.map(Uncounted.init) }
+    }
     private unowned let stream: HTTP2Stream
     private(set) var closed = false
     private var readingWanted = true

@@ -35,6 +35,9 @@ class Exchange {
     var layer: Uncounted<StreamLayer>?
     /// Counted and logged (`ended`): once per exchange, whichever way it ends.
     private var counted = false
+    /// Sees the answer's body on its way to the sink (set by a stage before the answer
+    /// starts; `ResponseBodyFilter`).
+    var bodyFilter: ResponseBodyFilter?
 
     // What the stages found, for the response head, the access log and the counters.
 
@@ -109,12 +112,34 @@ class Exchange {
                  body: UnsafeRawBufferPointer, length: ResponseLength? = nil) {
         guard let sink, !isFinished, !isStreaming else { return }
         self.status = status
+        if let filter = bodyFilter {
+            sendFiltered(head(status, reason, headerLines, length ?? .known(body.count)), filter, sink)
+            if carriesBody {
+                if body.count > 0 { _ = filter.filter(body) { sink.sendBody($0) } }
+                filter.finish { sink.sendBody($0) }
+            }
+            bytesSent = body.count
+            finish()
+            return
+        }
         sink.sendHead(head(status, reason, headerLines, length ?? .known(body.count)))
         if body.count > 0 && carriesBody {
             _ = sink.sendBody(body)
             bytesSent = body.count
         }
         finish()
+    }
+
+    /// Sends a head through the body filter: it may change the length and add lines.
+    private func sendFiltered(_ head: ResponseHead, _ filter: ResponseBodyFilter, _ sink: ResponseSink) {
+        var head = head
+        guard let extra = filter.willSend(&head), !extra.isEmpty else { return sink.sendHead(head) }
+        var lines = head.headerLines.map { Array($0) } ?? []
+        lines.append(contentsOf: extra)
+        lines.withUnsafeBytes { l in
+            head.headerLines = l
+            sink.sendHead(head)
+        }
     }
 
     func respond(status: Int, contentType: StaticString, body: [UInt8], extraHeaders: String = "") {
@@ -149,13 +174,15 @@ class Exchange {
         guard let sink, !isFinished, !isStreaming else { return }
         self.status = status
         isStreaming = true
-        sink.sendHead(head(status, reason, headerLines, contentLength.map { .known($0) } ?? .unknown))
+        let h = head(status, reason, headerLines, contentLength.map { .known($0) } ?? .unknown)
+        if let filter = bodyFilter { sendFiltered(h, filter, sink) } else { sink.sendHead(h) }
     }
 
     /// Sends a piece of a streamed body. `.pause`: stop until `whenWritable`'s closure runs.
     func streamBody(_ bytes: UnsafeRawBufferPointer) -> BodyWrite {
         guard let sink, isStreaming, !isFinished, bytes.count > 0 else { return .accepted }
         if carriesBody { bytesSent += bytes.count }
+        if let filter = bodyFilter { return carriesBody ? filter.filter(bytes) { sink.sendBody($0) } : .accepted }
         return sink.sendBody(bytes)
     }
 
@@ -166,7 +193,8 @@ class Exchange {
 
     /// Completes a streamed body.
     func endStream() {
-        guard sink != nil, isStreaming, !isFinished else { return }
+        guard let sink, isStreaming, !isFinished else { return }
+        if let filter = bodyFilter, carriesBody { filter.finish { sink.sendBody($0) } }
         finish()
     }
 

@@ -13,7 +13,7 @@ import Glibc
 /// Ownership: the relay holds its context (the request's exchange); the context holds
 /// the relay in `waiting` until the call ends or is cancelled, when that link is cut.
 /// The upstream call holds the relay as its delegate. Loop thread only.
-final class UpstreamRelay: UpstreamCallDelegate {
+final class UpstreamRelay: LoopConfined<UpstreamRelay.Buffered>, UpstreamCallDelegate {
     private let ctx: ProxyContext
     /// The answer went to the pipeline, or the call was cancelled: nothing more is
     /// answered through the context.
@@ -34,14 +34,10 @@ final class UpstreamRelay: UpstreamCallDelegate {
     /// What the answer needs of the call's response head, taken once when it arrives
     /// (each read of `head` through the call's protocol copies the whole struct).
     private var upstreamStatus = 0
-    private var upstreamReason: [UInt8] = []
     private var upstreamLength: Int?
     private var retriesLeft: Int
     /// Safe to send twice (`isIdempotent`): retried on any connection error.
     private let idempotent: Bool
-    /// The buffered answer.
-    private var body: [UInt8] = []
-    private var relayLines: [UInt8] = []
     private var streaming = false
     /// The sink said `.pause`: the next piece pauses the upstream until it drains.
     private var clientFull = false
@@ -75,7 +71,21 @@ final class UpstreamRelay: UpstreamCallDelegate {
         self.maxObjectBytes = maxObjectBytes
         buffersForCache = ctx.plan != nil
         self.webSocket = webSocket
+        super.init(Buffered())
     }
+
+    /// The answer as it is buffered: appended to per piece from the upstream and moved
+    /// out whole, never across a call that could reach it again. Held in place
+    /// (`LoopConfined`), as a codec's state is: this is where the upstream's bytes meet
+    /// the pipeline, a few accesses per proxied request.
+    struct Buffered {
+        var body: [UInt8] = []
+        var relayLines: [UInt8] = []
+        var upstreamReason: [UInt8] = []
+    }
+    private var body: [UInt8] { get { value.body } _modify { yield &value.body } }
+    private var relayLines: [UInt8] { get { value.relayLines } _modify { yield &value.relayLines } }
+    private var upstreamReason: [UInt8] { get { value.upstreamReason } _modify { yield &value.upstreamReason } }
 
     /// GET, HEAD, OPTIONS, PUT, DELETE, TRACE, or any request with an Idempotency-Key.
     static func isIdempotent(_ head: HTTPRequestHead) -> Bool {
