@@ -12,8 +12,8 @@ final class ProxyContext: Exchange {
     /// Where the run goes on after a suspended stage (an index into the pipeline's stages).
     var nextStage = 0
 
-    /// Set by the route stage: the matched route.
-    var route: Route!
+    /// Set by the route stage: the matched route (the stages after it are given it).
+    var route: Route?
     override var routeStatSlot: Int { route?.statSlot ?? -1 }
     override var routeName: [UInt8]? { route?.nameBytes }
 
@@ -32,12 +32,10 @@ final class ProxyContext: Exchange {
     /// Set by `StoreStage`: merged waiters may be given the upstream's answer.
     var shareable = false
 
-    /// Whether an answer stage could do anything with an upstream's answer: each acts
-    /// only with a cache plan (stale-if-error, store) or a flight (share with waiters).
-    /// Without either, the relay answers the client itself and makes no `CachedResponse`
-    /// (about 700 instructions a proxied request). A new answer stage that acts on other
-    /// answers must be named here.
-    var answerStagesCanUse: Bool { plan != nil || flight != nil }
+    /// Whether an answer stage could do anything with an upstream's answer (each says,
+    /// `AnswerStage.applies`). Without one, the relay answers the client itself and
+    /// makes no `CachedResponse`.
+    var answerStagesCanUse: Bool { pipeline.answerStagesApply(self) }
 
     /// What the request waits on; the pipeline's `clientLeft` reads it (the one place
     /// that decides what a client hang-up does).

@@ -62,9 +62,9 @@ final class ProxyPipeline: RequestHandler {
                                    trusted: config.trustedProxies)
         (routeStage, authenticateHeadStage, authenticateBodyStage) = (route, authenticateHead, authenticateBody)
         (cacheLookupStage, coalesceStage, forwardStage) = (cacheLookup, coalesce, forward)
-        var inOrder: [(StageKind, RequestStage)] = [(.route, route), (.authenticateHead, authenticateHead),
-                                                    (.authenticateBody, authenticateBody), (.cacheLookup, cacheLookup),
-                                                    (.coalesce, coalesce)]
+        // After the route stage (which reads the head alone), the stages in order.
+        var inOrder: [(StageKind, RequestStage)] = [(.authenticateHead, authenticateHead), (.authenticateBody, authenticateBody),
+                                                    (.cacheLookup, cacheLookup), (.coalesce, coalesce)]
         // Left out when there is no shared cache to look in (it would only continue).
         if let tier = sharedTier, tier.config.cache {
             let lookup = SharedTierLookupStage(sharedTier: tier)
@@ -74,10 +74,10 @@ final class ProxyPipeline: RequestHandler {
             sharedTierLookupStage = nil
         }
         inOrder.append((.forward, forward))
-        order = inOrder.map(\.0)
-        firstBodyStage = inOrder.firstIndex { $0.1.needsBody } ?? inOrder.count
-        // Each acts only with a cache plan or a flight: an upstream answer with neither
-        // goes straight to the client (`ProxyContext.answerStagesCanUse`).
+        order = [.route] + inOrder.map(\.0)
+        firstBodyStage = 1 + (inOrder.firstIndex { $0.1.needsBody } ?? inOrder.count)
+        // Each says when it applies: an upstream answer none applies to goes straight
+        // to the client (`answerStagesApply`).
         answerStages = [
             StaleIfErrorStage(cache: shared.cache, cacheConfig: config.cache),
             StoreStage(cache: shared.cache, cacheConfig: config.cache, sharedTier: sharedTier),
@@ -85,18 +85,28 @@ final class ProxyPipeline: RequestHandler {
         ]
     }
 
-    /// Runs one stage: a direct call on a `let` of this pipeline.
+    /// Runs one stage: a direct call on a `let` of this pipeline. The stages after the
+    /// route stage are given the route it matched (it refuses a request that matches none).
     @inline(__always)
     private func run(_ kind: StageKind, _ ctx: ProxyContext) -> StageResult {
+        if kind == .route { return routeStage.run(ctx) }
+        guard let route = ctx.route else { preconditionFailure("a stage after routing ran without a route") }
         switch kind {
-        case .route: routeStage.run(ctx)
-        case .authenticateHead: authenticateHeadStage.run(ctx)
-        case .authenticateBody: authenticateBodyStage.run(ctx)
-        case .cacheLookup: cacheLookupStage.run(ctx)
-        case .coalesce: coalesceStage.run(ctx)
-        case .sharedTierLookup: sharedTierLookupStage!.run(ctx)
-        case .forward: forwardStage.run(ctx)
+        case .route: return .next
+        case .authenticateHead: return authenticateHeadStage.run(ctx, route)
+        case .authenticateBody: return authenticateBodyStage.run(ctx, route)
+        case .cacheLookup: return cacheLookupStage.run(ctx, route)
+        case .coalesce: return coalesceStage.run(ctx, route)
+        case .sharedTierLookup: return sharedTierLookupStage?.run(ctx, route) ?? .next
+        case .forward: return forwardStage.run(ctx, route)
         }
+    }
+
+    /// Whether any answer stage applies to this request's answer.
+    @inline(__always)
+    func answerStagesApply(_ ctx: ProxyContext) -> Bool {
+        for stage in answerStages where stage.applies(to: ctx) { return true }
+        return false
     }
 
     // MARK: RequestHandler (called by the codec)

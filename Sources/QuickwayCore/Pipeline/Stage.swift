@@ -18,14 +18,15 @@ enum StageKind: UInt8 {
     case route, authenticateHead, authenticateBody, cacheLookup, coalesce, sharedTierLookup, forward
 }
 
-/// One step of the request path (`ProxyPipeline.order` lists them in order). A stage
-/// reads the exchange and the context, records what it found in the context, and
-/// continues, refuses, answers or suspends. Loop thread only.
+/// One step of the request path after routing (`ProxyPipeline.order` lists them in
+/// order). A stage reads the exchange, the context and the matched route (given, never
+/// optional: the route stage runs first and refuses what matches none), records what it
+/// found in the context, and continues, refuses, answers or suspends. Loop thread only.
 protocol RequestStage: AnyObject {
     /// Whether the stage needs the whole body (stages before the first that does run
     /// on the head alone, before the body is read).
     var needsBody: Bool { get }
-    func run(_ ctx: ProxyContext) -> StageResult
+    func run(_ ctx: ProxyContext, _ route: Route) -> StageResult
 }
 
 /// What the way back carries: the answer for the client and merged waiters.
@@ -44,5 +45,9 @@ enum ProxyAnswer {
 /// One step of the way back (`ProxyPipeline.answerStages`): sees every answer a
 /// forwarded or shared-tier request gets, in order, and may replace it.
 protocol AnswerStage: AnyObject {
+    /// Whether the stage could do anything with this request's answer. When none
+    /// applies, an upstream answer goes straight to the client without being made into
+    /// a `CachedResponse` (`ProxyPipeline.answerStagesApply`).
+    func applies(to ctx: ProxyContext) -> Bool
     func see(_ ctx: ProxyContext, _ answer: inout ProxyAnswer)
 }

@@ -13,7 +13,7 @@ final class AuthenticateBodyStage: RequestStage {
         self.stats = stats
     }
 
-    func run(_ ctx: ProxyContext) -> StageResult {
+    func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
         // Most requests have nothing pending: told by the tag alone (taking the value out
         // moves the whole credentials, about 40 instructions).
         if case .none = ctx.pendingAuth { return .next }

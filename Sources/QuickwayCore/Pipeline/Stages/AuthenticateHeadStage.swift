@@ -13,8 +13,8 @@ final class AuthenticateHeadStage: RequestStage {
         self.stats = stats
     }
 
-    func run(_ ctx: ProxyContext) -> StageResult {
-        let mode = ctx.route.config.auth
+    func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
+        let mode = route.config.auth
         guard mode != .off, let auth = authenticator else { return .next }
         let exchange = ctx.exchange
         exchange.authChallenge = auth.schemeName

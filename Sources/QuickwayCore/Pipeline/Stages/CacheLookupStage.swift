@@ -11,9 +11,9 @@ final class CacheLookupStage: RequestStage {
         staleIfErrorMillis = cacheConfig.staleIfErrorMillis
     }
 
-    func run(_ ctx: ProxyContext) -> StageResult {
+    func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
         let exchange = ctx.exchange
-        let routeRef = ctx.route!
+        let routeRef = route
         return exchange.withHead { lookup(ctx, exchange, routeRef, $0) }
     }
 

@@ -13,9 +13,8 @@ final class CoalesceStage: RequestStage {
         self.worker = worker
     }
 
-    func run(_ ctx: ProxyContext) -> StageResult {
+    func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
         guard let plan = ctx.plan else { return .next }
-        let route = ctx.route!   // the class: `.config` read in place, not copied
         // A conditional or partial request can get a 304 or 206 made for it alone: it
         // makes its own call rather than lead (or join) a merged one.
         guard route.config.coalesce, !Self.asksForItsOwnAnswer(ctx.exchange.head) else { return .next }

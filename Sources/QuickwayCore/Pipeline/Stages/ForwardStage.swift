@@ -18,8 +18,8 @@ final class ForwardStage: RequestStage {
         self.trusted = trusted
     }
 
-    func run(_ ctx: ProxyContext) -> StageResult {
-        ctx.withHead { forward(ctx, ctx.route!, trusted, $0) }
+    func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
+        ctx.withHead { forward(ctx, route, trusted, $0) }
     }
 
     /// `head` is the exchange's, borrowed (a local copy would retain its array).

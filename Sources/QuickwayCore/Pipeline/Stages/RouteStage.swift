@@ -2,7 +2,7 @@ import Glibc
 /// Route: the first route whose normalised prefix and methods match
 /// (`Routing/RouteTable.swift`). Refuses encoded slashes unless the route allows them,
 /// and a stripped path that would gain a dot segment.
-final class RouteStage: RequestStage {
+final class RouteStage {
     private let routes: RouteSnapshot
     var needsBody: Bool { false }
 
@@ -74,7 +74,7 @@ final class RouteStage: RequestStage {
                 // Moved into the context, not copied (a retain and a release less); the
                 // exchange's route counter slot and name are read from it.
                 ctx.route = route
-                if head.upgradeWebSocket { return Self.checkWebSocket(ctx, ctx.route) }
+                if head.upgradeWebSocket { return Self.checkWebSocket(ctx, route) }
                 return .next
             case .methodNotAllowed:
                 ctx.exchange.allowedMethods = routes.table.allowedMethods(path: path)

@@ -6,6 +6,8 @@ final class ShareWithWaitersStage: AnswerStage {
 
     init(flights: FlightTable) { self.flights = flights }
 
+    func applies(to ctx: ProxyContext) -> Bool { ctx.flight != nil }
+
     func see(_ ctx: ProxyContext, _ answer: inout ProxyAnswer) {
         guard let flight = ctx.flight else { return }
         ctx.flight = nil

@@ -8,7 +8,7 @@ final class SharedTierLookupStage: RequestStage {
 
     init(sharedTier: SharedTier?) { self.sharedTier = sharedTier }
 
-    func run(_ ctx: ProxyContext) -> StageResult {
+    func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
         guard let plan = ctx.plan, plan.ttlMillis > 0, let tier = sharedTier, tier.config.cache else { return .next }
         ctx.waiting = .redis
         tier.lookup(plan.key) { found in

@@ -10,6 +10,8 @@ final class StaleIfErrorStage: AnswerStage {
         staleMillis = cacheConfig.staleIfErrorMillis
     }
 
+    func applies(to ctx: ProxyContext) -> Bool { ctx.plan != nil && staleMillis > 0 }
+
     func see(_ ctx: ProxyContext, _ answer: inout ProxyAnswer) {
         switch answer {
         case .failed: break

@@ -13,6 +13,8 @@ final class StoreStage: AnswerStage {
         self.sharedTier = sharedTier
     }
 
+    func applies(to ctx: ProxyContext) -> Bool { ctx.plan != nil }
+
     func see(_ ctx: ProxyContext, _ answer: inout ProxyAnswer) {
         guard let plan = ctx.plan else { return }
         switch answer {
