@@ -496,7 +496,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// instructions a request. With thousands of connections they are recycled through
     /// the spares at once: held until a sweep, a burst of them would be freed together,
     /// leaving holes malloc does not give back (measured: 545 against 519 bytes per idle
-    /// connection, `scripts/bench_idle.py`).
+    /// connection, `scripts/bench/bench_idle.py`).
     private func dropBuffersSoon() {
         if worker.idleBuffersGoBackAtOnce { dropBuffersIfIdle() }
     }
