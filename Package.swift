@@ -38,7 +38,7 @@ let package = Package(
         ),
         .executableTarget(name: "quickway", dependencies: ["QuickwayCore",
                                                            .product(name: "ArgumentParser", package: "swift-argument-parser")]),
-        // Config-loader fuzz harness (scripts/fuzz.sh builds it with libFuzzer).
+        // Config-loader fuzz harness (scripts/dev/fuzz.sh builds it with libFuzzer).
         .executableTarget(name: "quickway-fuzz-config", dependencies: ["QuickwayCore"],
                           swiftSettings: [.unsafeFlags(["-parse-as-library"])]),
         .testTarget(name: "QuickwayCoreTests", dependencies: ["QuickwayCore", "CNghttp2"]),

@@ -1,5 +1,5 @@
 // libFuzzer harness: the HTTP/1.1 request parser, the target normaliser and the body
-// decoder. Built by scripts/fuzz.sh with `swiftc -sanitize=fuzzer,address` together with
+// decoder. Built by scripts/dev/fuzz.sh with `swiftc -sanitize=fuzzer,address` together with
 // the parser's own source files. Besides crashes, it checks properties: parsing the input
 // in one go (through a worker's scratch table) and byte by byte (with a table of the
 // parse's own) must agree; every range a head reports must lie within the head's own

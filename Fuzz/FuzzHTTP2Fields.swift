@@ -1,6 +1,6 @@
 // libFuzzer harness: the HTTP/2 request field checks (`HTTP2RequestFields`) and the
 // HTTP/1.1 head they write, which `HTTPRequestParser` reads again (as `HTTP2Connection`
-// does). Built by scripts/fuzz.sh with `swiftc -sanitize=fuzzer,address` together with
+// does). Built by scripts/dev/fuzz.sh with `swiftc -sanitize=fuzzer,address` together with
 // the parsers' own source files.
 //
 // The input is a flags byte (bit 0: DATA follows the headers; bit 1: a 64-byte header

@@ -1,7 +1,7 @@
 // libFuzzer harness: Redis replies as the gateway reads them, hiredis's reader
 // (`redisReaderCreate`, `redisReaderFeed`, `redisReaderGetReply`, as its async context
 // uses it) turning RESP bytes into `redisReply` trees and `RedisReply.init` copying them
-// out. Built by scripts/fuzz.sh with `swiftc -sanitize=fuzzer,address` from RedisReply.swift
+// out. Built by scripts/dev/fuzz.sh with `swiftc -sanitize=fuzzer,address` from RedisReply.swift
 // against a module map of qw_redis.h alone, linked with -lhiredis (hiredis itself is not
 // instrumented: the system library).
 //

@@ -1,5 +1,5 @@
 // libFuzzer harness: the upstream response head parser (`UpstreamResponseHead`), fed as
-// the plain-HTTP client feeds it. Built by scripts/fuzz.sh with `swiftc
+// the plain-HTTP client feeds it. Built by scripts/dev/fuzz.sh with `swiftc
 // -sanitize=fuzzer,address` together with the parser's own source files.
 //
 // The input is what an upstream sends. It is read twice, as `UpstreamHTTPCall.consume`

@@ -1,5 +1,5 @@
 // libFuzzer harness: the WebSocket frame parser and the UTF-8 validator. Built by
-// scripts/fuzz.sh with `swiftc -sanitize=fuzzer,address` together with their own source
+// scripts/dev/fuzz.sh with `swiftc -sanitize=fuzzer,address` together with their own source
 // files.
 //
 // The input is a flags byte (bit 0: frames from a client, masked; bit 1: permessage-deflate

@@ -17,28 +17,28 @@
 #
 # Cases "cache" (hit throughput against nginx proxy_cache, HAProxy's cache, Varnish) and
 # "merge" (200 identical cold GETs against nginx proxy_cache_lock and Varnish) are run by
-# scripts/bench-cache.sh, which this script calls for --case cache|merge|all.
+# scripts/bench/bench-cache.sh, which this script calls for --case cache|merge|all.
 #
 # Case "log": the same proxy with the access log written to a file (and stats, always
 # on) against a second instance with the access log off. Target: >= 0.95x.
 #
 # Case "routing": three backends with 2, 20 and 50 ms delay behind Quickway (fastest, with
 # probes) and nginx (round robin, its open-source default): median and p99 client latency
-# and each backend's share of calls (scripts/bench_routing.py drives it).
+# and each backend's share of calls (scripts/bench/bench_routing.py drives it).
 #
 # Case "redis": cache hits served from the shared Redis tier with a cold local tier,
-# against local hits (scripts/bench-redis.sh).
+# against local hits (scripts/bench/bench-redis.sh).
 #
 # Case "tls": HTTP/1.1 over TLS against nginx ssl, kept-alive and a full handshake per
-# request (scripts/bench-tls.sh).
+# request (scripts/bench/bench-tls.sh).
 # Case "http2": HTTP/2 over TLS against nginx `ssl http2` with h2load: 1 and 100 streams per
-# connection, full and resumed handshakes (scripts/bench-http2.sh).
+# connection, full and resumed handshakes (scripts/bench/bench-http2.sh).
 #
 # Case "scaling": req/s and p99 with 1 and 2 workers and 1, 64 and 1,024 connections, against
-# nginx with as many workers (scripts/bench-scaling.sh).
+# nginx with as many workers (scripts/bench/bench-scaling.sh).
 #
 # Case "websocket": echo round trips over 100 WebSocket connections against nginx proxying
-# the same backend (scripts/bench-websocket.sh).
+# the same backend (scripts/bench/bench-websocket.sh).
 #
 # Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
@@ -46,7 +46,7 @@ set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
 cd "$(dirname "$0")/.."
 ROUNDS=5; DURATION=8; CONNS=64; CASE=all
-. scripts/bench-common.sh
+. scripts/bench/bench-common.sh
 parse_bench_options "$@"
 need_tools nginx:nginx-light wrk:wrk
 scripts/setup.sh >/dev/null
@@ -77,28 +77,28 @@ CONF
   taskset -c 0 "$PWD/.build/release/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/q.log" & PIDS+=($!)
   taskset -c 0 nginx -p "$WORK" -c "$WORK/nginx.conf" & PIDS+=($!)
   echo "routing: backends 2/20/50 ms on 127.0.0.2-4; Quickway fastest vs nginx round robin"
-  taskset -c 1 python3 scripts/bench_routing.py --port "$RPORT" --rounds "$ROUNDS" --requests 3000 --concurrency 16 \
+  taskset -c 1 python3 scripts/bench/bench_routing.py --port "$RPORT" --rounds "$ROUNDS" --requests 3000 --concurrency 16 \
     quickway=127.0.0.1:18680 nginx=127.0.0.1:18682
   exit 0
 fi
 if [ "$CASE" = websocket ]; then
   # 100 connections unless --connections says otherwise (64 is the HTTP cases' default).
-  exec scripts/bench-websocket.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$([ "$CONNS" = 64 ] && echo 100 || echo "$CONNS")"
+  exec scripts/bench/bench-websocket.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$([ "$CONNS" = 64 ] && echo 100 || echo "$CONNS")"
 fi
 if [ "$CASE" = scaling ]; then
-  exec scripts/bench-scaling.sh --rounds "$ROUNDS" --duration "$DURATION"
+  exec scripts/bench/bench-scaling.sh --rounds "$ROUNDS" --duration "$DURATION"
 fi
 if [ "$CASE" = tls ]; then
-  exec scripts/bench-tls.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
+  exec scripts/bench/bench-tls.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi
 if [ "$CASE" = http2 ]; then
-  exec scripts/bench-http2.sh --rounds "$ROUNDS" --duration "$DURATION"
+  exec scripts/bench/bench-http2.sh --rounds "$ROUNDS" --duration "$DURATION"
 fi
 if [ "$CASE" = redis ]; then
-  exec scripts/bench-redis.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
+  exec scripts/bench/bench-redis.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi
 if [ "$CASE" = cache ] || [ "$CASE" = merge ]; then
-  exec scripts/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case "$CASE"
+  exec scripts/bench/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case "$CASE"
 fi
 QW=${QW_BIN:-$PWD/.build/release/quickway}   # QW_BIN: benchmark another build (before/after)
 WORK=$(mktemp -d /tmp/qw-bench.XXXXXX)
@@ -221,7 +221,7 @@ done
 print_medians "$WORK/results" "case"
 python3 - "$WORK/results" <<'PY'
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/bench")
 from bench_medians import medians
 med = medians(sys.argv[1])
 print()
@@ -247,7 +247,7 @@ if [ "$CASE" = all ]; then
   cleanup
   trap - EXIT
   echo
-  scripts/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case all
+  scripts/bench/bench-cache.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS" --case all
   echo
-  scripts/bench-redis.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
+  scripts/bench/bench-redis.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi

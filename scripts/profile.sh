@@ -8,7 +8,7 @@
 # Instrumentation is switched on once the gateway answers, so start-up is not counted; requests
 # are counted from /stats over the same span. QW_BIN=path profiles another build of
 # quickway (to compare builds: the checked -O one against -Ounchecked, before/after).
-# QW_CALLGRIND_ARGS adds valgrind options (--dump-instr=yes, for scripts/cg-lines.py).
+# QW_CALLGRIND_ARGS adds valgrind options (--dump-instr=yes, for scripts/profile/cg-lines.py).
 # With --cache every request is a cache hit (one 1 KB entry on a route with a ttl).
 # Usage: scripts/profile.sh [--seconds N] [--signed | --cache]
 set -euo pipefail
@@ -26,7 +26,7 @@ for tool in valgrind nginx wrk; do
   command -v "$tool" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind nginx-light wrk >/dev/null; break; }
 done
 scripts/setup.sh >/dev/null
-. scripts/bench-common.sh
+. scripts/bench/bench-common.sh
 WORK=$(mktemp -d /tmp/qw-profile.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${QW_PROFILE_KEEP:-}" ] || rm -rf "$WORK"; }
@@ -73,7 +73,7 @@ LUA
 fi
 # valgrind 3.19 cannot read the DWARF of Swift 6 binaries: profile a copy without it.
 objcopy --strip-debug "${QW_BIN:-.build/release/quickway}" "$WORK/quickway"
-# Kept with the profile, the build it counted, for scripts/cg-lines.py (source lines).
+# Kept with the profile, the build it counted, for scripts/profile/cg-lines.py (source lines).
 [ -z "${QW_PROFILE_KEEP:-}" ] || cp "${QW_BIN:-.build/release/quickway}" "$WORK/quickway.debug"
 nginx -p "$WORK" -c "$WORK/backend.conf" & PIDS+=($!)
 valgrind --tool=callgrind --instr-atstart=no ${QW_CALLGRIND_ARGS:-} --callgrind-out-file="$WORK/cg.out" "$WORK/quickway" serve --config "$WORK/q.yaml" 2>"$WORK/valgrind.log" & QW=$!; PIDS+=($QW)

@@ -3,7 +3,7 @@ import QuickwayCore
 
 // libFuzzer harness for the config loader (YAML through Yams, then the whole schema).
 // Property: any input either loads or is refused with issues that each name a message;
-// nothing crashes or hangs. Built by scripts/fuzz.sh with `-D FUZZING` and
+// nothing crashes or hangs. Built by scripts/dev/fuzz.sh with `-D FUZZING` and
 // `-sanitize=fuzzer` (libFuzzer then provides `main`); a normal build gets the `main`
 // below, which replays input files (for reproducing a crash).
 

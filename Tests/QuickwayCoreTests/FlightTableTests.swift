@@ -4,7 +4,7 @@ import XCTest
 
 /// The flight table from several threads at once, with real workers (each its own event
 /// loop thread) so the upstream cancel really is posted across threads. Also run under
-/// ThreadSanitizer by scripts/tsan.sh.
+/// ThreadSanitizer by scripts/dev/tsan.sh.
 final class FlightTableTests: XCTestCase {
     private var workers: [Worker] = []
     /// Each worker's loop thread.

@@ -6,7 +6,7 @@ import XCTest
 /// (`qw_shared_add`, `qw_flag_*`). Each must live at a stable address of its own: passed
 /// as `&storedProperty` it is formally an exclusive access of the whole object's property
 /// (and may be a temporary), which ThreadSanitizer reports as a race. Run under
-/// ThreadSanitizer by scripts/tsan.sh.
+/// ThreadSanitizer by scripts/dev/tsan.sh.
 final class SharedCounterTests: XCTestCase {
     /// 4 threads x 100k take/release pairs on the gateway-wide budget: it ends at 0 and
     /// no take is refused while far below the limit.

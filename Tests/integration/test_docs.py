@@ -6,8 +6,9 @@
   which `YAMLMapReader` variable stands for which section; every key a reader asks for
   (`top.string("workers")`, `a.map("admin")`, `positive(p, "interval")`, ...) is accepted,
   and every other key is refused by `finish()` as "unknown key".
-- Every relative link in README.md, docs/configuration.md and ARCHITECTURE.md resolves to
-  a file of the repository (and, for a link to a heading of a Markdown file, to a heading).
+- Every relative link in README.md, docs/configuration.md, ARCHITECTURE.md, CONTRIBUTING.md
+  and the benchmark pages resolves to a file of the repository (and, for a link to a
+  heading of a Markdown file, to a heading).
 
 Needs no binary."""
 import os
@@ -389,7 +390,8 @@ def relative_links(path):
     return [t for t in targets if not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", t) and not t.startswith("#")]
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/configuration.md", "ARCHITECTURE.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/configuration.md", "ARCHITECTURE.md", "BENCHMARKS.md",
+                                 "docs/benchmarks-history.md", "CONTRIBUTING.md"])
 def test_relative_links_resolve(doc):
     path = os.path.join(ROOT, doc)
     broken = []

@@ -10,11 +10,11 @@
 # Prints req/s, p50, p99, gateway CPU per request, and Redis's own CPU per request in the
 # qw-redis rounds (charged separately: it runs on core 1).
 #
-# Usage: scripts/bench-redis.sh [--rounds N] [--duration S] [--connections C]
+# Usage: scripts/bench/bench-redis.sh [--rounds N] [--duration S] [--connections C]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=5; DURATION=8; CONNS=64; CASE=redis
-. scripts/bench-common.sh
+. scripts/bench/bench-common.sh
 parse_bench_options "$@"
 need_tools nginx:nginx-light wrk:wrk redis-server:redis-server
 scripts/setup.sh >/dev/null
@@ -87,7 +87,7 @@ print_medians "$WORK/results" "cache hit"
 curl -s "http://127.0.0.1:$P_REDIS_ADMIN/stats" | python3 -c 'import json,sys; s=json.load(sys.stdin); r=s["redis"]; print("\nqw-redis: local entries %d, redis hits %d, misses %d, timeouts %d, unavailable %d" % (s["cache"]["entries"], r["cache"]["hits"], r["cache"]["misses"], r["timeouts"], r["unavailable"]))'
 python3 - "$WORK/results" <<'PY'
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/bench")
 from bench_medians import medians
 med = medians(sys.argv[1])
 l, r, n = med["qw-local"], med["qw-redis"], med["nginx"]

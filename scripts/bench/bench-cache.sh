@@ -10,11 +10,11 @@
 #        "direct" (the same burst straight to the backend: the backend's own time as this
 #        client sees it, the baseline for the "within 10 ms" target).
 #
-# Usage: scripts/bench-cache.sh [--rounds N] [--duration S] [--case cache|merge|all]
+# Usage: scripts/bench/bench-cache.sh [--rounds N] [--duration S] [--case cache|merge|all]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=5; DURATION=8; CONNS=64; CASE=all
-. scripts/bench-common.sh
+. scripts/bench/bench-common.sh
 parse_bench_options "$@"
 need_tools nginx:nginx-light wrk:wrk haproxy:haproxy varnishd:varnish
 scripts/setup.sh >/dev/null
@@ -132,7 +132,7 @@ if [ "$CASE" = all ] || [ "$CASE" = cache ]; then
   print_medians "$WORK/results" "cache hit"
   python3 - "$WORK/results" <<'PY'
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/bench")
 from bench_medians import medians
 med = medians(sys.argv[1])
 peers = {k: v for k, v in med.items() if k != "quickway"}
@@ -146,6 +146,6 @@ fi
 if [ "$CASE" = all ] || [ "$CASE" = merge ]; then
   echo
   echo "merging: 200 identical GETs at once, cold key each round, 50 ms backend (counts its hits)"
-  taskset -c 1 python3 scripts/bench_merge.py --backend "$MERGE_BACKEND" --delay-ms 50 --n 200 --rounds "$ROUNDS" \
+  taskset -c 1 python3 scripts/bench/bench_merge.py --backend "$MERGE_BACKEND" --delay-ms 50 --n 200 --rounds "$ROUNDS" \
     "direct=http://$MERGE_BACKEND/" "quickway=http://127.0.0.1:$P_QW/" "nginx=http://127.0.0.1:$P_NGINX/" "varnish=http://127.0.0.1:$P_VARNISH/"
 fi

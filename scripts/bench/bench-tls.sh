@@ -10,11 +10,11 @@
 #                 new connections per second
 #
 # Prints medians (req/s, p50, p99, server CPU per request) and Quickway/nginx ratios.
-# Usage: scripts/bench-tls.sh [--rounds N] [--duration S] [--connections C]
+# Usage: scripts/bench/bench-tls.sh [--rounds N] [--duration S] [--connections C]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=5; DURATION=8; CONNS=64; CASE=tls
-. scripts/bench-common.sh
+. scripts/bench/bench-common.sh
 parse_bench_options "$@"
 need_tools nginx:nginx-light wrk:wrk openssl:openssl
 scripts/setup.sh >/dev/null
@@ -73,7 +73,7 @@ done
 print_medians "$WORK/results" "tls"
 python3 - "$WORK/results" <<'PY'
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/bench")
 from bench_medians import medians
 m = medians(sys.argv[1])
 print()

@@ -1,4 +1,4 @@
-/* WebSocket load for scripts/bench-websocket.sh: an echo backend and a closed-loop
+/* WebSocket load for scripts/bench/bench-websocket.sh: an echo backend and a closed-loop
  * client, in C with epoll, so that the proxy under test (not the load) is the limit.
  *
  *   bench_ws_load backend HOST PORT

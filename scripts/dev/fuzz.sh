@@ -6,13 +6,13 @@
 # RedisReply (fuzz-redis), each built with swiftc -sanitize=fuzzer,address from its own
 # source files; and the config loader (fuzz-config: Yams and the whole schema), built by
 # SwiftPM with -D FUZZING into .build-fuzzpkg.
-# Usage: scripts/fuzz.sh [--seconds N per target] [--jobs J] [--update-corpus] [--only T]...
+# Usage: scripts/dev/fuzz.sh [--seconds N per target] [--jobs J] [--update-corpus] [--only T]...
 # --only T (repeatable): build and run only target T (http, qw1, upstream, h2fields,
 # websocket, redis, config).
 # Seeds: Fuzz/corpus/<target>/ (read only); new inputs go to .build-fuzz/corpus-<target>/;
 # --update-corpus merges a minimised set of both back into Fuzz/corpus/. Crashes: .build-fuzz/.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SECONDS_PER=60; JOBS=1; UPDATE=0
 ALL=(http qw1 upstream h2fields websocket redis config)
 TARGETS=()
@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
     --jobs) JOBS=$2; shift 2 ;;
     --update-corpus) UPDATE=1; shift ;;
     --only) TARGETS+=("$2"); shift 2 ;;
-    *) echo "usage: scripts/fuzz.sh [--seconds N] [--jobs J] [--update-corpus] [--only T]..." >&2; exit 2 ;;
+    *) echo "usage: scripts/dev/fuzz.sh [--seconds N] [--jobs J] [--update-corpus] [--only T]..." >&2; exit 2 ;;
   esac
 done
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL[@]}")

@@ -11,7 +11,7 @@ binary (the text section is the same). Calls made from a line are shown apart
 The binary must be the build that was profiled: by default the `quickway.debug` that
 `profile.sh` keeps next to CG_OUT (with QW_PROFILE_KEEP), else .build/release/quickway.
 
-Usage: scripts/cg-lines.py CG_OUT FUNCTION_SUBSTRING [--binary PATH]
+Usage: scripts/profile/cg-lines.py CG_OUT FUNCTION_SUBSTRING [--binary PATH]
                            [--requests N] [--top 40]
 """
 import argparse

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Merging benchmark helper (run by scripts/bench-cache.sh).
+"""Merging benchmark helper (run by scripts/bench/bench-cache.sh).
 
 Starts a backend that answers after a fixed delay and counts hits per path, then for
 each proxy given and each round sends N identical GETs for a cold key at once (all

@@ -7,14 +7,14 @@
 # sharded tables claimed from four threads at once (testNonceStoreUnderConcurrentUse). Builds the tests
 # with -sanitize=thread (Swift and the C shims) into its own scratch path, .build-tsan.
 # Fails on a failed test or on any ThreadSanitizer report.
-# Usage: scripts/tsan.sh [--filter REGEX]    (default: the suites above)
+# Usage: scripts/dev/tsan.sh [--filter REGEX]    (default: the suites above)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 FILTER="FlightTableTests|SharedCounterTests|PipelineTests|HTTP1ConnectionTests|testNonceStoreUnderConcurrentUse"
 while [ $# -gt 0 ]; do
   case "$1" in
     --filter) FILTER="$2"; shift 2 ;;
-    *) echo "usage: scripts/tsan.sh [--filter REGEX]" >&2; exit 2 ;;
+    *) echo "usage: scripts/dev/tsan.sh [--filter REGEX]" >&2; exit 2 ;;
   esac
 done
 QW_SKIP_BUILD=1 scripts/setup.sh >/dev/null

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # User-space instructions per WebSocket echo round trip, with valgrind's callgrind
 # (repeatable on a noisy machine, unlike msg/s). Quickway (1 worker) relays between the
-# C load generator's clients and its echo backend (scripts/bench_ws_load.c); after a
+# C load generator's clients and its echo backend (scripts/bench/bench_ws_load.c); after a
 # 3 s warm-up, instrumentation is on for a 10 s run of 10 connections sending 64-byte
 # messages. Prints instructions per round trip (each message crosses the relay twice)
 # and the top functions. QW_BIN=path profiles another build; KEEP_CALLGRIND=file keeps
 # callgrind's output (for callgrind_annotate --tree=caller).
-# Usage: scripts/profile-websocket.sh
+# Usage: scripts/profile/profile-websocket.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. scripts/bench-common.sh   # callgrind_top
+cd "$(dirname "$0")/../.."
+. scripts/bench/bench-common.sh   # callgrind_top
 command -v valgrind >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
 scripts/setup.sh >/dev/null
 WORK=$(mktemp -d /tmp/qw-profile-ws.XXXXXX); PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
-cc -O2 -o "$WORK/load" scripts/bench_ws_load.c -lcrypto
+cc -O2 -o "$WORK/load" scripts/bench/bench_ws_load.c -lcrypto
 BACKEND_PORT=18881; QPORT=18880; APORT=18890
 cat > "$WORK/q.yaml" <<CONF
 listen: 127.0.0.1:$QPORT

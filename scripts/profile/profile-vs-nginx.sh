@@ -16,22 +16,22 @@
 # ECDSA P-256 certificate). nginx runs with `master_process off` (one process, as
 # Quickway's one worker). The backend is a separate nginx on 127.0.0.2 (not profiled).
 #
-# Usage: scripts/profile-vs-nginx.sh [--case proxy|cache|h2|both|all] [--seconds N]
+# Usage: scripts/profile/profile-vs-nginx.sh [--case proxy|cache|h2|both|all] [--seconds N]
 #   both: proxy and cache; all: proxy, cache and h2
 #   QW_BIN=path  profile another build of quickway
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 CASE=both; SECONDS_RUN=6
 while [ $# -gt 0 ]; do
   case "$1" in
     --case) CASE=$2; shift 2 ;;
     --seconds) SECONDS_RUN=$2; shift 2 ;;
     -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "usage: scripts/profile-vs-nginx.sh [--case proxy|cache|h2|both|all] [--seconds N]" >&2; exit 2 ;;
+    *) echo "usage: scripts/profile/profile-vs-nginx.sh [--case proxy|cache|h2|both|all] [--seconds N]" >&2; exit 2 ;;
   esac
 done
 case "$CASE" in proxy|cache|h2|both|all) ;; *) echo "profile-vs-nginx: --case is proxy, cache, h2, both or all" >&2; exit 2 ;; esac
-. scripts/bench-common.sh
+. scripts/bench/bench-common.sh
 need_tools valgrind:valgrind nginx:nginx-light wrk:wrk perf:linux-perf h2load:nghttp2-client openssl:openssl
 BIN=${QW_BIN:-.build/release/quickway}
 [ -x "$BIN" ] || scripts/setup.sh >/dev/null

@@ -6,7 +6,7 @@ Runs the release binary on a WebSocket route in front of Tests/integration/ws_ba
 payload, once with permessage-deflate and once without, in interleaved rounds. Reports
 the gateway's CPU per message (each message crosses it twice: in and echoed out), from
 /proc/PID/stat, and the difference, which is the inflate-to-count work plus the smaller
-frames. Usage: scripts/bench_ws_deflate.py [--messages N] [--rounds R]
+frames. Usage: scripts/bench/bench_ws_deflate.py [--messages N] [--rounds R]
 """
 import argparse
 import json
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "Tests", "integration"))
 from harness import admin_healthy as _up, cpu_seconds as cpu, free_port, wait_until  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402

@@ -23,8 +23,8 @@ import time
 import urllib.error
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "Tests", "integration"))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "Tests", "integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 os.environ.setdefault("QUICKWAY_BIN", "")
 import harness  # noqa: E402
 import qw1_client  # noqa: E402

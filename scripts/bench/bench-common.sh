@@ -1,4 +1,4 @@
-# Shared by scripts/bench.sh and scripts/bench-cache.sh (sourced, not run).
+# Shared by scripts/bench.sh and scripts/bench/bench-cache.sh (sourced, not run).
 # Expects ROUNDS, DURATION, CONNS, CASE set to defaults before parse_bench_options.
 
 parse_bench_options() {
@@ -91,7 +91,7 @@ PY
 print_medians() {
   python3 - "$1" "$2" <<'PY'
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/bench")
 from bench_medians import medians
 print(f"\n{sys.argv[2]:<14}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/req':>12}{'non-2xx':>9}")
 for k, m in medians(sys.argv[1]).items():

@@ -15,7 +15,7 @@ resident memory (VmRSS) before and after. Reports bytes per idle connection, med
              same GET on stream 1 for half (nginx `listen ... http2`). Frames are made by
              the `h2` package (PyPI).
   websocket  A WebSocket handshake through the proxy to an echo backend
-             (scripts/bench_ws_load.c, compiled here), then one 64-byte message echoed
+             (scripts/bench/bench_ws_load.c, compiled here), then one 64-byte message echoed
              for half. Each connection also holds the proxy's backend socket, on both
              sides (nginx proxy_pass with Upgrade).
 
@@ -203,7 +203,7 @@ services: {{ b: {{ host: backend.local, port: {bport}, ips: [127.0.0.2] }} }}
 routes: [ {{ name: all, match: {{ path_prefix: / }}, service: b{route_extra} }} ]
 """)
         if a.protocol == "websocket":
-            subprocess.run(["cc", "-O2", "-o", f"{work}/ws_load", "scripts/bench_ws_load.c", "-lcrypto"], check=True)
+            subprocess.run(["cc", "-O2", "-o", f"{work}/ws_load", "scripts/bench/bench_ws_load.c", "-lcrypto"], check=True)
             backend = subprocess.Popen([f"{work}/ws_load", "backend", "127.0.0.2", str(bport)], stdout=subprocess.DEVNULL)
         else:
             backend = subprocess.Popen(["nginx", "-p", work, "-c", f"{work}/backend.conf"])

@@ -12,11 +12,11 @@
 #   *-resumed     openssl s_time -reuse: resumed handshakes per second (TLS only)
 #
 # Prints medians and Quickway/nginx ratios (target >= 1.0 on each).
-# Usage: scripts/bench-http2.sh [--rounds N] [--duration S]
+# Usage: scripts/bench/bench-http2.sh [--rounds N] [--duration S]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=5; DURATION=8; CONNS=64; CASE=http2
-. scripts/bench-common.sh
+. scripts/bench/bench-common.sh
 parse_bench_options "$@"
 need_tools nginx:nginx-light h2load:nghttp2-client openssl:openssl
 scripts/setup.sh >/dev/null
@@ -101,7 +101,7 @@ done
 print_medians "$WORK/results" "http2"
 python3 - "$WORK/results" <<'PY'
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/bench")
 from bench_medians import medians
 m = medians(sys.argv[1])
 print()

@@ -11,11 +11,11 @@
 # interleaved (Quickway, nginx) per cell; the table gives median req/s and p99 and the
 # Quickway/nginx ratio of each.
 #
-# Usage: scripts/bench-scaling.sh [--rounds N] [--duration S]
+# Usage: scripts/bench/bench-scaling.sh [--rounds N] [--duration S]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=3; DURATION=4; CONNS=64; CASE=scaling
-. scripts/bench-common.sh
+. scripts/bench/bench-common.sh
 parse_bench_options "$@"
 need_tools nginx:nginx-light wrk:wrk
 QW=${QW_BIN:-$PWD/.build/release/quickway}

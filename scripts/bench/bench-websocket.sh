@@ -2,7 +2,7 @@
 # WebSocket benchmark, run by scripts/bench.sh --case websocket (or alone): Quickway on a
 # route with a `websocket` section against nginx proxying the same WebSocket backend
 # (proxy_pass with Upgrade/Connection set), each alone on core 0 in interleaved rounds;
-# the echo backend and the load generator (scripts/bench_ws_load.c, C with epoll,
+# the echo backend and the load generator (scripts/bench/bench_ws_load.c, C with epoll,
 # compiled here) on core 1.
 #
 # The load: CONNECTIONS (default 100) WebSocket connections, each in a closed loop
@@ -10,16 +10,16 @@
 # round trips (messages) per second, round-trip p50 and p99, and the proxy's CPU per
 # message (each message crosses it twice), from /proc/PID/stat.
 #
-# Usage: scripts/bench-websocket.sh [--rounds N] [--duration S] [--connections C]
+# Usage: scripts/bench/bench-websocket.sh [--rounds N] [--duration S] [--connections C]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=3; DURATION=8; CONNS=100; CASE=websocket
-. scripts/bench-common.sh
+. scripts/bench/bench-common.sh
 parse_bench_options "$@"
 need_tools nginx:nginx-light cc:gcc
 QW=${QW_BIN:-$PWD/.build/release/quickway}
 bench_workdir websocket
-cc -O2 -o "$WORK/load" scripts/bench_ws_load.c -lcrypto
+cc -O2 -o "$WORK/load" scripts/bench/bench_ws_load.c -lcrypto
 
 BACKEND_HOST=127.0.0.2; BACKEND_PORT=18781; P_QW=18780; P_QW_ADMIN=18790; P_NGINX=18784; SIZE=64
 mkdir -p "$WORK/nginx"

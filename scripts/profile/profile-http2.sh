@@ -6,11 +6,11 @@
 # 4,000 requests from h2load (8 connections, 1 stream each). Prints instructions per
 # request and the top functions. QW_BIN=path profiles another build; KEEP_CALLGRIND=file
 # keeps callgrind's output.
-# Usage: scripts/profile-http2.sh
+# Usage: scripts/profile/profile-http2.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=1; DURATION=1; CONNS=8; CASE=profile-http2
-. scripts/bench-common.sh
+. scripts/bench/bench-common.sh
 need_tools nginx:nginx-light h2load:nghttp2-client openssl:openssl valgrind:valgrind
 scripts/setup.sh >/dev/null
 bench_workdir profile-http2
