@@ -31,7 +31,8 @@ WORK=$(mktemp -d /tmp/qw-profile.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${QW_PROFILE_KEEP:-}" ] || rm -rf "$WORK"; }
 trap cleanup EXIT
-BPORT=18181; QPORT=18180; APORT=18190
+# QW_PROFILE_PORT moves the three ports (two profiles at once on one machine).
+QPORT=${QW_PROFILE_PORT:-18180}; BPORT=$((QPORT + 1)); APORT=$((QPORT + 10))
 cat > "$WORK/backend.conf" <<CONF
 daemon off; worker_processes 1; error_log $WORK/backend-error.log; pid $WORK/backend.pid;
 events { worker_connections 1024; }

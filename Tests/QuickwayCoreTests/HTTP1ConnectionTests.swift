@@ -14,7 +14,7 @@ final class HTTP1ConnectionTests: XCTestCase {
         var answerAtOnce = true
 
         func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) -> Exchange {
-            TrackedExchange(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress)
+            TrackedExchange(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, handler: self)
         }
 
         func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? { nil }

@@ -15,7 +15,7 @@ final class HTTP2ConnectionTests: XCTestCase {
         var handled: [Exchange] = []
         var left: [String] = []
         func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) -> Exchange {
-            Tracked(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress)
+            Tracked(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, handler: self)
         }
         func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? { nil }
         func handle(_ exchange: Exchange) {

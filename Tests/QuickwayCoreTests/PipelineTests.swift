@@ -52,7 +52,6 @@ final class PipelineTests: XCTestCase {
             let sink = RecordingSink()
             let ex = pipeline.makeExchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: RequestId(Array("test".utf8)),
                                            clientAddress: "127.0.0.9")
-            ex.handler = pipeline
             sink.exchange = ex
             if let (code, message) = pipeline.preflight(ex) { ex.respondError(code, message) } else { pipeline.handle(ex) }
             return (ex, sink)

@@ -208,7 +208,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         requestBodyUnread = !head.hasNoBody
         let framing = head.body
         let expectsContinue = head.expectsContinue
-        if !head.keepAlive || worker.isDraining { closeAfterResponse = true }
+        if !head.keepAlive || workerRef.with({ $0.isDraining }) { closeAfterResponse = true }
         phase = .responding
         deadline = 0
         let (ex, opened) = layerRef.object.open(head, sink: self, peer: transport.peer, overTLS: transport.isTLS)

@@ -25,9 +25,9 @@ class Exchange {
     /// kept apart from plain-HTTP ones (a backend may write the scheme into them).
     var overTLS = false
     private(set) var sink: ResponseSink?
-    /// The handler (config snapshot) the request started with; a reload in the middle
-    /// of its body does not move it to another snapshot.
-    var handler: RequestHandler?
+    /// The handler (config snapshot) that made the exchange and runs it; a reload in the
+    /// middle of its body does not move it to another snapshot.
+    let handler: RequestHandler
     /// Hashes the body as it arrives (set by a stage when a signature covers it).
     var bodyHasher: SHA256Hasher?
     /// The stream layer that opened the exchange, told once when it ends (nil for an
@@ -76,7 +76,8 @@ class Exchange {
     func withHead<R>(_ body: (borrowing HTTPRequestHead) -> R) -> R { body(head) }
 
     /// `head` is moved in, not copied (a copy retained its array).
-    init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) {
+    init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String, handler: RequestHandler) {
+        self.handler = handler
         isHeadRequest = head.methodIs("HEAD")
         self.head = head
         self.sink = sink

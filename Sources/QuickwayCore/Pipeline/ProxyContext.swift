@@ -7,8 +7,9 @@
 final class ProxyContext: Exchange {
     /// The exchange the stages read and answer through: this object.
     @inline(__always) var exchange: Exchange { self }
-    /// The pipeline running the request (the config snapshot it started with).
-    let pipeline: ProxyPipeline
+    /// The pipeline running the request (the config snapshot it started with): its
+    /// handler, which made it.
+    @inline(__always) var pipeline: ProxyPipeline { unsafeDowncast(handler, to: ProxyPipeline.self) }
     /// Where the run goes on after a suspended stage (an index into the pipeline's stages).
     var nextStage = 0
 
@@ -59,8 +60,7 @@ final class ProxyContext: Exchange {
     override func clientLeft() { pipeline.clientLeft(self) }
 
     init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String, pipeline: ProxyPipeline) {
-        self.pipeline = pipeline
-        super.init(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress)
+        super.init(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, handler: pipeline)
     }
 }
 

@@ -17,6 +17,6 @@ protocol RequestHandler: AnyObject {
 extension RequestHandler {
     /// A plain exchange, for handlers that keep no state of their own per request.
     func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) -> Exchange {
-        Exchange(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress)
+        Exchange(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, handler: self)
     }
 }

@@ -55,7 +55,6 @@ final class StreamLayer {
         let handler = self.handler
         let ex = handler.makeExchange(head: consume head, sink: sink, requestId: id, clientAddress: peer)
         ex.overTLS = overTLS
-        ex.handler = handler
         ex.layer = Uncounted(self)
         stats.requestStarted()
         if dropped > 0 { stats.underscoreHeadersDropped(dropped) }
@@ -89,7 +88,7 @@ final class StreamLayer {
 
     /// The request is complete: its handler (the snapshot it started with) takes it.
     @inline(__always)
-    func dispatch(_ ex: Exchange) { (ex.handler ?? handler).handle(ex) }
+    func dispatch(_ ex: Exchange) { ex.handler.handle(ex) }
 
     // MARK: local replies
 
