@@ -27,15 +27,15 @@ final class UpstreamConnection {
     /// side table, a heap block per request. Safe because a call clears it whenever it
     /// lets the connection go (`put`, `close`, `detach`) and in its `deinit`; a read
     /// event retains the call for the length of the callback.
-    private var userRef: Unmanaged<UpstreamHTTPCall>?
+    private var userRef: Uncounted<UpstreamHTTPCall>?
     var user: UpstreamHTTPCall? {
-        get { userRef?.takeUnretainedValue() }
-        set { userRef = newValue.map { Unmanaged.passUnretained($0) } }
+        get { userRef?.object }
+        set { userRef = newValue.map { Uncounted($0) } }
     }
 
     /// Forgets `call` if it is the user (a call going away).
     func forget(_ call: UpstreamHTTPCall) {
-        if userRef?.toOpaque() == Unmanaged.passUnretained(call).toOpaque() { userRef = nil }
+        if userRef?.names(call) == true { userRef = nil }
     }
     /// When it went back to the pool (coarse ms).
     var idleSince: Int64 = 0
@@ -49,7 +49,7 @@ final class UpstreamConnection {
         self.fd = fd
         self.memberKey = memberKey
         self.pool = pool
-        let me = Unmanaged.passUnretained(self).toOpaque()
+        let me = Uncounted(self).toOpaque()
         readEvent = event_new(base, fd, Int16(EV_READ | EV_PERSIST), upstreamConnectionReadCallback, me)
         writeEvent = event_new(base, fd, Int16(EV_WRITE | EV_PERSIST), upstreamConnectionWriteCallback, me)
         event_add(readEvent, nil)
@@ -89,12 +89,12 @@ final class UpstreamConnection {
     /// the whole body); such a connection cannot be reused.
     var hasPendingOutput: Bool { outputOffset < output.count }
 
-    fileprivate func writable() {
+    func writable() {
         let err = flush()
         if err != 0 { user?.connectionFailed(self, errno: err) }
     }
 
-    fileprivate func readable() {
+    func readable() {
         if let u = user {
             u.connectionReadable(self)
             return
@@ -144,14 +144,6 @@ final class UpstreamConnection {
         if let e = writeEvent { event_free(e); writeEvent = nil }
         Glibc.close(fd)
     }
-}
-
-private let upstreamConnectionReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<UpstreamConnection>.fromOpaque(arg!).takeUnretainedValue().readable()
-}
-
-private let upstreamConnectionWriteCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<UpstreamConnection>.fromOpaque(arg!).takeUnretainedValue().writable()
 }
 
 /// Idle keep-alive connections per upstream IP, for one worker. Most recently used
