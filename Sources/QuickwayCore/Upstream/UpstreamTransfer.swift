@@ -23,7 +23,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     private var bodyOffset = 0
     private(set) var head = UpstreamResponseHead()
     let member: UpstreamMember
-    private var health: UpstreamHealthReport
+    private var health = UpstreamHealthReport()
     /// Cancelled or finished: the delegate is gone, callbacks tell curl to abort, and all
     /// that is left is taking the handle off the multi handle.
     private(set) var isEnded = false
@@ -32,7 +32,6 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         self.client = client
         self.service = service
         self.member = member
-        health = UpstreamHealthReport(health: service.health, member: member)
     }
 
     /// Its handles come from `UpstreamClient.takeHandle`, which tracks them.
@@ -52,7 +51,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         qw_easy_setopt_ptr(h, CURLOPT_WRITEDATA, ptr)
 
         // URL: service prefix + path and query, NUL-terminated (curl copies it).
-        health.start()
+        health.start(at: Clock.monotonicNanos())
         var url = service.urlPrefix
         url.append(contentsOf: r.pathAndQuery)
         url.append(0)
@@ -133,7 +132,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     /// the response was not complete. The delegate is not called again.
     func cancel() {
         guard easy != nil, !isEnded else { return }
-        health.cancelled()
+        service.health.record(health.cancelled(), of: member)
         delegate = nil
         isEnded = true
         // Inside a curl callback the handle cannot be removed: wait until curl returns.
@@ -156,7 +155,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
 
     func headerLine(_ bytes: UnsafeRawBufferPointer) {
         if head.feed(bytes) {
-            health.headReceived()
+            health.headReceived(at: Clock.monotonicNanos())
             delegate?.upstreamHeadReceived(self, head)
         }
     }
@@ -182,7 +181,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         guard let h = easy else { return }
         if isEnded { detach(); return }
         let outcome = outcome(of: code, handle: h)
-        health.ended(outcome, status: head.status)
+        service.health.record(health.ended(outcome, status: head.status), of: member)
         let d = delegate
         delegate = nil
         isEnded = true
