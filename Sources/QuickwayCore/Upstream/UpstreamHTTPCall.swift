@@ -26,9 +26,9 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     // compiler drop those checks: the head and the partial line are parsed in locals and
     // stored once (parsing calls C and grows arrays), and the health report is pure. A
     // slip shows as `swift_beginAccess` in `scripts/profile.sh`.
-    /// Parsed in a local and stored once per read (`consume`), swapped out while it is
-    /// lent to the delegate (`headComplete`): a struct with three arrays, which a copy
-    /// would retain.
+    /// Parsed in a local and stored once per read (`consume`); a final head is lent to the
+    /// delegate from that local before it is stored (`headComplete`). A struct with three
+    /// arrays, which a copy would retain.
     private(set) var head = UpstreamResponseHead()
     private var delegate: UpstreamCallDelegate?
     private var connection: UpstreamConnection?
@@ -235,17 +235,17 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
                 i = end
                 if finished { break }
             }
-            head = consume h
             if !pending.isEmpty { swap(&pending, &line) }
             expectStatusLine = expect
             headBytes = seen
-            if seen > Self.maxHeadBytes { return fail(.headTooLarge(bytes: Self.maxHeadBytes)) }
-            if let failure { return fail(.malformed(failure)) }
-            guard finished else { return }
-            if upgrading && head.status == 101 {
+            if !finished || seen > Self.maxHeadBytes || failure != nil || (upgrading && h.status == 101) {
+                head = consume h
+                if seen > Self.maxHeadBytes { return fail(.headTooLarge(bytes: Self.maxHeadBytes)) }
+                if let failure { return fail(.malformed(failure)) }
+                guard finished else { return }
                 return upgraded(leftover: Array(UnsafeRawBufferPointer(rebasing: input[i...])))
             }
-            headComplete()
+            headComplete(consume h)
             if done { return }
             if decoder?.isComplete == true {
                 // A bodiless answer: reusable only if nothing follows it (and never after
@@ -281,25 +281,28 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         return false
     }
 
-    private func headComplete() {
+    /// The final head `h` is in: sets up the body's framing, hands the head to the
+    /// delegate, then stores it in `head`.
+    private func headComplete(_ h: consuming UpstreamResponseHead) {
         health.headReceived(at: Clock.monotonicNanos())
-        if head.framingError { return fail(.malformed("sent conflicting or invalid Content-Length headers")) }
-        if isHeadRequest || head.status == 204 || head.status == 304 {
+        if h.framingError {
+            head = consume h
+            return fail(.malformed("sent conflicting or invalid Content-Length headers"))
+        }
+        if isHeadRequest || h.status == 204 || h.status == 304 {
             decoder = HTTPBodyDecoder(framing: .none, maxBodyBytes: 0)
-        } else if head.isChunked {
+        } else if h.isChunked {
             decoder = HTTPBodyDecoder(framing: .chunked, maxBodyBytes: 1 << 50)
-        } else if !head.hasTransferEncoding, let n = head.contentLength {
+        } else if !h.hasTransferEncoding, let n = h.contentLength {
             decoder = HTTPBodyDecoder(framing: .contentLength(n), maxBodyBytes: 1 << 50)
         } else {
             readsToClose = true
         }
-        // Lent without a copy: moved out for the call and back (a class property passed
-        // borrowed is copied, its arrays retained). Meanwhile `head` reads as empty; the
-        // only way back here during the call is a cancel or a failure, which need none of it.
-        var h = UpstreamResponseHead()
-        swap(&h, &head)
+        // Lent from the local, without a copy (a class property passed borrowed is copied,
+        // its arrays retained), and stored after. Meanwhile `head` reads as empty; the only
+        // way back here during the call is a cancel or a failure, which need none of it.
         delegate?.upstreamHeadReceived(self, h)
-        swap(&h, &head)
+        head = consume h
     }
 
     private func consumeBody(_ input: UnsafeRawBufferPointer) {
