@@ -61,15 +61,20 @@ public enum Crypto {
 /// two SHA-256 passes and no allocation. Immutable after `init`; safe to share
 /// between threads.
 public final class HMACKey: @unchecked Sendable {
-    /// Written only in `init`.
-    @exclusivity(unchecked) private var key = qw_hmac_key()
+    /// The padded states, written only in `init`: allocated once and never moved, so each
+    /// signature hands C their address (no copy of the struct, no access to a `var`).
+    private let key: UnsafeMutablePointer<qw_hmac_key>
 
     public init(_ bytes: [UInt8]) {
-        bytes.withUnsafeBytes { qw_hmac_prepare(&key, $0.baseAddress, $0.count) }
+        key = .allocate(capacity: 1)
+        key.initialize(to: qw_hmac_key())
+        bytes.withUnsafeBytes { qw_hmac_prepare(key, $0.baseAddress, $0.count) }
     }
 
+    deinit { key.deallocate() }
+
     public func sign(_ message: UnsafeRawBufferPointer, into out: UnsafeMutableRawPointer) {
-        withUnsafePointer(to: &key) { qw_hmac_sign($0, message.baseAddress, message.count, out.assumingMemoryBound(to: UInt8.self)) }
+        qw_hmac_sign(key, message.baseAddress, message.count, out.assumingMemoryBound(to: UInt8.self))
     }
 
     public func sign(_ message: [UInt8]) -> [UInt8] {

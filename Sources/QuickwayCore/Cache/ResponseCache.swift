@@ -76,9 +76,14 @@ public final class ResponseCache: @unchecked Sendable {
         let response: CachedResponse
         let expiresAt: Int64
         let size: Int
-        /// Not retained: the list holds each node through its predecessor's `next` (and
-        /// the map), so `prev` must not form a cycle with it.
-        unowned(unsafe) var prev: Node?
+        /// Not counted: the list holds each node through its predecessor's `next` (and
+        /// the map), so `prev` must not form a cycle with it; a node's predecessor is
+        /// alive while the node is in the list, and `unlink` clears it.
+        private var prevRef: Uncounted<Node>?
+        var prev: Node? {
+            get { prevRef?.object }
+            set { prevRef = newValue.map { Uncounted($0) } }
+        }
         var next: Node?
         init(key: HashedKey, response: CachedResponse, expiresAt: Int64) {
             self.key = key; self.response = response; self.expiresAt = expiresAt
@@ -87,11 +92,11 @@ public final class ResponseCache: @unchecked Sendable {
     }
 
     /// Every field is read and written only with `lock` held, and no access spans a call
-    /// that could reach the shard again: the map is exempt from run-time exclusivity
-    /// checks (about 110 instructions a lookup).
+    /// that could reach the shard again: the map, looked up by every request on a cached
+    /// route, is exempt from run-time exclusivity checks (`UncheckedState`).
     final class Shard {
         let lock = Lock()
-        @exclusivity(unchecked) var map: [HashedKey: Node] = [:]
+        let map = UncheckedState([HashedKey: Node]())
         var head: Node?   // most recently used
         var tail: Node?   // least recently used
         var bytes = 0
@@ -110,13 +115,13 @@ public final class ResponseCache: @unchecked Sendable {
         }
         func remove(_ n: Node) {
             unlink(n)
-            map.removeValue(forKey: n.key)
+            map.value.removeValue(forKey: n.key)
             bytes -= n.size
         }
 
         /// Drops every entry, unlinking node by node (no deep recursive release).
         func removeAll() -> Int {
-            let count = map.count
+            let count = map.value.count
             var n = head
             head = nil
             tail = nil
@@ -125,7 +130,7 @@ public final class ResponseCache: @unchecked Sendable {
                 cur.next = nil
                 cur.prev = nil
             }
-            map.removeAll()
+            map.value.removeAll()
             bytes = 0
             return count
         }
@@ -140,7 +145,7 @@ public final class ResponseCache: @unchecked Sendable {
     private let shards: [Shard]
     /// The same shards, not counted (`shards` holds them for the cache's life): a lookup
     /// borrows its shard (`withShard`) instead of retaining and releasing it.
-    private let shardRefs: [Unmanaged<Shard>]
+    private let shardRefs: [Uncounted<Shard>]
     private let shardBudget: Int
 
     /// `shardCount` defaults to 16, or 1 for budgets under 16 MiB (where one lock is no
@@ -150,7 +155,7 @@ public final class ResponseCache: @unchecked Sendable {
         self.maxObjectBytes = maxObjectBytes
         let shardCount = shardCount ?? (maxBytes < 16 << 20 ? 1 : 16)
         shards = (0..<shardCount).map { _ in Shard() }
-        shardRefs = shards.map { Unmanaged.passUnretained($0) }
+        shardRefs = shards.map { Uncounted($0) }
         shardBudget = max(1, maxBytes / shardCount)
     }
 
@@ -163,7 +168,7 @@ public final class ResponseCache: @unchecked Sendable {
     }
 
     @inline(__always) private func withShard<R>(_ key: HashedKey, _ body: (Shard) -> R) -> R {
-        shardRefs[Self.shardIndex(key, count: shardRefs.count)]._withUnsafeGuaranteedRef(body)
+        shardRefs[Self.shardIndex(key, count: shardRefs.count)].with(body)
     }
 
     public struct Hit {
@@ -190,7 +195,7 @@ public final class ResponseCache: @unchecked Sendable {
     private func lookup(_ key: HashedKey, in s: Shard, nowMillis: Int64, staleMillis: Int64, countAsMiss: Bool) -> Hit? {
         s.lock.lock()
         defer { s.lock.unlock() }
-        guard let n = s.map[key] else {
+        guard let n = s.map.value[key] else {
             if countAsMiss { s.misses += 1 }
             return nil
         }
@@ -212,7 +217,7 @@ public final class ResponseCache: @unchecked Sendable {
         return withShard(key) { s in
             s.lock.lock()
             defer { s.lock.unlock() }
-            guard let n = s.map[key], nowMillis - n.expiresAt <= staleMillis else { return nil }
+            guard let n = s.map.value[key], nowMillis - n.expiresAt <= staleMillis else { return nil }
             return n.response
         }
     }
@@ -228,12 +233,12 @@ public final class ResponseCache: @unchecked Sendable {
         withShard(key) { s in
             s.lock.lock()
             defer { s.lock.unlock() }
-            if let old = s.map[key] { s.remove(old) }
+            if let old = s.map.value[key] { s.remove(old) }
             while s.bytes + node.size > budget, let victim = s.tail {
                 s.remove(victim)
                 if victim.expiresAt <= nowMillis { s.expired += 1 } else { s.evictions += 1 }
             }
-            s.map[key] = node
+            s.map.value[key] = node
             s.pushFront(node)
             s.bytes += node.size
             s.stores += 1
@@ -263,14 +268,14 @@ public final class ResponseCache: @unchecked Sendable {
             case .all:
                 removed += s.removeAll()
             case .key:
-                for k in keysToRemove { if let n = s.map[k] { s.remove(n); removed += 1 } }
+                for k in keysToRemove { if let n = s.map.value[k] { s.remove(n); removed += 1 } }
             case .prefix(let p):
-                for n in Array(s.map.values) where CacheKey.path(ofKey: n.key.bytes).starts(with: p) {
+                for n in Array(s.map.value.values) where CacheKey.path(ofKey: n.key.bytes).starts(with: p) {
                     s.remove(n)
                     removed += 1
                 }
             case .url(let base):
-                for n in Array(s.map.values) where CacheKey.isVariant(n.key.bytes, of: base) {
+                for n in Array(s.map.value.values) where CacheKey.isVariant(n.key.bytes, of: base) {
                     s.remove(n)
                     removed += 1
                 }
@@ -290,7 +295,7 @@ public final class ResponseCache: @unchecked Sendable {
         for s in shards {
             s.lock.lock()
             f.hits += s.hits; f.misses += s.misses; f.stores += s.stores; f.evictions += s.evictions; f.expired += s.expired
-            f.bytes += s.bytes; f.entries += s.map.count
+            f.bytes += s.bytes; f.entries += s.map.value.count
             s.lock.unlock()
         }
         return f

@@ -1,4 +1,3 @@
-import CLibevent
 import Foundation
 import Glibc
 
@@ -62,11 +61,8 @@ final class DemoHandler: RequestHandler {
             answer(exchange)
             return
         }
-        let box = Unmanaged.passRetained(DelayedAnswer(handler: self, exchange: exchange))
-        let ev = event_new(worker.base, -1, 0, demoDelayCallback, box.toOpaque())
-        box.takeUnretainedValue().event = ev
-        var tv = EventLoopSupport.timeval(millis: delayMillis)
-        event_add(ev, &tv)
+        // The timer keeps itself (and so the exchange) alive until it fires.
+        _ = LoopTimer(base: worker.base, afterMillis: delayMillis) { [self] in answer(exchange) }
     }
 
     func answer(_ exchange: Exchange) {
@@ -75,18 +71,4 @@ final class DemoHandler: RequestHandler {
         json += "\"target\":\(JSONText.quoted(head.targetString)),\"delay_ms\":\(delayMillis),\"body_bytes\":\(exchange.body.count)}\n"
         exchange.respond(status: 200, contentType: "application/json", body: Array(json.utf8))
     }
-}
-
-/// Keeps a delayed demo answer's exchange until its timer fires.
-private final class DelayedAnswer {
-    let handler: DemoHandler
-    let exchange: Exchange
-    var event: OpaquePointer?
-    init(handler: DemoHandler, exchange: Exchange) { self.handler = handler; self.exchange = exchange }
-}
-
-private let demoDelayCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    let box = Unmanaged<DelayedAnswer>.fromOpaque(arg!).takeRetainedValue()
-    if let ev = box.event { event_free(ev) }
-    box.handler.answer(box.exchange)
 }

@@ -51,7 +51,7 @@ final class Listener {
 
     /// Arms the accept events (the worker's `start`, before its loop runs).
     func start() {
-        let me = Uncounted(self).opaque
+        let me = Uncounted(self).toOpaque()
         plainEvent = event_new(worker.base, plainFD, Int16(EV_READ | EV_PERSIST), listenerAcceptCallback, me)
         event_add(plainEvent, nil)
         if tlsFD >= 0 {
@@ -144,8 +144,8 @@ enum HTTPReadAhead {
 
 // libevent's callbacks: the listener, unretained (its worker holds it while its events exist).
 private let listenerAcceptCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Uncounted<Listener>.from(arg!).accept(tls: false)
+    Uncounted<Listener>.fromOpaque(arg!).with { $0.accept(tls: false) }
 }
 private let listenerTLSAcceptCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Uncounted<Listener>.from(arg!).accept(tls: true)
+    Uncounted<Listener>.fromOpaque(arg!).with { $0.accept(tls: true) }
 }

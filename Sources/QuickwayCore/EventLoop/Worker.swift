@@ -92,7 +92,7 @@ final class Worker: @unchecked Sendable {
 
     /// Starts the loop on a new thread.
     func start() {
-        let me = Uncounted(self).opaque
+        let me = Uncounted(self).toOpaque()
         listener?.start()
         sweepEvent = event_new(base, -1, Int16(EV_PERSIST), workerSweepCallback, me)
         var tv = EventLoopSupport.timeval(millis: 250)
@@ -184,7 +184,7 @@ final class Worker: @unchecked Sendable {
             return
         }
         // Bounded: whatever is still running at the deadline is cut off.
-        drainDeadlineEvent = event_new(base, -1, 0, workerDrainDeadlineCallback, Uncounted(self).opaque)
+        drainDeadlineEvent = event_new(base, -1, 0, workerDrainDeadlineCallback, Uncounted(self).toOpaque())
         var tv = EventLoopSupport.timeval(millis: limits.drainTimeoutMillis)
         event_add(drainDeadlineEvent, &tv)
     }
@@ -198,14 +198,14 @@ final class Worker: @unchecked Sendable {
 
 // libevent's callbacks: the worker, unretained (it outlives its events).
 private let workerSweepCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Uncounted<Worker>.from(arg!).sweep()
+    Uncounted<Worker>.fromOpaque(arg!).with { $0.sweep() }
 }
 private let workerFlushCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Uncounted<Worker>.from(arg!).flushDeferred()
+    Uncounted<Worker>.fromOpaque(arg!).with { $0.flushDeferred() }
 }
 private let workerControlCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Uncounted<Worker>.from(arg!).control()
+    Uncounted<Worker>.fromOpaque(arg!).with { $0.control() }
 }
 private let workerDrainDeadlineCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Uncounted<Worker>.from(arg!).drainDeadlineReached()
+    Uncounted<Worker>.fromOpaque(arg!).with { $0.drainDeadlineReached() }
 }

@@ -38,9 +38,9 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     var deadline: Int64 = 0
     /// Set by a streaming producer that paused; called once the outbound drained.
     var onDrained: (() -> Void)?
-    /// The request parser's state, read and written in place (`LoopConfined`: the
+    /// The request parser's state, read and written in place (`UncheckedState`: the
     /// parser calls nothing outside itself).
-    let parser: LoopConfined<HTTPRequestParser>
+    let parser: UncheckedState<HTTPRequestParser>
     var phase = Phase.head
     var headTimerRunning = false
     var closeAfterResponse = false
@@ -65,7 +65,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         workerRef = Uncounted(worker)
         layerRef = Uncounted(layer)
         self.transport = transport
-        parser = LoopConfined(HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
+        parser = UncheckedState(HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
                                                 allowUnderscoresInHeaders: worker.limits.underscoresInHeaders))
         super.init()
         transport.user = self
@@ -332,4 +332,4 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 
 /// A request body's decoder on the heap, held by its connection only while the body
 /// arrives. Loop thread only.
-final class BodyDecoderBox: LoopConfined<HTTPBodyDecoder> {}
+final class BodyDecoderBox: UncheckedState<HTTPBodyDecoder> {}

@@ -45,7 +45,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
     let answerBudget: HTTP2AnswerBudget
     let maxActive: Int
     /// Everything below the `let`s that changes (`HTTP2ConnectionState`).
-    let state: LoopConfined<HTTP2ConnectionState>
+    let state: UncheckedState<HTTP2ConnectionState>
 
     func lookup(_ id: Int32) -> HTTP2Stream? {
         if let s = lastStream, s.id == id { return s }
@@ -70,7 +70,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         // Held for the connection's life: never the idle stand-in (only the HTTP/1.1
         // codec drops a transport's buffers).
         transport.takeOwnBuffers()
-        state = LoopConfined(HTTP2ConnectionState(now: Clock.coarseMillis()))
+        state = UncheckedState(HTTP2ConnectionState(now: Clock.coarseMillis()))
         answerBudget.connectionOpened()
         framePages.initialize(to: qw_idle_pages(block: nil, length: 0, tried: 0))
         super.init()

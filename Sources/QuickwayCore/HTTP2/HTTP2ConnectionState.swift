@@ -1,4 +1,4 @@
-/// The mutable state of one HTTP/2 connection, kept in a `LoopConfined` box so the codec
+/// The mutable state of one HTTP/2 connection, kept in a `UncheckedState` box so the codec
 /// reads and writes it in place (its accessors are on `HTTP2Connection`, one per field).
 /// Loop thread only; no access spans a call that could reach it again (the stream table
 /// is changed by subscript, never while it is iterated).

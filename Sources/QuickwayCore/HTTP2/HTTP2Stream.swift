@@ -5,7 +5,7 @@
 /// Ownership: the connection's stream table holds the stream until nghttp2 closes it;
 /// the exchange holds it as its sink until the response ends or the client resets it.
 /// Loop thread only.
-final class HTTP2Stream: LoopConfined<HTTP2StreamState>, ResponseSink {
+final class HTTP2Stream: UncheckedState<HTTP2StreamState>, ResponseSink {
     enum Phase {
         /// Header fields arriving.
         case headers

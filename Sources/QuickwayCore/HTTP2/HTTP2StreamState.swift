@@ -1,5 +1,5 @@
 /// The mutable state of one HTTP/2 stream, held in place by the stream (a
-/// `LoopConfined` subclass), its fields reached through the accessors below.
+/// `UncheckedState` subclass), its fields reached through the accessors below.
 struct HTTP2StreamState {
     var fields: HTTP2RequestFields
     var phase: HTTP2Stream.Phase = .headers

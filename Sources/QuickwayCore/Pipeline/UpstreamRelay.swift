@@ -13,7 +13,7 @@ import Glibc
 /// Ownership: the relay holds its context (the request's exchange); the context holds
 /// the relay in `waiting` until the call ends or is cancelled, when that link is cut.
 /// The upstream call holds the relay as its delegate. Loop thread only.
-final class UpstreamRelay: LoopConfined<UpstreamRelay.Buffered>, UpstreamCallDelegate {
+final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallDelegate {
     private let ctx: ProxyContext
     /// The answer went to the pipeline, or the call was cancelled: nothing more is
     /// answered through the context.
@@ -76,7 +76,7 @@ final class UpstreamRelay: LoopConfined<UpstreamRelay.Buffered>, UpstreamCallDel
 
     /// The answer as it is buffered: appended to per piece from the upstream and moved
     /// out whole, never across a call that could reach it again. Held in place
-    /// (`LoopConfined`), as a codec's state is: this is where the upstream's bytes meet
+    /// (`UncheckedState`), as a codec's state is: this is where the upstream's bytes meet
     /// the pipeline, a few accesses per proxied request.
     struct Buffered {
         var body: [UInt8] = []

@@ -15,8 +15,9 @@ import Glibc
 ///   back off from 100 ms, doubling to 2 s, with jitter.
 ///
 /// Thread rule: loop thread only. Ownership across C: hiredis holds the link as an
-/// unretained pointer (`ac->data` and each command's privdata); the owner keeps the
-/// link alive until `shutdown()`, which frees the hiredis context first.
+/// unretained pointer (`ac->data` and each command's privdata, turned back into the link
+/// in `RedisTrampolines.swift`); the owner keeps the link alive until `shutdown()`, which
+/// frees the hiredis context first.
 final class RedisLink {
     enum State { case down, connecting, up }
 
@@ -67,7 +68,7 @@ final class RedisLink {
         subscription = (channel, onMessage)
     }
 
-    fileprivate func published(_ reply: UnsafeMutableRawPointer?) {
+    func published(_ reply: UnsafeMutableRawPointer?) {
         guard let r = reply?.assumingMemoryBound(to: redisReply.self), let sub = subscription,
               case let .array(parts) = RedisReply(r), parts.count == 3,
               case .string(let kind) = parts[0], kind == Array("message".utf8),
@@ -84,7 +85,7 @@ final class RedisLink {
             done(.unavailable("Redis is not connected (\(lastError))"))
             return
         }
-        let me = Unmanaged.passUnretained(self).toOpaque()
+        let me = Uncounted(self).toOpaque()
         let rc = command.withCString { redisAsyncFormattedCommand(ctx, redisReplyCallback, me, $0, $1) }
         guard rc == REDIS_OK else {
             stats.add(.unavailable)
@@ -100,7 +101,7 @@ final class RedisLink {
 
     // MARK: replies
 
-    fileprivate func replied(_ reply: UnsafeMutableRawPointer?) {
+    func replied(_ reply: UnsafeMutableRawPointer?) {
         guard pendingHead < pending.count else { return }
         let done = pending[pendingHead].done
         pending[pendingHead].done = nil
@@ -176,12 +177,12 @@ final class RedisLink {
             return
         }
         if ctx.pointee.err != 0 {
-            let why = errorText(of: ctx) ?? "error"
+            let why = redisErrorText(of: ctx) ?? "error"
             redisAsyncFree(ctx)
             connectFailed(why)
             return
         }
-        ctx.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+        ctx.pointee.data = Uncounted(self).toOpaque()
         context = ctx
         _ = qw_redis_attach(ctx, base)
         redisAsyncSetConnectCallback(ctx, redisConnectCallback)
@@ -218,7 +219,7 @@ final class RedisLink {
         }
     }
 
-    fileprivate func connected(status: Int32, errorText: String?) {
+    func connected(status: Int32, errorText: String?) {
         connectTimer?.cancel()
         connectTimer = nil
         guard status == REDIS_OK else {
@@ -235,7 +236,7 @@ final class RedisLink {
         lastError = ""
     }
 
-    fileprivate func disconnected(status: Int32, errorText: String?) {
+    func disconnected(status: Int32, errorText: String?) {
         // hiredis frees the context after this callback (or is freeing it now).
         let wasUp = state == .up
         context = nil
@@ -308,30 +309,8 @@ final class RedisLink {
     }
 }
 
-private func link(of ac: UnsafePointer<redisAsyncContext>?) -> RedisLink? {
-    guard let data = ac?.pointee.data else { return nil }
-    return Unmanaged<RedisLink>.fromOpaque(data).takeUnretainedValue()
-}
-
-private let redisReplyCallback: @convention(c) (UnsafeMutablePointer<redisAsyncContext>?, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void = { _, reply, privdata in
-    guard let privdata else { return }
-    Unmanaged<RedisLink>.fromOpaque(privdata).takeUnretainedValue().replied(reply)
-}
-
-private func errorText(of ac: UnsafePointer<redisAsyncContext>?) -> String? {
+/// hiredis's error text on `ac`, if it has an error.
+func redisErrorText(of ac: UnsafePointer<redisAsyncContext>?) -> String? {
     guard let ac, ac.pointee.err != 0 else { return nil }
     return withUnsafeBytes(of: ac.pointee.errstr) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-}
-
-private let redisMessageCallback: @convention(c) (UnsafeMutablePointer<redisAsyncContext>?, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void = { _, reply, privdata in
-    guard let privdata else { return }
-    Unmanaged<RedisLink>.fromOpaque(privdata).takeUnretainedValue().published(reply)
-}
-
-private let redisConnectCallback: @convention(c) (UnsafePointer<redisAsyncContext>?, Int32) -> Void = { ac, status in
-    link(of: ac)?.connected(status: status, errorText: errorText(of: ac))
-}
-
-private let redisDisconnectCallback: @convention(c) (UnsafePointer<redisAsyncContext>?, Int32) -> Void = { ac, status in
-    link(of: ac)?.disconnected(status: status, errorText: errorText(of: ac))
 }

@@ -24,7 +24,6 @@ final class CurlFetch: CurlTask {
     private let connectOnly: Bool
     private var toOneAddress = false
     private let done: (Result) -> Void
-    private var retained: Unmanaged<CurlFetch>?
 
     init(client: UpstreamClient, maxBody: Int = 1 << 20, connectOnly: Bool = false, done: @escaping (Result) -> Void) {
         self.client = client
@@ -36,10 +35,8 @@ final class CurlFetch: CurlTask {
     func start(url: String, connectTo: UnsafeMutablePointer<curl_slist>?, timeoutMillis: Int64, tls: TLSConfig?) {
         let h = curl_easy_init()!
         easy = h
-        let me = Unmanaged.passRetained(self)
-        retained = me
-        qw_easy_setopt_ptr(h, CURLOPT_PRIVATE, me.toOpaque())
-        qw_easy_setopt_ptr(h, CURLOPT_WRITEDATA, me.toOpaque())
+        let me = attach(to: h)
+        qw_easy_setopt_ptr(h, CURLOPT_WRITEDATA, me)
         qw_easy_setopt_datafn(h, CURLOPT_WRITEFUNCTION, curlFetchWriteCallback)
         qw_easy_setopt_ptr(h, CURLOPT_URL, url)
         qw_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1)
@@ -65,7 +62,7 @@ final class CurlFetch: CurlTask {
     override var watchesIdleConnection: Bool { !connectOnly }
     override var connectsToOneAddress: Bool { toOneAddress }
 
-    fileprivate func append(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    func append(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard body.count + bytes.count <= maxBody else { return false }
         body.append(contentsOf: bytes)
         return true
@@ -83,15 +80,7 @@ final class CurlFetch: CurlTask {
         if removed { curl_easy_cleanup(h) }
         easy = nil
         let result = Result(code: code, status: status, latencyMillis: seconds * 1000, body: body)
-        let me = retained
-        if removed { retained = nil }
         done(result)
-        if removed { me?.release() }
+        if removed { letGo() }
     }
-}
-
-private let curlFetchWriteCallback: curl_write_callback = { buf, size, n, user in
-    let count = size * n
-    let fetch = Unmanaged<CurlFetch>.fromOpaque(user!).takeUnretainedValue()
-    return fetch.append(UnsafeRawBufferPointer(start: buf, count: count)) ? count : 0
 }

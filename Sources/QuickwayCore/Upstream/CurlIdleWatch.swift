@@ -49,11 +49,10 @@ final class CurlIdleWatch {
     }
 
     private let base: OpaquePointer
-    /// Indexed by descriptor number. Loop thread only, and no access spans a call that
-    /// could reach it again: exempt from run-time exclusivity checks.
-    @exclusivity(unchecked) private var slots: [Slot] = []
+    /// Indexed by descriptor number.
+    private var slots: [Slot] = []
     /// Read events not in use, assigned again for the next watch (no allocation a request).
-    @exclusivity(unchecked) private var spareEvents: [OpaquePointer] = []
+    private var spareEvents: [OpaquePointer] = []
     /// Reads EOF (`qw_eof_socket`); -1 if none could be made (then nothing is watched).
     private var eofSocket: Int32
 
@@ -66,7 +65,7 @@ final class CurlIdleWatch {
     /// Makes connections that `h` opens report their close here (curl keeps the callback
     /// with each connection it makes).
     func track(_ h: UnsafeMutableRawPointer) {
-        qw_easy_setopt_closesocketfn(h, curlIdleWatchCloseSocket, Unmanaged.passUnretained(self).toOpaque())
+        qw_easy_setopt_closesocketfn(h, curlIdleWatchCloseSocket, Uncounted(self).toOpaque())
     }
 
     /// Curl started polling `s`: a transfer uses its connection, which is not idle.
@@ -96,7 +95,7 @@ final class CurlIdleWatch {
         var s = socket
         if s < 0 { guard qw_easy_getinfo_socket(h, CURLINFO_ACTIVESOCKET, &s) == CURLE_OK else { return } }
         guard s >= 0, Int(s) < slots.count, slots[Int(s)].state == Slot.released, slots[Int(s)].watch == nil else { return }
-        let me = Unmanaged.passUnretained(self).toOpaque()
+        let me = Uncounted(self).toOpaque()
         let e: OpaquePointer
         if let spare = spareEvents.popLast() {
             e = spare
@@ -118,14 +117,14 @@ final class CurlIdleWatch {
     }
 
     /// Curl closes `s` (its close-socket callback): no watch may outlive the number.
-    fileprivate func closing(_ s: curl_socket_t) {
+    func closing(_ s: curl_socket_t) {
         guard s >= 0, Int(s) < slots.count else { return }
         unwatch(Int(s))
         slots[Int(s)].state = Slot.notCurls
     }
 
     /// An idle pooled connection turned readable: it can no longer carry a request.
-    fileprivate func readable(_ s: curl_socket_t) {
+    func readable(_ s: curl_socket_t) {
         guard s >= 0, Int(s) < slots.count, slots[Int(s)].watch != nil else { return }
         unwatch(Int(s))   // before the descriptor changes what it refers to
         let rc = qw_replace_fd(eofSocket, s)
@@ -141,13 +140,4 @@ final class CurlIdleWatch {
         slots.removeAll()
         if eofSocket >= 0 { Glibc.close(eofSocket); eofSocket = -1 }
     }
-}
-
-private let curlIdleWatchCloseSocket: curl_closesocket_callback = { clientp, s in
-    Unmanaged<CurlIdleWatch>.fromOpaque(clientp!).takeUnretainedValue().closing(s)
-    return Glibc.close(s)
-}
-
-private let curlIdleReadableCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { fd, _, arg in
-    Unmanaged<CurlIdleWatch>.fromOpaque(arg!).takeUnretainedValue().readable(fd)
 }

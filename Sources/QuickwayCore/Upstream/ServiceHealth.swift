@@ -8,32 +8,53 @@ import Foundation
 public final class UpstreamMember: @unchecked Sendable {
     public let ip: String
     let connectTo: UnsafeMutablePointer<curl_slist>
-    // The state below is read and written only under its `ServiceHealth`'s lock, by
-    // methods that call out to nothing that could reach it again: exempt from run-time
-    // exclusivity checks (a dozen per proxied request; the lock is what makes it safe
-    // across threads, which those checks never did).
 
-    /// Probe round trip and the backend's own time, apart (`IPLatency`).
-    @exclusivity(unchecked) var latency: IPLatency
-    @exclusivity(unchecked) var window: ErrorWindow
-    @exclusivity(unchecked) var inFlight = 0
-    @exclusivity(unchecked) var requests: Int64 = 0
-    @exclusivity(unchecked) var errors: Int64 = 0
-    @exclusivity(unchecked) var state: UpstreamState
-    @exclusivity(unchecked) var ejectedUntilMillis: Int64 = 0
-    @exclusivity(unchecked) var ejectedUntilWall: Double = 0
-    @exclusivity(unchecked) var probeFailures = 0
-    @exclusivity(unchecked) var probeSuccesses = 0
-    /// Left the IP list: takes no new requests; dropped once idle.
-    @exclusivity(unchecked) var removed = false
+    /// Read and written only under its `ServiceHealth`'s lock, by methods that call
+    /// nothing that could reach it again; every proxied request updates it twice
+    /// (`pick`, `requestFinished`), so it skips run-time exclusivity checks
+    /// (`UncheckedState`; the lock is what makes it safe across threads).
+    private struct Record {
+        /// Probe round trip and the backend's own time, apart (`IPLatency`).
+        var latency: IPLatency
+        var window: ErrorWindow
+        var inFlight = 0
+        var requests: Int64 = 0
+        var errors: Int64 = 0
+        var state: UpstreamState
+        var ejectedUntilMillis: Int64 = 0
+        var ejectedUntilWall: Double = 0
+        var probeFailures = 0
+        var probeSuccesses = 0
+        /// Left the IP list: takes no new requests; dropped once idle.
+        var removed = false
+    }
+    private let record: UncheckedState<Record>
+
+    var latency: IPLatency {
+        @inline(__always) _read { yield record.value.latency }
+        @inline(__always) _modify { yield &record.value.latency }
+    }
+    var window: ErrorWindow {
+        @inline(__always) _read { yield record.value.window }
+        @inline(__always) _modify { yield &record.value.window }
+    }
+    var inFlight: Int { get { record.value.inFlight } set { record.value.inFlight = newValue } }
+    var requests: Int64 { get { record.value.requests } set { record.value.requests = newValue } }
+    var errors: Int64 { get { record.value.errors } set { record.value.errors = newValue } }
+    var state: UpstreamState { get { record.value.state } set { record.value.state = newValue } }
+    var ejectedUntilMillis: Int64 { get { record.value.ejectedUntilMillis } set { record.value.ejectedUntilMillis = newValue } }
+    var ejectedUntilWall: Double { get { record.value.ejectedUntilWall } set { record.value.ejectedUntilWall = newValue } }
+    var probeFailures: Int { get { record.value.probeFailures } set { record.value.probeFailures = newValue } }
+    var probeSuccesses: Int { get { record.value.probeSuccesses } set { record.value.probeSuccesses = newValue } }
+    var removed: Bool { get { record.value.removed } set { record.value.removed = newValue } }
 
     init(ip: String, service: ServiceConfig, startsUp: Bool) {
         self.ip = ip
         let target = ip.contains(":") ? "[\(ip)]" : ip
         connectTo = curl_slist_append(nil, "\(service.host):\(service.port):\(target):\(service.port)")!
-        window = ErrorWindow(size: service.failover?.window ?? 40)
-        latency = IPLatency(decayMillis: Double(service.decayMillis), switchMargin: service.switchMargin)
-        state = startsUp ? .up : .down
+        record = UncheckedState(Record(latency: IPLatency(decayMillis: Double(service.decayMillis), switchMargin: service.switchMargin),
+                                        window: ErrorWindow(size: service.failover?.window ?? 40),
+                                        state: startsUp ? .up : .down))
     }
 
     deinit { curl_slist_free_all(connectTo) }
@@ -48,10 +69,26 @@ public final class UpstreamMember: @unchecked Sendable {
 public final class ServiceHealth: @unchecked Sendable {
     public let config: ServiceConfig
     private let lock = Lock()
-    /// Under `lock`, touched by no re-entrant call: no run-time exclusivity checks.
-    @exclusivity(unchecked) private(set) var members: [UpstreamMember] = []
-    @exclusivity(unchecked) private var selected: UpstreamMember?
-    @exclusivity(unchecked) private var rrNext = 0
+    /// Under `lock`, by methods that call nothing that could reach it again; read by every
+    /// `pick`, so it skips run-time exclusivity checks (`UncheckedState`).
+    private struct Choice {
+        var members: [UpstreamMember] = []
+        var selected: UpstreamMember?
+        var rrNext = 0
+    }
+    private let choice = UncheckedState(Choice())
+    private(set) var members: [UpstreamMember] {
+        @inline(__always) _read { yield choice.value.members }
+        @inline(__always) _modify { yield &choice.value.members }
+    }
+    private var selected: UpstreamMember? {
+        get { choice.value.selected }
+        set { choice.value.selected = newValue }
+    }
+    private var rrNext: Int {
+        get { choice.value.rrNext }
+        set { choice.value.rrNext = newValue }
+    }
     /// Where the current list came from: `config`, `url` or `cache_file`.
     private(set) var listSource = "config"
     private(set) var listRefreshedAt: Double?
@@ -136,7 +173,7 @@ public final class ServiceHealth: @unchecked Sendable {
         return false
     }
 
-    private func refreshEjection(_ m: UpstreamMember, _ t: Int64) {
+    @inline(__always) private func refreshEjection(_ m: UpstreamMember, _ t: Int64) {
         if m.state == .ejected && t >= m.ejectedUntilMillis {
             m.state = .up
             m.window.reset()

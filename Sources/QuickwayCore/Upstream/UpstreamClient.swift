@@ -48,7 +48,7 @@ final class UpstreamClient {
         deadlines = DeadlineQueue(base: base)
         idle = CurlIdleWatch(base: base)
         multi = curl_multi_init()
-        let me = Unmanaged.passUnretained(self).toOpaque()
+        let me = Uncounted(self).toOpaque()
         timerEvent = event_new(base, -1, 0, upstreamTimerCallback, me)
         qw_multi_setopt_socketfn(multi, upstreamSocketCallback)
         qw_multi_setopt_ptr(multi, CURLMOPT_SOCKETDATA, me)
@@ -68,7 +68,7 @@ final class UpstreamClient {
             : UpstreamTransfer(client: self, service: service, member: member)
     }
 
-    fileprivate func sweepPool() { pool.sweep(nowMillis: Clock.coarseMillis()) }
+    func sweepPool() { pool.sweep(nowMillis: Clock.coarseMillis()) }
 
     /// Frees curl state; call on the loop thread after the loop stopped.
     func shutdown() {
@@ -154,7 +154,7 @@ final class UpstreamClient {
 
     // MARK: curl -> libevent
 
-    fileprivate func watch(socket s: curl_socket_t, what: Int32, easy: UnsafeMutableRawPointer?, current: UnsafeMutableRawPointer?) {
+    func watch(socket s: curl_socket_t, what: Int32, easy: UnsafeMutableRawPointer?, current: UnsafeMutableRawPointer?) {
         if what == CURL_POLL_REMOVE {
             if let ev = current { event_free(OpaquePointer(ev)) }
             curl_multi_assign(multi, s, nil)
@@ -164,7 +164,7 @@ final class UpstreamClient {
         var flags = Int16(EV_PERSIST)
         if what & CURL_POLL_IN != 0 { flags |= Int16(EV_READ) }
         if what & CURL_POLL_OUT != 0 { flags |= Int16(EV_WRITE) }
-        let me = Unmanaged.passUnretained(self).toOpaque()
+        let me = Uncounted(self).toOpaque()
         if let ev = current {
             let e = OpaquePointer(ev)
             event_del(e)
@@ -174,16 +174,14 @@ final class UpstreamClient {
             // Curl starts polling `s` for `easy`'s transfer: no idle watch may stay on it,
             // and the transfer remembers it (`CurlIdleWatch.transferDone`).
             idle.curlPolls(s)
-            var priv: UnsafeMutableRawPointer?
-            if let easy { qw_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv) }
-            if let priv { Unmanaged<CurlTask>.fromOpaque(priv).takeUnretainedValue().socket = s }
+            if let easy, let task = curlTask(of: easy) { task.socket = s }
             let e = event_new(base, s, flags, upstreamSocketEventCallback, me)
             event_add(e, nil)
             curl_multi_assign(multi, s, UnsafeMutableRawPointer(e))
         }
     }
 
-    fileprivate func setTimer(_ ms: Int) {
+    func setTimer(_ ms: Int) {
         guard let t = timerEvent else { return }
         if ms < 0 { event_del(t); return }
         var tv = EventLoopSupport.timeval(millis: Int64(ms))
@@ -192,14 +190,14 @@ final class UpstreamClient {
 
     // MARK: libevent -> curl
 
-    fileprivate func socketReady(_ fd: Int32, _ events: Int16) {
+    func socketReady(_ fd: Int32, _ events: Int16) {
         var action: Int32 = 0
         if events & Int16(EV_READ) != 0 { action |= CURL_CSELECT_IN }
         if events & Int16(EV_WRITE) != 0 { action |= CURL_CSELECT_OUT }
         socketAction(fd, action)
     }
 
-    fileprivate func timerFired() {
+    func timerFired() {
         socketAction(-1 /* CURL_SOCKET_TIMEOUT */, 0)
     }
 
@@ -219,50 +217,11 @@ final class UpstreamClient {
         while let msg = curl_multi_info_read(multi, &left) {
             guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
             let code = msg.pointee.data.result
-            var priv: UnsafeMutableRawPointer?
-            qw_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv)
-            guard let priv else { curl_multi_remove_handle(multi, easy); continue }
-            let task = Unmanaged<CurlTask>.fromOpaque(priv).takeUnretainedValue()
+            guard let task = curlTask(of: easy) else { curl_multi_remove_handle(multi, easy); continue }
             // Before `finished` takes the handle off the multi handle: the connection is
             // looked up there.
             if task.watchesIdleConnection { idle.transferDone(easy, socket: task.connectsToOneAddress ? task.socket : -1) }
             task.finished(code)
         }
     }
-}
-
-/// Anything run on an `UpstreamClient`'s multi handle: its `CURLOPT_PRIVATE` points at
-/// the task, which curl's completion is handed to.
-class CurlTask {
-    func finished(_ code: CURLcode) {}
-    /// The connection the task leaves in curl's pool is watched while idle
-    /// (`CurlIdleWatch`); its handle must have been given to `CurlIdleWatch.track`.
-    var watchesIdleConnection: Bool { false }
-    /// The task's connection has one address to go to (`CURLOPT_CONNECT_TO` an IP), so
-    /// curl opens no other socket for it and `socket` is its connection's.
-    var connectsToOneAddress: Bool { false }
-    /// The socket curl last started polling for the task; -1 before any.
-    final var socket: curl_socket_t = -1
-}
-
-private let upstreamSocketCallback: curl_socket_callback = { easy, s, what, userp, socketp in
-    Unmanaged<UpstreamClient>.fromOpaque(userp!).takeUnretainedValue().watch(socket: s, what: what, easy: easy, current: socketp)
-    return 0
-}
-
-private let upstreamMultiTimerCallback: curl_multi_timer_callback = { _, ms, userp in
-    Unmanaged<UpstreamClient>.fromOpaque(userp!).takeUnretainedValue().setTimer(ms)
-    return 0
-}
-
-private let upstreamSocketEventCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { fd, what, arg in
-    Unmanaged<UpstreamClient>.fromOpaque(arg!).takeUnretainedValue().socketReady(fd, what)
-}
-
-private let upstreamPoolSweepCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<UpstreamClient>.fromOpaque(arg!).takeUnretainedValue().sweepPool()
-}
-
-private let upstreamTimerCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<UpstreamClient>.fromOpaque(arg!).takeUnretainedValue().timerFired()
 }

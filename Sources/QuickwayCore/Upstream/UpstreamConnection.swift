@@ -27,15 +27,15 @@ final class UpstreamConnection {
     /// side table, a heap block per request. Safe because a call clears it whenever it
     /// lets the connection go (`put`, `close`, `detach`) and in its `deinit`; a read
     /// event retains the call for the length of the callback.
-    private var userRef: Unmanaged<UpstreamHTTPCall>?
+    private var userRef: Uncounted<UpstreamHTTPCall>?
     var user: UpstreamHTTPCall? {
-        get { userRef?.takeUnretainedValue() }
-        set { userRef = newValue.map { Unmanaged.passUnretained($0) } }
+        get { userRef?.object }
+        set { userRef = newValue.map { Uncounted($0) } }
     }
 
     /// Forgets `call` if it is the user (a call going away).
     func forget(_ call: UpstreamHTTPCall) {
-        if userRef?.toOpaque() == Unmanaged.passUnretained(call).toOpaque() { userRef = nil }
+        if userRef?.names(call) == true { userRef = nil }
     }
     /// When it went back to the pool (coarse ms).
     var idleSince: Int64 = 0
@@ -49,7 +49,7 @@ final class UpstreamConnection {
         self.fd = fd
         self.memberKey = memberKey
         self.pool = pool
-        let me = Unmanaged.passUnretained(self).toOpaque()
+        let me = Uncounted(self).toOpaque()
         readEvent = event_new(base, fd, Int16(EV_READ | EV_PERSIST), upstreamConnectionReadCallback, me)
         writeEvent = event_new(base, fd, Int16(EV_WRITE | EV_PERSIST), upstreamConnectionWriteCallback, me)
         event_add(readEvent, nil)
@@ -89,12 +89,12 @@ final class UpstreamConnection {
     /// the whole body); such a connection cannot be reused.
     var hasPendingOutput: Bool { outputOffset < output.count }
 
-    fileprivate func writable() {
+    func writable() {
         let err = flush()
         if err != 0 { user?.connectionFailed(self, errno: err) }
     }
 
-    fileprivate func readable() {
+    func readable() {
         if let u = user {
             u.connectionReadable(self)
             return
@@ -146,14 +146,6 @@ final class UpstreamConnection {
     }
 }
 
-private let upstreamConnectionReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<UpstreamConnection>.fromOpaque(arg!).takeUnretainedValue().readable()
-}
-
-private let upstreamConnectionWriteCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Unmanaged<UpstreamConnection>.fromOpaque(arg!).takeUnretainedValue().writable()
-}
-
 /// Idle keep-alive connections per upstream IP, for one worker. Most recently used
 /// first out (the least likely to have been closed by the upstream). At most
 /// `maxIdlePerMember` per IP; idle longer than `idleTimeoutMillis`, closed.
@@ -165,14 +157,14 @@ private let upstreamConnectionWriteCallback: @convention(c) (Int32, Int16, Unsaf
 ///
 /// Each IP's list is an object the pool finds with one hash lookup per `take`, and a
 /// connection remembers it for its `put` (none): a dictionary of arrays mutated in place
-/// cost two lookups and a heap-allocated accessor frame per request (about 700
-/// instructions, `scripts/profile.sh`).
+/// cost two lookups and a heap-allocated accessor frame per request.
+///
+/// The table and the lists are `UncheckedState`: `take` and `put` reach both once a
+/// request, on the loop thread, and no access spans a call that could come back here.
 final class UpstreamPool {
     static let maxIdlePerMember = 1024
     static let idleTimeoutMillis: Int64 = 60_000
-    /// Loop-thread only, and no access spans a call that could reach it again: exempt
-    /// from run-time exclusivity checks (about 75 instructions each, per call).
-    @exclusivity(unchecked) private var byMember: [ObjectIdentifier: IdleConnections] = [:]
+    private let byMember = UncheckedState([ObjectIdentifier: IdleConnections]())
     /// `closeAll` ran (the worker is stopping): a connection coming back is closed, not
     /// kept in a new list that nothing would ever empty (a list and its connections hold
     /// each other).
@@ -181,8 +173,8 @@ final class UpstreamPool {
     /// The most recently used idle connection to `member`. `checkAlive`: first peek at
     /// the socket and drop connections the upstream has closed or written to unasked.
     func take(_ member: UpstreamMember, checkAlive: Bool = false) -> UpstreamConnection? {
-        guard let idle = byMember[ObjectIdentifier(member)] else { return nil }
-        while let c = idle.list.popLast() {
+        guard let idle = byMember.value[ObjectIdentifier(member)] else { return nil }
+        while let c = idle.value.list.popLast() {
             guard checkAlive else { return c }
             if c.isSilent { return c }
             c.close()
@@ -196,20 +188,20 @@ final class UpstreamPool {
         guard !isClosed else { c.close(); return }
         c.resumeReading()
         let idle = idleList(of: c)
-        guard idle.list.count < Self.maxIdlePerMember else { c.close(); return }
+        guard idle.value.list.count < Self.maxIdlePerMember else { c.close(); return }
         c.idleSince = Clock.coarseMillis()
-        idle.list.append(c)
+        idle.value.list.append(c)
     }
 
     /// The list `c` goes back to: the one it remembers, unless the pool dropped it.
     private func idleList(of c: UpstreamConnection) -> IdleConnections {
-        if let l = c.idleList, !l.dropped { return l }
+        if let l = c.idleList, !l.value.dropped { return l }
         let l: IdleConnections
-        if let found = byMember[c.memberKey] {
+        if let found = byMember.value[c.memberKey] {
             l = found
         } else {
-            l = IdleConnections()
-            byMember[c.memberKey] = l
+            l = IdleConnections(IdleList())
+            byMember.value[c.memberKey] = l
         }
         c.idleList = l
         return l
@@ -217,45 +209,48 @@ final class UpstreamPool {
 
     /// Drops an idle connection the upstream closed.
     func discard(_ c: UpstreamConnection) {
-        if let idle = c.idleList ?? byMember[c.memberKey], let i = idle.list.firstIndex(where: { $0 === c }) {
-            idle.list.remove(at: i)
+        if let idle = c.idleList ?? byMember.value[c.memberKey], let i = idle.value.list.firstIndex(where: { $0 === c }) {
+            idle.value.list.remove(at: i)
         }
         c.close()
     }
 
     /// Closes connections idle for longer than the idle timeout; forgets empty lists.
     func sweep(nowMillis: Int64) {
-        for (key, idle) in byMember {
-            if idle.list.contains(where: { nowMillis - $0.idleSince >= Self.idleTimeoutMillis }) {
-                let list = idle.list
-                idle.list = list.filter { nowMillis - $0.idleSince < Self.idleTimeoutMillis }
+        for (key, idle) in byMember.value {
+            if idle.value.list.contains(where: { nowMillis - $0.idleSince >= Self.idleTimeoutMillis }) {
+                let list = idle.value.list
+                idle.value.list = list.filter { nowMillis - $0.idleSince < Self.idleTimeoutMillis }
                 for c in list where nowMillis - c.idleSince >= Self.idleTimeoutMillis { c.close() }
             }
-            if idle.list.isEmpty {
-                idle.dropped = true
-                byMember[key] = nil
+            if idle.value.list.isEmpty {
+                idle.value.dropped = true
+                byMember.value[key] = nil
             }
         }
     }
 
     func closeAll() {
         isClosed = true
-        let lists = byMember.values
-        byMember = [:]
+        let lists = byMember.value.values
+        byMember.value = [:]
         for idle in lists {
-            idle.dropped = true
-            let list = idle.list
-            idle.list = []
+            idle.value.dropped = true
+            let list = idle.value.list
+            idle.value.list = []
             for c in list { c.close() }
         }
     }
 }
 
-/// One upstream IP's idle connections in one worker's pool, most recently used last.
-/// Loop thread only; no access to its fields spans a call that could reach them again.
-final class IdleConnections {
-    @exclusivity(unchecked) var list: [UpstreamConnection] = []
+/// One upstream IP's idle connections in one worker's pool, most recently used last:
+/// one object that the pool's table and the connections that remember it share.
+/// Loop thread only.
+typealias IdleConnections = UncheckedState<IdleList>
+
+struct IdleList {
+    var list: [UpstreamConnection] = []
     /// No longer in the pool's table (it was empty at a sweep): a connection that still
     /// remembers it looks its IP's list up again.
-    @exclusivity(unchecked) var dropped = false
+    var dropped = false
 }

@@ -8,7 +8,7 @@ import Glibc
 /// connect timeout. Once connected, the close-socket callback is told to keep the socket
 /// and the easy handle is removed: the socket then belongs to an `UpstreamConnection`.
 ///
-/// Ownership: keeps itself alive (retained `CURLOPT_PRIVATE`) until curl reports the
+/// Ownership: keeps itself alive (`CurlTask.attach`) until curl reports the
 /// connect done; `done` runs once, on the loop thread. A failure is classified by
 /// `UpstreamFailure` like any other.
 final class UpstreamConnector: CurlTask {
@@ -18,7 +18,6 @@ final class UpstreamConnector: CurlTask {
     private let keepSocket = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
     private var done: ((Result<Int32, UpstreamFailure.Kind>) -> Void)?
     private var connectTimeoutMillis: Int64 = 0
-    private var retained: Unmanaged<UpstreamConnector>?
     private var url: [UInt8] = []
 
     init(client: UpstreamClient) {
@@ -33,9 +32,7 @@ final class UpstreamConnector: CurlTask {
         connectTimeoutMillis = service.config.connectTimeoutMillis
         let h = UpstreamClient.newEasyHandle()
         easy = h
-        let me = Unmanaged.passRetained(self)
-        retained = me
-        qw_easy_setopt_ptr(h, CURLOPT_PRIVATE, me.toOpaque())
+        attach(to: h)
         qw_easy_setopt_long(h, CURLOPT_CONNECT_ONLY, 1)
         url = service.urlPrefix + Array("/".utf8) + [0]
         url.withUnsafeBufferPointer { qw_easy_setopt_ptr(h, CURLOPT_URL, $0.baseAddress) }
@@ -70,9 +67,7 @@ final class UpstreamConnector: CurlTask {
         curl_easy_cleanup(h)
         let d = done
         done = nil
-        let me = retained
-        retained = nil
         d?(result)
-        me?.release()
+        letGo()
     }
 }

@@ -65,7 +65,7 @@ struct UpstreamFailure: Error {
     }
 
     /// The gateway's own fault: not counted against the IP.
-    var isLocal: Bool { kind == .localOutOfDescriptors }
+    var isLocal: Bool { if case .localOutOfDescriptors = kind { return true } else { return false } }
 
     /// Failed before any answer: safe to send again for an idempotent request.
     var isConnectionError: Bool {

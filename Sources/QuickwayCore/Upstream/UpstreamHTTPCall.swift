@@ -18,15 +18,18 @@ import Glibc
 /// Ownership: keeps itself alive while running (released when it finishes or is
 /// cancelled) and holds its delegate until then. Loop thread only.
 final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
-    /// Not counted: the worker's client outlives every call on its loop (it is shut
-    /// down after the loop ends).
-    private unowned(unsafe) let client: UpstreamClient
+    private let client: UpstreamClient
     private let service: ServiceRuntime
     let member: UpstreamMember
-    /// Parsed in place (`consume`): a struct with three arrays, which a copy would
-    /// retain. No access to it spans a call that could reach it again (the parse is
-    /// pure), so it skips run-time exclusivity checks.
-    @exclusivity(unchecked) private(set) var head = UpstreamResponseHead()
+    // Run-time exclusivity checks: every read of the socket touches `head`, `line` and
+    // `health`, so no access to them (or to `unreadInput`) spans a call, which lets the
+    // compiler drop those checks: the head and the partial line are parsed in locals and
+    // stored once (parsing calls C and grows arrays), and the health report is pure. A
+    // slip shows as `swift_beginAccess` in `scripts/profile.sh`.
+    /// Parsed in a local and stored once per read (`consume`); a final head is lent to the
+    /// delegate from that local before it is stored (`headComplete`). A struct with three
+    /// arrays, which a copy would retain.
+    private(set) var head = UpstreamResponseHead()
     private var delegate: UpstreamCallDelegate?
     private var connection: UpstreamConnection?
 
@@ -34,16 +37,14 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     deinit { connection?.forget(self) }
     private var reusedConnection = false
     private var retriedStale = false
-    // The call's own buffers and counters, changed only by its own methods, which call
-    // nothing that could reach them again while they hold them: exempt from run-time
-    // exclusivity checks (about 75 instructions each).
-    @exclusivity(unchecked) private var requestBytes: [UInt8] = []
+    private var requestBytes: [UInt8] = []
     private var isHeadRequest = false
     private var idempotent = false
     private var upgrading = false
     // Response parsing.
-    @exclusivity(unchecked) private var line: [UInt8] = []
-    @exclusivity(unchecked) private var headBytes = 0
+    /// A head line that came in pieces.
+    private var line: [UInt8] = []
+    private var headBytes = 0
     private var expectStatusLine = true
     private var decoder: HTTPBodyDecoder?
     private var readsToClose = false
@@ -52,16 +53,13 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     // Backpressure.
     private var paused = false
     private var refusedBody: [UInt8]?
-    /// Changed only by the call's own methods, which reach nothing that could touch it
-    /// again: exempt from run-time exclusivity checks (one a call, in `finish`).
-    @exclusivity(unchecked) private var unreadInput: [UInt8] = []
+    /// Input read while paused, consumed on `resume()` (added to by `keepUnread`).
+    private var unreadInput: [UInt8] = []
     // Lifecycle.
     private var done = false
-    private var retainedSelf: Unmanaged<UpstreamHTTPCall>?
-    /// Changed through its mutating methods, which take the service's lock and call
-    /// nothing back here: exempt from run-time exclusivity checks (about 80
-    /// instructions each, four times a call).
-    @exclusivity(unchecked) private var health: UpstreamHealthReport
+    /// The call itself while it runs (a cycle on purpose, ended by `finish`).
+    private var keptAlive: UpstreamHTTPCall?
+    private var health = UpstreamHealthReport()
 
     static let maxHeadBytes = 64 * 1024
 
@@ -69,14 +67,13 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         self.client = client
         self.service = service
         self.member = member
-        health = UpstreamHealthReport(health: service.health, member: member)
         super.init()
     }
 
     func start(_ r: UpstreamRequest, delegate: UpstreamCallDelegate) {
         self.delegate = delegate
-        retainedSelf = Unmanaged.passRetained(self)
-        health.start()
+        keptAlive = self
+        health.start(at: Clock.monotonicNanos())
         isHeadRequest = r.isHead
         idempotent = r.idempotent
         upgrading = r.webSocketUpgrade
@@ -145,7 +142,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
 
     func cancel() {
         guard !done else { return }
-        health.cancelled()
+        service.health.record(health.cancelled(), of: member)
         delegate = nil
         finish(reuse: false)
     }
@@ -194,26 +191,31 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     private func consume(_ input: UnsafeRawBufferPointer) {
         var i = 0
         if !head.isComplete {
-            // Scalars are parsed into locals and stored back once (each access to a class
-            // property is a run-time check); the head is parsed in place.
+            // Parsed in locals and stored once, so no access to a property spans the
+            // parse's calls (see the note at `head`). A head begun by an earlier read, and
+            // a partial line, are swapped out (no copy, no retain) to go on with.
+            var h = UpstreamResponseHead()
+            if headBytes > 0 { swap(&h, &head) }
+            var pending: [UInt8] = []
+            if !line.isEmpty { swap(&pending, &line) }
             var expect = expectStatusLine
             var seen = headBytes
             var failure: String?
             var finished = false
             let switching = upgrading
             while i < input.count {
-                if line.isEmpty && !expect {
+                if pending.isEmpty && !expect {
                     // Plain header lines, in one pass (`feedPlainLines`), no further than
                     // the head's size limit allows; the rest line by line below.
                     let room = min(input.count - i, Self.maxHeadBytes - seen)
-                    let used = room > 0 ? head.feedPlainLines(UnsafeRawBufferPointer(rebasing: input[i..<(i + room)])) : 0
+                    let used = room > 0 ? h.feedPlainLines(UnsafeRawBufferPointer(rebasing: input[i..<(i + room)])) : 0
                     seen += used
                     i += used
                     if i == input.count { break }
                 }
                 let rest = UnsafeRawBufferPointer(rebasing: input[i...])
                 guard let p = memchr(rest.baseAddress!, 0x0A, rest.count) else {
-                    line.append(contentsOf: rest)
+                    pending.append(contentsOf: rest)
                     seen += rest.count
                     i = input.count
                     break
@@ -222,27 +224,28 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
                 let end = i + lf + 1
                 seen += lf + 1
                 if seen > Self.maxHeadBytes { break }
-                if line.isEmpty {
-                    finished = Self.feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]), into: &head, expectStatusLine: &expect, failure: &failure, switching: switching)
+                if pending.isEmpty {
+                    finished = Self.feedLine(UnsafeRawBufferPointer(rebasing: input[i..<end]), into: &h, expectStatusLine: &expect, failure: &failure, switching: switching)
                 } else {
-                    line.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i..<end]))
-                    let l = line
-                    line.removeAll(keepingCapacity: true)
-                    finished = l.withUnsafeBytes { Self.feedLine($0, into: &head, expectStatusLine: &expect, failure: &failure, switching: switching) }
+                    pending.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i..<end]))
+                    finished = pending.withUnsafeBytes { Self.feedLine($0, into: &h, expectStatusLine: &expect, failure: &failure, switching: switching) }
+                    pending.removeAll(keepingCapacity: true)
                 }
                 if failure != nil { break }
                 i = end
                 if finished { break }
             }
+            if !pending.isEmpty { swap(&pending, &line) }
             expectStatusLine = expect
             headBytes = seen
-            if seen > Self.maxHeadBytes { return fail(.headTooLarge(bytes: Self.maxHeadBytes)) }
-            if let failure { return fail(.malformed(failure)) }
-            guard finished else { return }
-            if upgrading && head.status == 101 {
+            if !finished || seen > Self.maxHeadBytes || failure != nil || (upgrading && h.status == 101) {
+                head = consume h
+                if seen > Self.maxHeadBytes { return fail(.headTooLarge(bytes: Self.maxHeadBytes)) }
+                if let failure { return fail(.malformed(failure)) }
+                guard finished else { return }
                 return upgraded(leftover: Array(UnsafeRawBufferPointer(rebasing: input[i...])))
             }
-            headComplete()
+            headComplete(consume h)
             if done { return }
             if decoder?.isComplete == true {
                 // A bodiless answer: reusable only if nothing follows it (and never after
@@ -278,25 +281,28 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         return false
     }
 
-    private func headComplete() {
-        health.headReceived()
-        if head.framingError { return fail(.malformed("sent conflicting or invalid Content-Length headers")) }
-        if isHeadRequest || head.status == 204 || head.status == 304 {
+    /// The final head `h` is in: sets up the body's framing, hands the head to the
+    /// delegate, then stores it in `head`.
+    private func headComplete(_ h: consuming UpstreamResponseHead) {
+        health.headReceived(at: Clock.monotonicNanos())
+        if h.framingError {
+            head = consume h
+            return fail(.malformed("sent conflicting or invalid Content-Length headers"))
+        }
+        if isHeadRequest || h.status == 204 || h.status == 304 {
             decoder = HTTPBodyDecoder(framing: .none, maxBodyBytes: 0)
-        } else if head.isChunked {
+        } else if h.isChunked {
             decoder = HTTPBodyDecoder(framing: .chunked, maxBodyBytes: 1 << 50)
-        } else if !head.hasTransferEncoding, let n = head.contentLength {
+        } else if !h.hasTransferEncoding, let n = h.contentLength {
             decoder = HTTPBodyDecoder(framing: .contentLength(n), maxBodyBytes: 1 << 50)
         } else {
             readsToClose = true
         }
-        // Lent without a copy: moved out for the call and back (a class property passed
-        // borrowed is copied, its arrays retained). Meanwhile `head` reads as empty; the
-        // only way back here during the call is a cancel or a failure, which need none of it.
-        var h = UpstreamResponseHead()
-        swap(&h, &head)
+        // Lent from the local, without a copy (a class property passed borrowed is copied,
+        // its arrays retained), and stored after. Meanwhile `head` reads as empty; the only
+        // way back here during the call is a cancel or a failure, which need none of it.
         delegate?.upstreamHeadReceived(self, h)
-        swap(&h, &head)
+        head = consume h
     }
 
     private func consumeBody(_ input: UnsafeRawBufferPointer) {
@@ -313,7 +319,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
                 let piece = UnsafeRawBufferPointer(rebasing: input[i..<(i + take)])
                 i += take
                 if !deliver(piece) {
-                    unreadInput.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i...]))
+                    keepUnread(UnsafeRawBufferPointer(rebasing: input[i...]))
                     return
                 }
                 if done { return }
@@ -331,7 +337,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
             i += used
             if !decoded.isEmpty {
                 if !decoded.withUnsafeBytes({ deliver($0) }) {
-                    unreadInput.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[i...]))
+                    keepUnread(UnsafeRawBufferPointer(rebasing: input[i...]))
                     return
                 }
                 if done { return }
@@ -342,6 +348,16 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
             // Bytes after the body: the upstream is not speaking HTTP/1.1 properly.
             complete(reusable: i == input.count)
         }
+    }
+
+    /// Keeps the input after a refused piece for `resume()`. Built in a local (the property
+    /// is empty while paused, so this is one move) rather than appended to in place,
+    /// which would hold an access to the property across the append's calls.
+    private func keepUnread(_ bytes: UnsafeRawBufferPointer) {
+        var kept: [UInt8] = []
+        swap(&kept, &unreadInput)
+        kept.append(contentsOf: bytes)
+        swap(&kept, &unreadInput)
     }
 
     /// Hands a piece of body to the delegate; false if it paused. Only a refused piece
@@ -382,7 +398,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
 
     private func complete(reusable: Bool = true) {
         guard !done else { return }
-        health.ended(.complete, status: head.status)
+        service.health.record(health.ended(.complete, status: head.status), of: member)
         let d = delegate
         delegate = nil
         // Never after HEAD: servers that write a body after a HEAD answer anyway (common
@@ -396,8 +412,8 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     /// The backend switched to WebSocket: the socket goes to the delegate, never to the pool.
     private func upgraded(leftover: [UInt8]) {
         guard !done, let c = connection else { return }
-        health.headReceived()
-        health.ended(.complete, status: 101)
+        health.headReceived(at: Clock.monotonicNanos())
+        service.health.record(health.ended(.complete, status: 101), of: member)
         let d = delegate
         delegate = nil
         connection = nil
@@ -415,7 +431,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     private func fail(_ kind: UpstreamFailure.Kind) {
         guard !done else { return }
         let outcome = UpstreamOutcome.failed(UpstreamFailure(kind: kind, service: service.config.name, address: member.ip))
-        health.ended(outcome, status: head.status)
+        service.health.record(health.ended(outcome, status: head.status), of: member)
         let d = delegate
         delegate = nil
         finish(reuse: false)
@@ -432,8 +448,6 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         requestBytes = []
         refusedBody = nil
         unreadInput = []
-        let me = retainedSelf
-        retainedSelf = nil
-        me?.release()
+        keptAlive = nil
     }
 }

@@ -5,9 +5,9 @@ import Glibc
 /// One upstream HTTP call made entirely by libcurl (its HTTP layer) on a pooled easy
 /// handle: the path for `scheme: https`. Plain-HTTP calls use `UpstreamHTTPCall`.
 ///
-/// Ownership: while the call runs, the transfer keeps itself alive (a retained pointer
-/// in `CURLOPT_PRIVATE` and the callbacks' user data), released when it finishes or is
-/// cancelled. It holds its delegate strongly until then. Thread rule: one worker.
+/// Ownership: while the call runs, the transfer keeps itself alive (`CurlTask.attach`;
+/// its address is `CURLOPT_PRIVATE` and the callbacks' user data), let go when it
+/// finishes or is cancelled. It holds its delegate strongly until then. Thread rule: one worker.
 ///
 /// Cancelling from inside one of curl's callbacks (the delegate writes to a client that
 /// has hung up) only marks the transfer: its callbacks then tell curl to abort, and the
@@ -23,17 +23,15 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     private var bodyOffset = 0
     private(set) var head = UpstreamResponseHead()
     let member: UpstreamMember
-    private var retainedSelf: Unmanaged<UpstreamTransfer>?
-    private var health: UpstreamHealthReport
+    private var health = UpstreamHealthReport()
     /// Cancelled or finished: the delegate is gone, callbacks tell curl to abort, and all
     /// that is left is taking the handle off the multi handle.
-    fileprivate private(set) var isEnded = false
+    private(set) var isEnded = false
 
     init(client: UpstreamClient, service: ServiceRuntime, member: UpstreamMember) {
         self.client = client
         self.service = service
         self.member = member
-        health = UpstreamHealthReport(health: service.health, member: member)
     }
 
     /// Its handles come from `UpstreamClient.takeHandle`, which tracks them.
@@ -48,15 +46,12 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         self.delegate = delegate
         let h = client.takeHandle()
         easy = h
-        let me = Unmanaged.passRetained(self)
-        retainedSelf = me
-        let ptr = me.toOpaque()
-        qw_easy_setopt_ptr(h, CURLOPT_PRIVATE, ptr)
+        let ptr = attach(to: h)
         qw_easy_setopt_ptr(h, CURLOPT_HEADERDATA, ptr)
         qw_easy_setopt_ptr(h, CURLOPT_WRITEDATA, ptr)
 
         // URL: service prefix + path and query, NUL-terminated (curl copies it).
-        health.start()
+        health.start(at: Clock.monotonicNanos())
         var url = service.urlPrefix
         url.append(contentsOf: r.pathAndQuery)
         url.append(0)
@@ -137,7 +132,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     /// the response was not complete. The delegate is not called again.
     func cancel() {
         guard easy != nil, !isEnded else { return }
-        health.cancelled()
+        service.health.record(health.cancelled(), of: member)
         delegate = nil
         isEnded = true
         // Inside a curl callback the handle cannot be removed: wait until curl returns.
@@ -158,19 +153,19 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         release(h)
     }
 
-    fileprivate func headerLine(_ bytes: UnsafeRawBufferPointer) {
+    func headerLine(_ bytes: UnsafeRawBufferPointer) {
         if head.feed(bytes) {
-            health.headReceived()
+            health.headReceived(at: Clock.monotonicNanos())
             delegate?.upstreamHeadReceived(self, head)
         }
     }
 
-    fileprivate func bodyData(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    func bodyData(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard let d = delegate else { return true }
         return d.upstreamBody(self, bytes)
     }
 
-    fileprivate func readBody(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+    func readBody(into buffer: UnsafeMutableRawBufferPointer) -> Int {
         let n = min(buffer.count, body.count - bodyOffset)
         if n > 0 {
             body.withUnsafeBytes { src in
@@ -186,7 +181,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         guard let h = easy else { return }
         if isEnded { detach(); return }
         let outcome = outcome(of: code, handle: h)
-        health.ended(outcome, status: head.status)
+        service.health.record(health.ended(outcome, status: head.status), of: member)
         let d = delegate
         delegate = nil
         isEnded = true
@@ -212,38 +207,6 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         qw_easy_setopt_ptr(h, CURLOPT_HTTPHEADER, nil)
         client.returnHandle(h)
         body = []
-        let me = retainedSelf
-        retainedSelf = nil
-        me?.release()
+        letGo()
     }
-}
-
-/// The transfer behind a curl callback's user pointer.
-@inline(__always) private func transfer(_ p: UnsafeMutableRawPointer?) -> UpstreamTransfer {
-    Unmanaged<UpstreamTransfer>.fromOpaque(p!).takeUnretainedValue()
-}
-
-// Each callback aborts the transfer once it has ended, including when the delegate
-// cancelled it during this very callback (the transfer stays alive until curl returns).
-let upstreamHeaderCallback: curl_write_callback = { buf, size, n, user in
-    let count = size * n
-    let t = transfer(user)
-    guard !t.isEnded else { return Int(CURL_WRITEFUNC_ERROR) }
-    t.headerLine(UnsafeRawBufferPointer(start: buf, count: count))
-    return t.isEnded ? Int(CURL_WRITEFUNC_ERROR) : count
-}
-
-let upstreamWriteCallback: curl_write_callback = { buf, size, n, user in
-    let count = size * n
-    let t = transfer(user)
-    guard !t.isEnded else { return Int(CURL_WRITEFUNC_ERROR) }
-    let accepted = t.bodyData(UnsafeRawBufferPointer(start: buf, count: count))
-    if t.isEnded { return Int(CURL_WRITEFUNC_ERROR) }
-    return accepted ? count : Int(CURL_WRITEFUNC_PAUSE)
-}
-
-let upstreamReadCallback: curl_write_callback = { buf, size, n, user in
-    let t = transfer(user)
-    guard !t.isEnded else { return Int(CURL_READFUNC_ABORT) }
-    return t.readBody(into: UnsafeMutableRawBufferPointer(start: buf, count: size * n))
 }

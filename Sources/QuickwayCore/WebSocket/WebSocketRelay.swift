@@ -27,45 +27,66 @@ enum WebSocketRelayLimits {
 /// One side of a relayed WebSocket connection: its transport, the parser of the frames
 /// it sends, and where its closing handshake stands. Reports its transport's events to
 /// the relay. Loop thread only.
-///
-/// The state below opts out of Swift's run-time exclusivity checks: it is touched by the
-/// loop thread only, and no access spans a call that could reach it again (the parser
-/// calls nothing outside itself). Those checks were a fifth of the relay's instructions
-/// per message (callgrind, BENCHMARKS.md "WebSocket").
 final class WebSocketEndpoint: TransportUser {
     let transport: ByteTransport
     /// The transport's buffers (the transport keeps them for its life), held here so the
     /// hot path reads them without a call through the protocol. Strong `let`s: read from
-    /// an endpoint the caller holds, they are borrowed without a retain (an
-    /// `unowned(unsafe)` field is copied, with a retain, at each read).
+    /// an endpoint the caller holds, they are borrowed without a retain.
     let input: ByteBuffer
     let output: ByteBuffer
     /// The client side (its frames are masked; the gateway pings it).
     let isClient: Bool
-    @exclusivity(unchecked) var parser: WebSocketFrameParser
-    /// The relay that owns this endpoint (set by `start()`). Unretained, and called
-    /// without a retain: the relay outlives its endpoints' callbacks (a closed relay
-    /// stays in the worker's `retired` list until the next sweep).
-    var relay: Unmanaged<WebSocketRelay>?
-    /// A data frame to this side is partly written: control frames to it wait in
-    /// `pendingControl` until it ends (they may go between frames, not inside one).
-    @exclusivity(unchecked) var midFrame = false
-    @exclusivity(unchecked) var pendingControl: [UInt8] = []
-    /// The current data frame from this side is forwarded (the other side takes data).
-    @exclusivity(unchecked) var forwardingFrame = false
-    /// Its header, until the first payload bytes passed the parser's checks: a frame
-    /// that fails them (bad UTF-8) within what is buffered is not begun on the other
-    /// side, which can then get a clean close frame.
-    @exclusivity(unchecked) var heldHeader: WebSocketFrameHeader?
-    @exclusivity(unchecked) var closeSent = false
-    @exclusivity(unchecked) var closeReceived = false
-    /// Reading stopped: the other side's output is over the high-water mark.
-    @exclusivity(unchecked) var readingPaused = false
-    /// It broke the protocol: its input is ignored from then on.
-    @exclusivity(unchecked) var failed = false
-    /// Its transport is closed.
-    @exclusivity(unchecked) var gone = false
-    @exclusivity(unchecked) var pumping = false
+    /// The relay that owns this endpoint (set by `start()`). Uncounted, and called without
+    /// a retain (a transport event is the relay's hot path): the relay outlives its
+    /// endpoints' callbacks (a closed relay stays in the worker's `retired` list until the
+    /// next sweep).
+    var relay: Uncounted<WebSocketRelay>?
+
+    /// The parser and the frame and closing state, read and written for every frame: kept
+    /// out of run-time exclusivity checks (`UncheckedState`). Loop thread only, and no
+    /// access spans a call that could reach it again (the parser calls nothing outside
+    /// itself).
+    private struct State {
+        var parser: WebSocketFrameParser
+        /// A data frame to this side is partly written: control frames to it wait in
+        /// `pendingControl` until it ends (they may go between frames, not inside one).
+        var midFrame = false
+        var pendingControl: [UInt8] = []
+        /// The current data frame from this side is forwarded (the other side takes data).
+        var forwardingFrame = false
+        /// Its header, until the first payload bytes passed the parser's checks: a frame
+        /// that fails them (bad UTF-8) within what is buffered is not begun on the other
+        /// side, which can then get a clean close frame.
+        var heldHeader: WebSocketFrameHeader?
+        var closeSent = false
+        var closeReceived = false
+        /// Reading stopped: the other side's output is over the high-water mark.
+        var readingPaused = false
+        /// It broke the protocol: its input is ignored from then on.
+        var failed = false
+        /// Its transport is closed.
+        var gone = false
+        var pumping = false
+    }
+    private let state: UncheckedState<State>
+
+    var parser: WebSocketFrameParser {
+        @inline(__always) _read { yield state.value.parser }
+        @inline(__always) _modify { yield &state.value.parser }
+    }
+    var midFrame: Bool { get { state.value.midFrame } set { state.value.midFrame = newValue } }
+    var pendingControl: [UInt8] {
+        @inline(__always) _read { yield state.value.pendingControl }
+        @inline(__always) _modify { yield &state.value.pendingControl }
+    }
+    var forwardingFrame: Bool { get { state.value.forwardingFrame } set { state.value.forwardingFrame = newValue } }
+    var heldHeader: WebSocketFrameHeader? { get { state.value.heldHeader } set { state.value.heldHeader = newValue } }
+    var closeSent: Bool { get { state.value.closeSent } set { state.value.closeSent = newValue } }
+    var closeReceived: Bool { get { state.value.closeReceived } set { state.value.closeReceived = newValue } }
+    var readingPaused: Bool { get { state.value.readingPaused } set { state.value.readingPaused = newValue } }
+    var failed: Bool { get { state.value.failed } set { state.value.failed = newValue } }
+    var gone: Bool { get { state.value.gone } set { state.value.gone = newValue } }
+    var pumping: Bool { get { state.value.pumping } set { state.value.pumping = newValue } }
 
     init(transport: ByteTransport, isClient: Bool, parser: WebSocketFrameParser) {
         self.transport = transport
@@ -75,15 +96,15 @@ final class WebSocketEndpoint: TransportUser {
         input = transport.input
         output = transport.output
         self.isClient = isClient
-        self.parser = parser
+        state = UncheckedState(State(parser: parser))
     }
 
     /// Its part of the closing handshake is over (or it cannot take part any more).
     var isDone: Bool { gone || (closeSent && (closeReceived || failed)) }
 
-    override func transportReadable(peerClosed: Bool) { relay?._withUnsafeGuaranteedRef { $0.readable(self, peerClosed: peerClosed) } }
-    override func transportDrained() { relay?._withUnsafeGuaranteedRef { $0.drained(self) } }
-    override func transportClosed() { relay?._withUnsafeGuaranteedRef { $0.closed(self) } }
+    override func transportReadable(peerClosed: Bool) { relay?.with { $0.readable(self, peerClosed: peerClosed) } }
+    override func transportDrained() { relay?.with { $0.drained(self) } }
+    override func transportClosed() { relay?.with { $0.closed(self) } }
 }
 
 /// A WebSocket connection after its `101`, between the client and the backend: it
@@ -109,23 +130,30 @@ final class WebSocketEndpoint: TransportUser {
 /// Ownership: the worker's table holds the relay; the relay holds both endpoints, which
 /// hold their transports. Loop thread only.
 final class WebSocketRelay: ClientConnection {
-    /// `unowned(unsafe)`: the worker outlives everything on its loop (its thread holds it
-    /// until the loop has ended and its connections are closed), and a checked `unowned`
-    /// costs an atomic retain and release at each use.
-    unowned(unsafe) let worker: Worker
+    /// Strong: a `let` the relay holds costs nothing at each use. The worker's table holds
+    /// the relay too; that cycle ends when the relay ends (`connectionClosed`).
+    let worker: Worker
     let config: WebSocketConfig
     let client: WebSocketEndpoint
     let backend: WebSocketEndpoint
     private let stats: WebSocketStats
     private let routeSlot: Int
-    /// When the last whole message went either way (coarse ms). This and `ended` are
-    /// loop-thread values touched by no re-entrant call: exempt from run-time
-    /// exclusivity checks, like the endpoint's state.
-    @exclusivity(unchecked) private var lastMessage: Int64
-    /// A whole message went since the last sweep: `checkDeadline` moves `lastMessage` to
-    /// its time (the idle timeout is kept to the sweep's 250 ms, and the relay's path
-    /// reads no clock).
-    @exclusivity(unchecked) private var messageSeen = false
+    /// What the relay's per-frame path reads and writes, kept out of run-time exclusivity
+    /// checks like the endpoints' state (`UncheckedState`; loop thread only, no access
+    /// spans a call that could reach it again).
+    private struct Pace {
+        /// When the last whole message went either way (coarse ms).
+        var lastMessage: Int64
+        /// A whole message went since the last sweep: `checkDeadline` moves `lastMessage`
+        /// to its time (the idle timeout is kept to the sweep's 250 ms, and the relay's
+        /// path reads no clock).
+        var messageSeen = false
+        var ended = false
+    }
+    private let pace: UncheckedState<Pace>
+    private var lastMessage: Int64 { get { pace.value.lastMessage } set { pace.value.lastMessage = newValue } }
+    private var messageSeen: Bool { get { pace.value.messageSeen } set { pace.value.messageSeen = newValue } }
+    private var ended: Bool { get { pace.value.ended } set { pace.value.ended = newValue } }
     private var nextPing: Int64
     /// When the unanswered heartbeat ping went out (0: none outstanding).
     private var pingSentAt: Int64 = 0
@@ -136,7 +164,6 @@ final class WebSocketRelay: ClientConnection {
     /// Set once closing began: whatever is still open then is cut off.
     private var closingDeadline: Int64 = 0
     private var cutting = false
-    @exclusivity(unchecked) private var ended = false
     var tableSlot: Int32 = -1
 
     init(clientTransport: ByteTransport, worker: Worker, handOff h: WebSocketHandOff) {
@@ -154,15 +181,15 @@ final class WebSocketRelay: ClientConnection {
         backend = WebSocketEndpoint(transport: up, isClient: false,
                                     parser: WebSocketFrameParser(expectMasked: false, compressionNegotiated: h.deflate, maxMessageBytes: max))
         let now = Clock.coarseMillis()
-        lastMessage = now
+        pace = UncheckedState(Pace(lastMessage: now))
         nextPing = now + h.config.heartbeatMillis
     }
 
     /// Takes over both transports: sends what is written (the `101`), then relays what
     /// either side already sent.
     func start() {
-        client.relay = Unmanaged.passUnretained(self)
-        backend.relay = Unmanaged.passUnretained(self)
+        client.relay = Uncounted(self)
+        backend.relay = Uncounted(self)
         client.transport.user = client
         backend.transport.user = backend
         stats.connectionOpened(route: routeSlot)
@@ -276,9 +303,8 @@ final class WebSocketRelay: ClientConnection {
     }
 
     /// Relayed frames go out once the loop turn's reads are done (`Worker.deferFlush`).
-    /// The worker is reached without a retain (it outlives its connections).
     private func deferFlush(_ e: WebSocketEndpoint) {
-        if !e.gone && !e.output.isEmpty { Unmanaged.passUnretained(worker)._withUnsafeGuaranteedRef { $0.deferFlush(e.transport) } }
+        if !e.gone && !e.output.isEmpty { worker.deferFlush(e.transport) }
     }
 
     private func control(_ from: WebSocketEndpoint, _ opcode: UInt8, _ payload: [UInt8]) {
