@@ -85,12 +85,10 @@ final class ProxyPipeline: RequestHandler {
         ]
     }
 
-    /// Runs one stage: a direct call on a `let` of this pipeline. The stages after the
-    /// route stage are given the route it matched (it refuses a request that matches none).
+    /// Runs one stage after routing: a direct call on a `let` of this pipeline, given the
+    /// route the route stage matched (it refuses a request that matches none).
     @inline(__always)
-    private func run(_ kind: StageKind, _ ctx: ProxyContext) -> StageResult {
-        if kind == .route { return routeStage.run(ctx) }
-        guard let route = ctx.route else { preconditionFailure("a stage after routing ran without a route") }
+    private func run(_ kind: StageKind, _ ctx: ProxyContext, _ route: Route) -> StageResult {
         switch kind {
         case .route: return .next
         case .authenticateHead: return authenticateHeadStage.run(ctx, route)
@@ -125,8 +123,10 @@ final class ProxyPipeline: RequestHandler {
     func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
         let ctx = context(exchange)
         ctx.setOwned()
-        for i in 0..<firstBodyStage {
-            switch run(order[i], ctx) {
+        if case let .refuse(code, message) = routeStage.run(ctx) { return (code, message) }
+        guard let route = ctx.route else { preconditionFailure("the route stage went on without a route") }
+        for i in 1..<firstBodyStage {
+            switch run(order[i], ctx, route) {
             case .next: continue
             case let .refuse(code, message): return (code, message)
             case .answered, .suspended: preconditionFailure("a stage that runs on the head alone only continues or refuses")
@@ -147,10 +147,12 @@ final class ProxyPipeline: RequestHandler {
 
     /// Runs the stages from `ctx.nextStage` until one answers or suspends.
     func resume(_ ctx: ProxyContext) {
+        // Read once for the run (each read of the context's property is counted).
+        guard let route = ctx.route else { preconditionFailure("stages resumed before routing") }
         while ctx.nextStage < order.count {
             let kind = order[ctx.nextStage]
             ctx.nextStage += 1
-            switch run(kind, ctx) {
+            switch run(kind, ctx, route) {
             case .next: continue
             case let .refuse(code, message): ctx.exchange.respondError(code, message); return
             case .answered, .suspended: return
