@@ -41,8 +41,10 @@ final class UncountedTests: XCTestCase {
     }
 
     func testWithRethrows() {
-        let ref = Uncounted(Owner())
+        let owner = Owner()   // the owner outlives the reference, as the type requires
+        let ref = Uncounted(owner)
         XCTAssertThrowsError(try ref.with { _ -> Int in throw Refused() }) { XCTAssertTrue($0 is Refused) }
+        withExtendedLifetime(owner) {}
     }
 
     func testNamesComparesIdentity() {
