@@ -26,8 +26,8 @@ void qw_ssl_ctx_set_server_modes(SSL_CTX *ctx) {
 }
 
 void qw_tls_clear_error(void) {
-    // ERR_clear_error walks all 16 slots of the queue (about 800 instructions in
-    // OpenSSL 3); the peek reads only its ends. SSL_get_error looks at the queue through
+    // ERR_clear_error walks all 16 slots of the queue on every call (OpenSSL 3); the
+    // peek reads only its ends. SSL_get_error looks at the queue through
     // the same ERR_peek_error, so a queue this leaves as it was reads as empty to it.
     if (ERR_peek_error() != 0) ERR_clear_error();
 }

@@ -21,8 +21,8 @@ int qw_replace_fd(int with, int fd);
 
 // recv and send on a non-blocking socket as raw system calls, returning the byte count or
 // -errno. glibc's recv and send are cancellation points: in a multi-threaded process each
-// call switches asynchronous cancellation on and off around the system call (about 70
-// instructions per call); Quickway never cancels a thread, so those are skipped, as is
+// call switches asynchronous cancellation on and off around the system call, work paid
+// on every read and write; Quickway never cancels a thread, so those are skipped, as is
 // the thread-local errno.
 #include <stddef.h>
 #include <sys/syscall.h>
