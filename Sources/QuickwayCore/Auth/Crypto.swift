@@ -9,7 +9,7 @@ public enum Crypto {
 
     /// A 32-byte array filled by `write`, made through `ByteArrays` (both
     /// `[UInt8](repeating:count:)` and `unsafeUninitializedCapacity` allocate through an
-    /// unspecialized generic call, about 500 instructions).
+    /// unspecialized generic call that looks the array's type up at run time).
     @inline(__always)
     static func digest(_ write: (UnsafeMutablePointer<UInt8>) -> Void) -> [UInt8] {
         ByteArrays.make(capacity: 32) { buf in

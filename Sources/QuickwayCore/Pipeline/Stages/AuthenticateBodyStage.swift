@@ -15,7 +15,7 @@ final class AuthenticateBodyStage: RequestStage {
 
     func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
         // Most requests have nothing pending: told by the tag alone (taking the value out
-        // moves the whole credentials, about 40 instructions).
+        // moves the whole credentials on every request).
         if case .none = ctx.pendingAuth { return .next }
         guard let p = ctx.pendingAuth.take(), let auth = authenticator else { return .next }
         let exchange = ctx.exchange

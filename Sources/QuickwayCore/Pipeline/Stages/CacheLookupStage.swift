@@ -18,8 +18,8 @@ final class CacheLookupStage: RequestStage {
     }
 
     /// The head borrowed and the route's settings read in place: a copy of either
-    /// (`let head = exchange.head`, `let route = routeRef.config`) retained each of its
-    /// arrays and strings, about 600 instructions a request.
+    /// (`let head = exchange.head`, `let route = routeRef.config`) would retain each of
+    /// its arrays and strings and release them again, on every request.
     private func lookup(_ ctx: ProxyContext, _ exchange: Exchange, _ routeRef: Route, _ head: borrowing HTTPRequestHead) -> StageResult {
         let cacheable = (head.methodIs("GET") || head.methodIs("HEAD")) && head.body == .none
             && (routeRef.config.cacheTTLMillis > 0 || routeRef.config.coalesce) && !head.keptUnderscoreFields && !head.upgradeWebSocket
