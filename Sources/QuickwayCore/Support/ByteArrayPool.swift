@@ -1,6 +1,6 @@
 /// Spare byte arrays a worker's requests take and give back, so that a proxied answer's
-/// body buffer is not allocated and freed per request (about 300 instructions with
-/// malloc and free). An array given back is emptied first (`removeAll(keepingCapacity:)`),
+/// body buffer is not allocated and freed per request (a malloc and a free on every
+/// answer). An array given back is emptied first (`removeAll(keepingCapacity:)`),
 /// so nothing of one request's bytes can be read through it by the next; only arrays
 /// whose storage nothing else shares are kept (a shared one would be copied by that
 /// emptying), and at most `maxSpares` of at most `maxCapacity` bytes each, so the pool

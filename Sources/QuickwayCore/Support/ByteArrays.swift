@@ -3,9 +3,10 @@
 ///
 /// Why not `Array(unsafeUninitializedCapacity:)`: its allocation goes through an
 /// unspecialized generic call in the standard library that looks the array's type up at
-/// run time, about 500 instructions per array (callgrind, BENCHMARKS.md), more than
-/// writing a whole request head. A small array is written on the stack and copied into
-/// an array of its own, whose allocation is specialized here: about a third of that.
+/// run time for every array, more work than writing a whole request head
+/// (docs/benchmarks-history.md, "unspecialized generic call"). A small array is written
+/// on the stack and copied into an array of its own, whose allocation is specialized
+/// here, with no such look-up.
 enum ByteArrays {
     /// Up to this many bytes are written on the stack first.
     static let stackLimit = 2048
@@ -28,8 +29,9 @@ enum ByteArrays {
     }
 
     /// Appends `bytes` to `array` with one copy (an `OutputSpan` over the spare capacity,
-    /// grown if need be): `append(contentsOf:)` of a raw buffer cost about 100
-    /// instructions a call on the response path.
+    /// grown if need be): `append(contentsOf:)` of a raw buffer does more per call than
+    /// the copy itself, and the response path calls it for every line
+    /// (docs/benchmarks-history.md, "`ByteArrays.append`").
     @inline(__always)
     static func append(_ bytes: UnsafeRawBufferPointer, to array: inout [UInt8]) {
         let n = bytes.count

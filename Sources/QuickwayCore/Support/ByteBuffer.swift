@@ -16,8 +16,9 @@ import Glibc
 ///
 /// Its four mutable fields opt out of Swift's run-time exclusivity checks
 /// (`@exclusivity(unchecked)`): they are plain values touched by one thread, no access to
-/// them spans a call that could reach the same buffer again, and the checks cost about 80
-/// instructions per read or write of a socket (measured with callgrind, BENCHMARKS.md).
+/// them spans a call that could reach the same buffer again, and the checks would run on
+/// every read or write of a socket (docs/benchmarks-history.md, "loop-only fields of
+/// `ByteBuffer`").
 /// Bounds and overflow checks stay on.
 public final class ByteBuffer {
     /// Points at `noStorage` while no memory is held.

@@ -3,8 +3,9 @@
 /// CPython hash with) of a byte string under a 128-bit key, read eight bytes at a time.
 ///
 /// Why not `Hasher`: for a 30-byte cache key its `combine(bytes:)` copies the bytes
-/// through a tail buffer and, with `init` and `finalize`, cost about 300 instructions a
-/// lookup; this is the same function on words, about 100. Keyed per process
+/// through a tail buffer before mixing them, on every lookup; this is the same function
+/// run on the key's words where they lie (docs/benchmarks-history.md, "SipHash-1-3 on
+/// words"). Keyed per process
 /// (`processKey`) like `Hasher`, so keys an attacker chooses cannot be aimed at one
 /// bucket. Pure; checked against CPython's implementation (`SipHashTests`).
 enum SipHash13 {

@@ -13,7 +13,8 @@
 ///   is copied out first, or the access ends before the call).
 ///
 /// Broken, the promise is undefined behaviour, not a trap. Only for state on a hot path
-/// where the checks were measured (BENCHMARKS.md); everything else stays a plain `var`. A
+/// where the checks showed in a profile (docs/benchmarks-history.md, "exclusivity
+/// checks"); everything else stays a plain `var`. A
 /// pipeline stage never uses it. One allocation per holder: suited to objects that live
 /// for a connection or longer. An object made per request whose state is hot (an HTTP/2
 /// stream, the upstream relay, a request body's decoder) subclasses it instead and so
