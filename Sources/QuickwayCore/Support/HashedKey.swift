@@ -40,7 +40,7 @@ struct HashedKey: Hashable {
 
     /// What a `Dictionary` (the cache shards', the flight table's) hashes the key by:
     /// the seeded hash already computed, mixed with the table's own seed, instead of a
-    /// second SipHash over it (`hash(into:)`, about 140 instructions a lookup). The
+    /// second SipHash over it (`hash(into:)`, which would hash it again on every lookup). The
     /// standard library's customization point for types that carry their hash (its own
     /// types use it); an attacker still cannot aim keys at one bucket, since `hash`
     /// is seeded per process.

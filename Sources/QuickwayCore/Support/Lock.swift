@@ -2,8 +2,8 @@ import Glibc
 
 /// A mutex for the short critical sections on the request path (the cache shards, the
 /// services' health, the flight table, the nonce table): `pthread_mutex_t` called
-/// directly. Foundation's `NSLock` cost about 40 instructions a lock and 36 an unlock
-/// through its class layers (callgrind, BENCHMARKS.md); this about half. Not recursive;
+/// directly. Foundation's `NSLock` wraps the same mutex in its class layers, which every
+/// lock and unlock goes through (docs/benchmarks-history.md, "`NSLock`"). Not recursive;
 /// nothing that could block is done under it.
 final class Lock: @unchecked Sendable {
     /// Allocated once and never moved (a `pthread_mutex_t` must keep its address).
