@@ -64,7 +64,7 @@ public final class CachedResponse: @unchecked Sendable {
 /// Sharded 16 ways by key hash, each shard with its own lock, LRU list and an equal
 /// share of the budget, so workers rarely wait on each other. Bytes counted per entry:
 /// key + status line + header lines + body + `entryOverhead` (the node, dictionary slot
-/// and array headers, measured at about 200 bytes). Expired entries stay until evicted
+/// and array headers, rounded up). Expired entries stay until evicted
 /// or purged, so they can be served stale (`stale_if_error`); a lookup says whether the
 /// entry is fresh.
 /// `@unchecked Sendable`: every shard's map and list are touched only under its lock.

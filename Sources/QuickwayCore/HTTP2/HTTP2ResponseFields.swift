@@ -15,14 +15,15 @@ struct HTTP2ResponseFields {
     private(set) var fields: [(name: Range<Int>, value: Range<Int>)] = []
     /// Index in `fields` of `x-request-id`, whose value never repeats: it is sent
     /// without HPACK indexing, or every answer would add an entry that is never used and
-    /// lengthen the encoder's search chain (measured: 11% of the CPU at 1 stream).
+    /// lengthen the encoder's search chain, which each later field is looked up along
+    /// (docs/benchmarks-history.md, "sent without HPACK indexing").
     private(set) var uniqueValueField = -1
 
     init(head: ResponseHead) {
         let (requestId, cacheStatus, age) = (head.requestId, head.cacheStatus, head.age)
         // Everything is written through one pointer into an array sized once: names and
         // values never take more than their lines, plus the gateway's own fields (an
-        // append per byte cost about 5,000 instructions per answer).
+        // append per byte checks the array's uniqueness and capacity for every byte).
         let lines = head.headerLines
         let capacity = (lines?.count ?? 0) + requestId.countBound + (cacheStatus?.utf8CodeUnitCount ?? 0) + 128
         var fields: [(name: Range<Int>, value: Range<Int>)] = []
@@ -93,7 +94,7 @@ struct HTTP2ResponseFields {
             var i = 0
             while i < n {
                 // Line and name ends found with memchr, bytes copied through pointers: a
-                // byte-at-a-time walk with bounds checks was ~300 instructions a line.
+                // byte-at-a-time walk pays a bounds check on every byte of every line.
                 let end = memchr(base + i, 0x0A, n - i).map { UnsafeRawPointer($0) - base } ?? n
                 var lineEnd = end
                 if lineEnd > i && base.load(fromByteOffset: lineEnd - 1, as: UInt8.self) == 0x0D { lineEnd -= 1 }
