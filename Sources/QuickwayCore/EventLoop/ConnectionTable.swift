@@ -1,8 +1,8 @@
 /// The open client connections of one worker: a dense array in which each connection
 /// knows its own slot (`ClientConnection.tableSlot`), so adding is an append and removing
 /// moves the last entry into the freed slot. 16 bytes a connection (amortized by the
-/// array's doubling), where a hash table keyed by object identity took about 50 and a
-/// hash per insert and removal; the sweep walks it in place instead of copying it.
+/// array's doubling), where a hash table keyed by object identity took several times
+/// that and a hash per insert and removal; the sweep walks it in place instead of copying it.
 ///
 /// Walking while connections close: the worker visits slots from the last to the first,
 /// reading the table afresh at each step (no access spans a visit, which may close

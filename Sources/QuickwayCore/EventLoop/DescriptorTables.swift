@@ -9,8 +9,8 @@ import Glibc
 /// shows only the main thread's table, and `ulimit -n` applies to each table rather than
 /// the process. `/stats` still sums every table (`ProcessDescriptors`). In a process whose threads share one
 /// table, every system call on a descriptor takes and drops a reference on its file
-/// (`fdget`/`fput`); with a table of its own the kernel skips both. That is about 0.1 µs
-/// per `recv` or `send`, 1-2% of a relayed WebSocket message (BENCHMARKS.md).
+/// (`fdget`/`fput`); with a table of its own the kernel skips both, on every `recv` and
+/// `send` (docs/benchmarks-history.md, "a descriptor table of its own").
 ///
 /// A worker's table starts as a copy of the process's. What that copy must not keep is
 /// registered here, so that it lives in exactly one table and closing it there really

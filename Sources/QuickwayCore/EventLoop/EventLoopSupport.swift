@@ -2,7 +2,8 @@ import Glibc
 import CLibevent
 
 /// libevent set-up shared by every loop: a base with the epoll changelist on, which
-/// batches `epoll_ctl` calls (measured +12-20%, DESIGN.md), and without a lock: each base
+/// batches `epoll_ctl` calls (changes made between two waits reach the kernel as one
+/// call per descriptor at most), and without a lock: each base
 /// is used by its own loop thread only (other threads wake a worker through its eventfd,
 /// `Worker.wake`), so libevent's mutex around every event operation is pure cost.
 enum EventLoopSupport {
