@@ -6,7 +6,7 @@ import CLibevent
 ///
 /// A struct stored in the transport under `@exclusivity(unchecked)`: no call on it can
 /// reach the transport's `events` again, and a separate object would cost a heap block
-/// per connection and the run-time exclusivity checks about 400 instructions per request.
+/// per connection and a run-time exclusivity check per access on the per-request path.
 /// The socket, base and owner are read back from the read event rather than kept twice.
 struct SocketEvents {
     // Wider fields first and the flags last: this sits inline in every transport.

@@ -26,8 +26,8 @@ import Glibc
 ///
 /// Which socket: the one curl last started polling for the transfer (`CurlTask.socket`,
 /// from the socket callback), when the transfer's connection has a single address to go
-/// to; else `CURLINFO_ACTIVESOCKET`, which walks curl's whole connection cache (about 45
-/// instructions per cached connection). Either way only a socket curl has stopped polling
+/// to; else `CURLINFO_ACTIVESOCKET`, which walks curl's whole connection cache (work that
+/// grows with every connection curl keeps). Either way only a socket curl has stopped polling
 /// and not closed (`Slot.released`) is watched: one still polled is in use, and one
 /// closed is no longer curl's.
 ///

@@ -152,8 +152,9 @@ final class UpstreamConnection {
 ///
 /// The cap is as high as the client connections a worker commonly serves at once: each
 /// in-flight request holds its own upstream connection, and one turned away at `put` is
-/// a new connection (through libcurl) for a later request. At 256, 1,024 busy client
-/// connections halved a worker's req/s (`scripts/bench.sh --case scaling`, BENCHMARKS.md).
+/// a new connection (through libcurl) for a later request. A cap below the busy client
+/// connections cut a worker's req/s sharply (`scripts/bench.sh --case scaling`;
+/// docs/benchmarks-history.md, "Upstream pool keeps up to 1,024 idle connections").
 ///
 /// Each IP's list is an object the pool finds with one hash lookup per `take`, and a
 /// connection remembers it for its `put` (none): a dictionary of arrays mutated in place

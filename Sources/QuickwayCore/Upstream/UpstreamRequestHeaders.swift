@@ -85,8 +85,8 @@ enum UpstreamRequestHeaders {
         let written = head.bytes.withUnsafeBytes { raw -> [UInt8] in
             let fields = table.fields(in: raw)
             // Written in place, one copy per piece (appending a small string's UTF-8 view
-            // to an array went byte by byte; the five appends cost about 2,000
-            // instructions a request).
+            // to an array went byte by byte, a capacity check per byte, for each of the
+            // five appends of every request).
             return ByteArrays.make(capacity: capacity) { buffer in
                 var w = BufferWriter(buffer)
                 if let frame { RequestFraming.putHead(&w, method: frame.method, target: frame.target, authority: frame.authority) }
