@@ -15,7 +15,7 @@ enum FlightOutcome: Sendable {
 ///
 /// The first request for a key is the leader and makes the one upstream call; later
 /// ones wait on the flight. When the answer lands, each waiter is handed it on its own
-/// worker through `Worker.post`, which wakes that loop at once with `event_active`: no
+/// worker through `Worker.post`, which wakes that loop at once through its eventfd: no
 /// polling, no delay. The upstream call belongs to the flight, not to the leader's
 /// client: if the leader's client leaves, the call goes on for the waiters, and it is
 /// cancelled (on the leader's worker) only when nobody is left waiting.

@@ -5,7 +5,7 @@ import CLibevent
 /// batches `epoll_ctl` calls (changes made between two waits reach the kernel as one
 /// call per descriptor at most), and without a lock: each base
 /// is used by its own loop thread only (other threads wake a worker through its eventfd,
-/// `Worker.wake`), so libevent's mutex around every event operation is pure cost.
+/// `Worker.post`), so libevent's mutex around every event operation is pure cost.
 enum EventLoopSupport {
     private static let initialize: Void = {
         signal(SIGPIPE, SIG_IGN)

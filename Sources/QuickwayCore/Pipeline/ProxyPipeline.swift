@@ -19,8 +19,8 @@ final class SharedStages: @unchecked Sendable {
 ///
 /// Way back (`answerStages`), for answers from the upstream or the shared tier:
 /// stale-if-error, store, share with waiters; then the client is answered. Counting and
-/// the access log happen when the exchange ends (`Worker.requestDone`, called by the
-/// codec), once for every request, whoever answered it.
+/// the access log happen when the exchange ends (`StreamLayer.requestEnded`, reached
+/// through `Exchange.ended`), once for every request, whoever answered it.
 ///
 /// Runs on its worker's loop.
 final class ProxyPipeline: RequestHandler {

@@ -1,6 +1,6 @@
 /// A request's id (`X-Request-Id`, in the answer, upstream, in the access log and in
 /// error bodies): the client's own when it sent a usable one, else one the worker made
-/// (`Worker.requestId(from:)`).
+/// (`StreamLayer.requestId(from:)`).
 ///
 /// A generated id is `<process prefix>-<worker id>-<counter>` and is held as its two
 /// numbers: it is written out (`withBytes`, `append(to:)`) only where it is sent, so a
