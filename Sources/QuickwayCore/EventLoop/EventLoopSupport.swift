@@ -3,9 +3,9 @@ import CLibevent
 
 /// libevent set-up shared by every loop: a base with the epoll changelist on, which
 /// batches `epoll_ctl` calls (changes made between two waits reach the kernel as one
-/// call per descriptor at most), and without a lock: each base
-/// is used by its own loop thread only (other threads wake a worker through its eventfd,
-/// `Worker.post`), so libevent's mutex around every event operation is pure cost.
+/// call per descriptor at most), and without a lock: each base is used by its own loop
+/// thread only (other threads wake a worker through its eventfd, `Worker.post`), so
+/// libevent's mutex around every event operation is pure cost.
 enum EventLoopSupport {
     private static let initialize: Void = {
         signal(SIGPIPE, SIG_IGN)
