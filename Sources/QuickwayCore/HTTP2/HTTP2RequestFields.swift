@@ -11,7 +11,7 @@ import Foundation
 ///
 /// Because the text is parsed again, nothing the client sent may add a line or a field:
 /// every byte is checked here (nghttp2 checks too; this does not rely on it). Pure; tested
-/// in `HTTP2RequestFieldsTests`.
+/// in `HTTP2CodecTests`.
 struct HTTP2RequestFields {
     /// Why a request cannot be built.
     enum Refusal: Error, Equatable {

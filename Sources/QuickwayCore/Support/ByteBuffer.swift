@@ -6,7 +6,7 @@ import Glibc
 /// memory so that `recv` can write straight into its free space. Owned by exactly one
 /// connection or transfer, on one event-loop thread; not thread-safe.
 ///
-/// Storage is taken on the first write (`initialCapacity`, or more) and can be given
+/// Storage is taken on the first write (`init(capacity:)`, or more) and can be given
 /// back while the buffer is empty (`releaseStorage`), so an idle connection holds no
 /// buffer memory, as nginx's do not.
 ///

@@ -10,7 +10,7 @@ import Glibc
 /// A *connection error* (`isConnectionError`) is a failure before any answer: no
 /// connection, a connection that closed or broke before the response head was complete,
 /// or a timeout. Only those may be retried on another IP (and only for idempotent
-/// requests: `ProxyCall`). A failure after the head, a malformed answer or a TLS failure
+/// requests: `UpstreamRelay`). A failure after the head, a malformed answer or a TLS failure
 /// is not retried.
 struct UpstreamFailure: Error {
     enum Kind: Error, Equatable {
