@@ -9,9 +9,10 @@ import Glibc
 ///
 /// A *connection error* (`isConnectionError`) is a failure before any answer: no
 /// connection, a connection that closed or broke before the response head was complete,
-/// or a timeout. Only those may be retried on another IP (and only for idempotent
-/// requests: `UpstreamRelay`). A failure after the head, a malformed answer or a TLS failure
-/// is not retried.
+/// or a timeout. Only those may be retried on another IP: an idempotent request after
+/// any of them, any request when no connection was made (`neverReachedBackend`;
+/// `UpstreamRelay`). A failure after the head, a malformed answer or a TLS failure is
+/// not retried.
 struct UpstreamFailure: Error {
     enum Kind: Error, Equatable {
         /// No connection could be made (refused, unreachable, unresolvable).
@@ -67,7 +68,8 @@ struct UpstreamFailure: Error {
     /// The gateway's own fault: not counted against the IP.
     var isLocal: Bool { if case .localOutOfDescriptors = kind { return true } else { return false } }
 
-    /// Failed before any answer: safe to send again for an idempotent request.
+    /// Failed before any answer: safe to send again for an idempotent request (any
+    /// request, if it never reached a backend).
     var isConnectionError: Bool {
         switch kind {
         case .connectFailed, .connectTimedOut, .responseTimedOut, .closedBeforeHead: return true
