@@ -16,6 +16,7 @@ extension HTTP1Connection {
     func dropBuffersIfIdle() {
         guard phase == .head, exchange == nil, onDrained == nil, !transport.closed else { return }
         transport.dropIdleBuffers()
+        if inbound.isStandIn { parser = nil }   // idle for good: its scan state is reset
     }
 
     func checkDeadline(_ now: Int64) {

@@ -39,8 +39,10 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     /// Set by a streaming producer that paused; called once the outbound drained.
     var onDrained: (() -> Void)?
     /// The request parser's state, read and written in place (`UncheckedState`: the
-    /// parser calls nothing outside itself).
-    let parser: UncheckedState<HTTPRequestParser>
+    /// parser calls nothing outside itself). Taken when a request's first bytes arrive and
+    /// given back with the buffer objects while idle (`dropBuffersIfIdle`), so an idle
+    /// connection holds none.
+    var parser: UncheckedState<HTTPRequestParser>?
     var phase = Phase.head
     var headTimerRunning = false
     var closeAfterResponse = false
@@ -65,8 +67,6 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         workerRef = Uncounted(worker)
         layerRef = Uncounted(layer)
         self.transport = transport
-        parser = UncheckedState(HTTPRequestParser(maxHeadBytes: worker.limits.maxHeaderBytes, maxBodyBytes: worker.limits.maxBodyBytes,
-                                                allowUnderscoresInHeaders: worker.limits.underscoresInHeaders))
         super.init()
         transport.user = self
         transport.enableReading()
@@ -144,7 +144,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 if inbound.isEmpty {
                     // Between requests: the inbound block goes back to the pool now (the
                     // outbound's once it is sent), the buffer objects as `dropBuffersSoon` says.
-                    parser.value.reset()
+                    parser?.value.reset()
                     inbound.releaseStorage()
                     dropBuffersSoon()
                     deadline = Clock.coarseMillis() + limits.clientIdleTimeoutMillis
@@ -154,7 +154,8 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 let result: HTTPRequestParser.HeadResult
                 do {
                     let readable = inbound.readable
-                    result = try workerRef.with { w throws(HTTPParseError) in try parser.value.parseHead(readable, scratch: w.headFieldScratch) }
+                    let p = parser ?? takeParser()
+                    result = try workerRef.with { w throws(HTTPParseError) in try p.value.parseHead(readable, scratch: w.headFieldScratch) }
                 } catch {
                     failAndClose(.parse(error))
                     return
@@ -200,6 +201,16 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 return
             }
         }
+    }
+
+    /// A parser for the connection's next requests (the limits are the worker's).
+    private func takeParser() -> UncheckedState<HTTPRequestParser> {
+        let p = workerRef.with { w in
+            UncheckedState(HTTPRequestParser(maxHeadBytes: w.limits.maxHeaderBytes, maxBodyBytes: w.limits.maxBodyBytes,
+                                             allowUnderscoresInHeaders: w.limits.underscoresInHeaders))
+        }
+        parser = p
+        return p
     }
 
     /// Hands a parsed head to the stream layer (moved, not copied).
