@@ -20,7 +20,7 @@
 /// stream, the upstream relay, a request body's decoder) subclasses it instead and so
 /// costs no second allocation; its fields then reach `value` through accessors.
 class UncheckedState<Value: ~Copyable> {
-    @exclusivity(unchecked) var value: Value
+    @exclusivity(unchecked) final var value: Value
 
     init(_ value: consuming Value) { self.value = value }
 }

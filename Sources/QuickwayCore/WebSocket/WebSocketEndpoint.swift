@@ -22,7 +22,7 @@ final class WebSocketEndpoint: TransportUser {
     /// out of run-time exclusivity checks (`UncheckedState`). Loop thread only, and no
     /// access spans a call that could reach it again (the parser calls nothing outside
     /// itself).
-    private struct State {
+    struct State {
         var parser: WebSocketFrameParser
         /// A data frame to this side is partly written: control frames to it wait in
         /// `pendingControl` until it ends (they may go between frames, not inside one).
@@ -44,7 +44,7 @@ final class WebSocketEndpoint: TransportUser {
         var gone = false
         var pumping = false
     }
-    private let state: UncheckedState<State>
+    let state: UncheckedState<State>
 
     var parser: WebSocketFrameParser {
         @inline(__always) _read { yield state.value.parser }
