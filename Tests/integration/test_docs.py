@@ -11,6 +11,7 @@
   heading of a Markdown file, to a heading).
 
 Needs no binary."""
+import glob
 import os
 import re
 import urllib.parse
@@ -20,6 +21,8 @@ import pytest
 from harness import ROOT
 
 LOADER = os.path.join(ROOT, "Sources", "QuickwayCore", "Config", "ConfigLoader.swift")
+# The loader is split by section: ConfigLoader.swift and its ConfigLoader+*.swift extensions.
+LOADER_FILES = sorted(glob.glob(os.path.join(os.path.dirname(LOADER), "ConfigLoader*.swift")))
 DOC = os.path.join(ROOT, "docs", "configuration.md")
 PLANNED_HEADING = re.compile(r"^## Planned", re.M)
 
@@ -121,9 +124,9 @@ def _child(base, key):
     return key if base == "" else f"{base}.{key}"
 
 
-def loader_keys(path=LOADER):
+def loader_keys(paths=None):
     """Every key path the loader accepts -> {"kinds": set of accessors, "choices": [...], "range": (lo, hi)}."""
-    src = _strip_comments(open(path).read())
+    src = "\n".join(_strip_comments(open(p).read()) for p in (paths or LOADER_FILES))
     funcs = _functions(src)
     reader_params = {name: [i for i, p in enumerate(params) if p[2] == "YAMLMapReader"] for name, (params, _) in funcs.items()}
     # Wrappers such as `positive(_ m: YAMLMapReader, _ key: String)`: an accessor whose key is an argument.
