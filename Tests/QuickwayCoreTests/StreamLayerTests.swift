@@ -93,6 +93,38 @@ final class StreamLayerTests: XCTestCase {
         XCTAssertEqual(finished() - before, 1, "a request refused before it became an exchange is still counted, once")
     }
 
+    func testAnInternalRequestIsReadOneWayOnly() {
+        // Bytes after the head, or a body the head's framing does not describe, would let
+        // the caller and the pipeline read two requests: refused before any stage runs.
+        let layer = layer!
+        let cases: [([UInt8], [UInt8])] = [
+            (head("GET /p/x HTTP/1.1\nHost: a") + Array("GET /p/y HTTP/1.1\r\nHost: a\r\n\r\n".utf8), []),
+            (head("POST /p/x HTTP/1.1\nHost: a\nContent-Length: 5"), Array("more than five".utf8)),
+            (head("POST /p/x HTTP/1.1\nHost: a\nTransfer-Encoding: chunked"), Array("5\r\nhello\r\n0\r\n\r\n".utf8)),
+            (head("GET /p/x HTTP/1.1\nHost: a"), Array("a body the head does not announce".utf8)),
+        ]
+        for (h, body) in cases {
+            nonisolated(unsafe) var got: InternalResponse?
+            loop.onLoop { layer.runInternal(head: h, body: body) { got = $0 } }
+            XCTAssertEqual(loop.onLoop { got?.status }, 400, String(decoding: h, as: UTF8.self))
+        }
+        XCTAssertEqual(loop.onLoop { self.upstream.calls.count }, 0)
+    }
+
+    func testAnInternalAnswerIsKeptUpToTheBodyLimit() throws {
+        upstream.onStart = { c in c.answer(200, bodyBytes: [UInt8](repeating: 0x61, count: 100)) }
+        var limits = LimitsConfig()
+        limits.maxBodyBytes = 50
+        let (worker, pipeline) = (loop.worker, layer.handler)
+        let small = loop.onLoop { StreamLayer(workerId: worker.id, stats: worker.stats, limits: limits, handler: pipeline) }
+        nonisolated(unsafe) var got: InternalResponse?
+        loop.onLoop { small.runInternal(head: self.head("GET /p/big HTTP/1.1\nHost: a")) { got = $0 } }
+        loop.wait("answered") { got != nil }
+        let r = try XCTUnwrap(loop.onLoop { got })
+        XCTAssertTrue(r.aborted, "an answer over the bound is reported cut, not kept whole")
+        XCTAssertLessThanOrEqual(r.body.count, 50)
+    }
+
     func testARefusedInternalRequestIsAnsweredByTheHeadStages() {
         let layer = layer!
         nonisolated(unsafe) var got: InternalResponse?

@@ -51,7 +51,8 @@ final class Codecs: ConnectionFactory, ProtocolSwitches {
     }
 
     func switchToHTTP2(from old: ClientConnection, transport: any ByteTransport, peerClosed: Bool) {
-        guard let settings = http2 else { return }
+        // In the table first: the new codec takes the transport over as it is made.
+        guard let settings = http2, worker.holds(old) else { return }
         let c = HTTP2Connection(transport: transport, worker: worker, layer: layer, settings: settings, maxObjectBytes: maxObjectBytes,
                                 answerBudget: http2AnswerBudget)
         guard worker.replaceConnection(old, with: c) else { return }

@@ -111,8 +111,7 @@ final class Listener {
 
     /// Accepts again once the worker and the gateway have room.
     func resumeIfRoom() {
-        guard paused, !closed, !worker.isDraining, let ev = plainEvent, worker.takeSlot() else { return }
-        worker.releaseSlot()
+        guard paused, !closed, !worker.isDraining, let ev = plainEvent, worker.hasRoom else { return }
         paused = false
         event_add(ev, nil)
         if let t = tlsEvent { event_add(t, nil) }

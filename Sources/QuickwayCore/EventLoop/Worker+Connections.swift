@@ -12,6 +12,9 @@ extension Worker {
         return true
     }
 
+    /// Whether a slot could be taken now (without taking it).
+    var hasRoom: Bool { connections.count < maxConnections && (budget?.hasRoom ?? true) }
+
     /// Gives back a slot taken for a connection that never came (a failed accept).
     func releaseSlot() { budget?.release() }
 

@@ -44,7 +44,8 @@ extension HTTP1Connection {
         phase = .closing
         deadline = 0
         guard let startRelay = switches.switchToWebSocket(from: self, client: transport, handOff: handOff) else {
-            preconditionFailure("a codec checked to be in the table left it")
+            closeNow()   // cannot happen (checked to be in the table above); the 101 is written
+            return 101
         }
         startRelay()
         return 101
