@@ -334,7 +334,7 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         guard let s = lookup(id), s.phase == .body, let ex = s.exchange else { return }
         s.lastProgress = Clock.coarseMillis()
         let refusal: StreamLayer.Refusal? = ex.body.count + data.count > limits.maxBodyBytes
-            ? .bodyTooLarge(limits.maxBodyBytes)
+            ? .bodyTooLarge
             // Many streams each sending a body at once: one connection may hold this much.
             : requestBodyBytes + data.count > max(HTTP2Codec.connectionBudget, limits.maxBodyBytes)
             ? .overloaded("too many request bodies in flight on this connection") : nil

@@ -90,7 +90,7 @@ final class ProxyPipeline: RequestHandler {
     @inline(__always)
     private func run(_ kind: StageKind, _ ctx: ProxyContext, _ route: Route) -> StageResult {
         switch kind {
-        case .route: return .next
+        case .route: preconditionFailure("the route stage runs first, from preflight")
         case .authenticateHead: return authenticateHeadStage.run(ctx, route)
         case .authenticateBody: return authenticateBodyStage.run(ctx, route)
         case .cacheLookup: return cacheLookupStage.run(ctx, route)

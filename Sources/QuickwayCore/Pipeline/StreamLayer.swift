@@ -82,7 +82,7 @@ final class StreamLayer {
     /// 413 and the codec drops the rest of the body.
     func bodyFits(_ ex: Exchange, adding n: Int) -> Bool {
         if ex.body.count + n <= limits.maxBodyBytes { return true }
-        refuse(ex, .bodyTooLarge(limits.maxBodyBytes))
+        refuse(ex, .bodyTooLarge)
         return false
     }
 
@@ -96,7 +96,8 @@ final class StreamLayer {
     /// errors), with the words of its JSON error.
     enum Refusal {
         case parse(HTTPParseError)
-        case bodyTooLarge(Int)
+        /// A body over `max_body_bytes` (the words name the limit).
+        case bodyTooLarge
         case timeout(millis: Int64)
         case headerListTooLarge(Int)
         case malformedHTTP2(String)
