@@ -30,7 +30,7 @@ enum HTTP2Session {
         nghttp2_option_set_max_outbound_ack(option, 1000)
         nghttp2_option_set_max_settings(option, 32)
         var s: OpaquePointer?
-        let me = Unmanaged.passUnretained(connection).toOpaque()
+        let me = Uncounted(connection).toOpaque()
         // nghttp2 copies the allocator (`mem`) into the session; `framePages` outlives it.
         var mem = nghttp2_mem(mem_user_data: UnsafeMutableRawPointer(framePages), malloc: qw_idle_pages_malloc,
                               free: qw_idle_pages_free, calloc: qw_idle_pages_calloc, realloc: qw_idle_pages_realloc)
@@ -57,7 +57,7 @@ enum HTTP2Session {
 // MARK: nghttp2 callbacks (C function pointers; user_data is the connection, unretained)
 
 fileprivate func connection(_ p: UnsafeMutableRawPointer?) -> HTTP2Connection {
-    Unmanaged<HTTP2Connection>.fromOpaque(p!).takeUnretainedValue()
+    Uncounted<HTTP2Connection>.fromOpaque(p!).object
 }
 
 let h2OnBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, user in
