@@ -78,17 +78,14 @@ final class FakeCall: UpstreamCall {
         self.upstream = upstream
     }
 
-    /// The method sent: from the request line of the wire form (a plain-HTTP service's),
-    /// else the request's own.
+    /// The method sent.
     var method: String { requestLine.first ?? "" }
     /// The target sent, likewise.
     var target: String { requestLine.count > 1 ? requestLine[1] : "" }
 
     private var requestLine: [String] {
         guard let r = request else { return [] }
-        if r.wire.isEmpty { return [String(decoding: r.method, as: UTF8.self), String(decoding: r.pathAndQuery, as: UTF8.self)] }
-        let line = r.wire.prefix { $0 != 0x0D }
-        return String(decoding: line, as: UTF8.self).split(separator: " ").map(String.init)
+        return [String(decoding: r.method, as: UTF8.self), String(decoding: r.pathAndQuery, as: UTF8.self)]
     }
 
     func start(_ request: UpstreamRequest, delegate: UpstreamCallDelegate) {

@@ -11,6 +11,8 @@ final class TCPTransportTests: XCTestCase {
         var transport: TCPTransport?
         var consume = true
         var total = 0
+        var closed = false
+        override func transportClosed() { closed = true }
         override func transportReadable(peerClosed: Bool) {
             guard let t = transport else { return }
             if consume {
@@ -30,10 +32,10 @@ final class TCPTransportTests: XCTestCase {
     }
 
     /// A transport on `loop` for `fd`, 4 KiB read-ahead, reading for `reader`.
-    private func start(_ loop: LoopHarness, fd: Int32, reader: Reader) -> TCPTransport {
+    private func start(_ loop: LoopHarness, fd: Int32, reader: Reader, edgeTriggered: Bool = true) -> TCPTransport {
         let worker = loop.worker
         return loop.onLoop { () -> TCPTransport in
-            let t = TCPTransport(fd: fd, peer: "test", base: worker.base, readAheadLimit: 4096)
+            let t = TCPTransport(fd: fd, peer: "test", base: worker.base, readAheadLimit: 4096, edgeTriggered: edgeTriggered)
             reader.transport = t
             t.user = reader
             t.enableReading()
@@ -86,5 +88,43 @@ final class TCPTransportTests: XCTestCase {
         }
         loop.wait("the rest read after resuming") { reader.total == 65_536 }
         loop.onLoop { t.close() }
+    }
+
+    /// A TCP connection on loopback whose peer writes `bytes` and then resets it
+    /// (`SO_LINGER` 0), both in the kernel before the transport's first read.
+    private func resetAfterWriting(_ bytes: Int) throws -> Int32 {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, len) } }
+        XCTAssertEqual(listen(listener, 1), 0)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &len) } }
+        let ours = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        XCTAssertEqual(withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(ours, $0, len) } }, 0)
+        let theirs = accept(listener, nil, nil)
+        send(theirs, bytes)
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(theirs, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+        close(theirs)
+        _ = fcntl(ours, F_SETFL, fcntl(ours, F_GETFL) | O_NONBLOCK)
+        return ours
+    }
+
+    /// An upstream's last bytes and its reset arrive together: libevent reports the
+    /// hang-up as a plain read (no `EV_CLOSED`), the short read looks like an empty
+    /// socket, and only a level-triggered transport (what upstream connections use)
+    /// hears of the reset, at the next loop turn. Edge-triggered, nothing more would come.
+    func testALevelTriggeredTransportReportsAResetThatCameWithTheLastBytes() throws {
+        let loop = try LoopHarness()
+        defer { loop.stop() }
+        let fd = try resetAfterWriting(100)
+        let reader = Reader()
+        let t = start(loop, fd: fd, reader: reader, edgeTriggered: false)
+        loop.wait("the bytes read and the reset reported") { reader.total == 100 && reader.closed }
+        XCTAssertEqual(loop.onLoop { t.closingError }, ECONNRESET)
+        XCTAssertFalse(UpstreamConnection.edgeTriggered, "upstream connections must be level-triggered")
     }
 }

@@ -41,11 +41,11 @@ final class UpstreamFramingTests: XCTestCase {
 
     func testHTTP1FramingIsExact() {
         let r = Self.request(post, hasBody: true, body: "{}")
-        let bytes = UpstreamHTTPCall.requestBytes(r, authority: Array("orders.internal:8080".utf8))
+        let bytes = UpstreamHeadersTests.framed(r, authority: "orders.internal:8080")
         // RFC 9112: request line, `field-name ":" OWS field-value OWS` lines in the order
         // received (repeats kept apart), the gateway's own fields, Content-Length, a
         // blank line, the body.
-        XCTAssertEqual(String(decoding: bytes, as: UTF8.self),
+        XCTAssertEqual(bytes,
                        "POST /orders?id=7 HTTP/1.1\r\nHost: orders.internal:8080\r\n"
                        + "Content-Type: application/json\r\nX-Tag: a\r\nX-Empty: \r\nX-Tag: b\r\n"
                        + "X-Forwarded-For: 127.0.0.9\r\nX-Real-IP: 127.0.0.9\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: api.example.com\r\n"
@@ -71,7 +71,7 @@ final class UpstreamFramingTests: XCTestCase {
     /// as RFC 9112 section 5 says, curl's list read as curl does.
     func testBothClientsCarryTheSameHeaders() {
         let r = Self.request(post, hasBody: true, body: "{}")
-        let http = String(decoding: UpstreamHTTPCall.requestBytes(r, authority: Array("orders.internal".utf8)), as: UTF8.self)
+        let http = UpstreamHeadersTests.framed(r, authority: "orders.internal")
         let headSection = http.components(separatedBy: "\r\n\r\n")[0].components(separatedBy: "\r\n").dropFirst()
         let fromHTTP = headSection.map { line -> [String] in
             let colon = line.firstIndex(of: ":")!

@@ -21,7 +21,7 @@ final class UpstreamPoolTests: XCTestCase {
         var fds: [Int32] = [0, 0]
         XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
         peers.append(fds[1])
-        return UpstreamConnection(fd: fds[0], memberKey: ObjectIdentifier(member), pool: pool, base: base)
+        return UpstreamConnection(fd: fds[0], peer: member.ip, memberKey: ObjectIdentifier(member), pool: pool)
     }
 
     private func member(_ ip: String) -> UpstreamMember {
@@ -29,7 +29,7 @@ final class UpstreamPoolTests: XCTestCase {
     }
 
     func testTakeGivesTheMostRecentConnectionOfThatIPOnly() {
-        let pool = UpstreamPool()
+        let pool = UpstreamPool(base: base, buffers: nil)
         let a = member("127.0.0.2"), b = member("127.0.0.3")
         let a1 = connection(a, pool), a2 = connection(a, pool), b1 = connection(b, pool)
         pool.put(a1); pool.put(b1); pool.put(a2)
@@ -41,7 +41,7 @@ final class UpstreamPoolTests: XCTestCase {
     }
 
     func testSweepClosesIdleOnesAndAForgottenListIsFoundAgain() {
-        let pool = UpstreamPool()
+        let pool = UpstreamPool(base: base, buffers: nil)
         let a = member("127.0.0.2")
         let old = connection(a, pool), busy = connection(a, pool)
         pool.put(busy)
@@ -60,7 +60,7 @@ final class UpstreamPoolTests: XCTestCase {
     }
 
     func testCloseAllClosesEveryIdleConnection() {
-        let pool = UpstreamPool()
+        let pool = UpstreamPool(base: base, buffers: nil)
         let a = member("127.0.0.2")
         let cs = (0..<3).map { _ in connection(a, pool) }
         for c in cs { pool.put(c) }
@@ -72,5 +72,75 @@ final class UpstreamPoolTests: XCTestCase {
         pool.put(late)
         XCTAssertTrue(late.isClosed)
         XCTAssertNil(pool.take(a))
+    }
+
+    // MARK: the shared socket layer under upstream connections
+
+    /// Runs the loop until `condition` holds (bounded by a count of non-blocking turns).
+    private func turn(until condition: () -> Bool) -> Bool {
+        for _ in 0..<200 {
+            if condition() { return true }
+            event_base_loop(base, EVLOOP_NONBLOCK)
+            usleep(1000)
+        }
+        return condition()
+    }
+
+    private func get(_ path: String) -> UpstreamRequest {
+        UpstreamRequest(method: Array("GET".utf8), isHead: false, hasBody: false, body: [], headers: UpstreamHeaders(),
+                        pathAndQuery: ArraySlice(path.utf8), idempotent: true)
+    }
+
+    /// The request goes out through the connection's `TCPTransport` framed as RFC 9112
+    /// says; the peer reads exactly those bytes, and `wroteAny` tells that some left.
+    func testARequestIsFramedOntoTheSocket() {
+        let pool = UpstreamPool(base: base, buffers: BufferPool())
+        let c = connection(member("127.0.0.2"), pool)
+        XCTAssertFalse(c.wroteAny)
+        c.send(get("/a?b=1"), authority: Array("svc:80".utf8))
+        XCTAssertTrue(c.wroteAny)
+        XCTAssertFalse(c.hasPendingOutput)
+        var got = [UInt8](repeating: 0, count: 256)
+        let n = recv(peers.last!, &got, got.count, 0)
+        XCTAssertEqual(String(decoding: got[0..<max(n, 0)], as: UTF8.self), "GET /a?b=1 HTTP/1.1\r\nHost: svc:80\r\n\r\n")
+        pool.closeAll()
+    }
+
+    /// An idle connection in the pool holds no buffer memory (the worker's stand-in takes
+    /// the buffers' place), and one the upstream closes while idle leaves the pool on the
+    /// loop turn that reads the close, before anyone sends on it.
+    func testAnIdleConnectionHoldsNoBuffersAndIsDroppedWhenTheUpstreamCloses() {
+        let buffers = BufferPool()
+        let pool = UpstreamPool(base: base, buffers: buffers)
+        let a = member("127.0.0.2")
+        let c = connection(a, pool)
+        c.send(get("/"), authority: Array("svc".utf8))
+        XCTAssertFalse(c.transport.output.isStandIn, "sending took buffers of its own")
+        pool.put(c)
+        XCTAssertTrue(c.transport.input.isStandIn && c.transport.output.isStandIn, "idle: no buffers of its own")
+        XCTAssertEqual(c.transport.input.heldBytes + c.transport.output.heldBytes, 0)
+        close(peers.removeLast())
+        XCTAssertTrue(turn { c.isClosed }, "the idle connection whose peer closed was not dropped")
+        XCTAssertNil(pool.take(a))
+        pool.closeAll()
+    }
+
+    /// Bytes an upstream sends on an idle connection unasked (they would be read as the
+    /// next request's answer) drop it too. The pool holds the only reference, as in the
+    /// gateway: dropping it from inside its own read must not free it under its feet.
+    func testAnIdleConnectionTheUpstreamWritesToIsDropped() {
+        let pool = UpstreamPool(base: base, buffers: BufferPool())
+        let a = member("127.0.0.2")
+        weak var c: UpstreamConnection?
+        do {
+            let strong = connection(a, pool)
+            c = strong
+            pool.put(strong)
+        }
+        XCTAssertNotNil(c, "the pool holds it")
+        XCTAssertEqual(send(peers.last!, "HTTP/1.1 200 OK\r\n\r\n", 19, 0), 19)
+        XCTAssertTrue(turn { c == nil }, "dropped and, at the end of that loop turn, freed")
+        XCTAssertNil(pool.take(a))
+        pool.closeAll()
     }
 }

@@ -14,7 +14,7 @@ final class ControlPlane {
 
     init(worker: Worker) {
         self.worker = worker
-        client = UpstreamClient(base: worker.base)
+        client = UpstreamClient(base: worker.base, buffers: worker.bufferPool)
     }
 
     /// (Re)starts probes and refreshes for `services`. (Cached IP lists are read by the

@@ -101,7 +101,7 @@ public final class Gateway {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", limits: config.limits, maxConnections: config.limits.maxConnections)
             w.budget = budget
             w.ownDescriptorTable = config.workersPrivateFDTables
-            let client = UpstreamClient(base: w.base)
+            let client = UpstreamClient(base: w.base, buffers: w.bufferPool)
             let tier = redisTier?.makeTier(base: w.base)
             var proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
             let layer = try Codecs.serve(w, handler: makePipeline(proxyWorker, config: config, authenticator: authenticator),

@@ -28,17 +28,21 @@ class TransportUser {
     func transportClosed() {}
 }
 
-/// The byte layer of one accepted client socket on a worker's loop: reads into `input`
-/// (bounded read-ahead), writes `output` with backpressure (a write event while the
-/// kernel's buffer is full), lingering close. It knows nothing of HTTP; a TLS transport
-/// will offer the same surface.
+/// The byte layer of one TCP socket on a worker's loop, the one socket layer of both
+/// sides (HAProxy's shape): an accepted client connection under a codec, and a
+/// plain-HTTP upstream connection (`UpstreamConnection`) under its calls. Reads into
+/// `input` (bounded read-ahead), writes `output` with backpressure (a write event while
+/// the kernel's buffer is full), lingering close. It knows nothing of HTTP; the TLS
+/// transport offers the same surface.
 ///
 /// Ownership: libevent's callbacks get the transport through an unretained pointer; the
-/// codec that owns it (held by the worker's connection table) keeps it alive until
-/// `close()`. Thread rule: everything runs on the owning worker's loop.
+/// user that owns it keeps it alive until after `close()` returns to the loop (a client
+/// codec through the worker's `retired` list, an upstream connection through
+/// `EndOfTurnRelease`). Thread rule: everything runs on the owning worker's loop.
 final class TCPTransport {
     let fd: Int32
     let peer: String
+    let isEdgeTriggered: Bool
     /// Storage taken on the first byte and given back while idle (`releaseIdleBuffers`);
     /// the objects themselves dropped by the HTTP/1.1 codec between requests
     /// (`dropIdleBuffers`), the worker's stand-in taking their place until bytes arrive.
@@ -73,17 +77,31 @@ final class TCPTransport {
     @exclusivity(unchecked) private var readPending = false
     /// The kernel reported the peer's hang-up (`EV_CLOSED`): reads go on to end of stream.
     @exclusivity(unchecked) fileprivate(set) var peerHungUp = false
+    /// Bytes the kernel has taken from `output` since the socket opened (an upstream call
+    /// tells whether any of its request left: `UpstreamConnection.wroteAny`).
+    @exclusivity(unchecked) private(set) var sentBytes = 0
+    /// The errno of the read or write that closed the socket (0: closed by its owner or
+    /// at end of stream), for the user's `transportClosed` to report.
+    private(set) var closingError: Int32 = 0
 
     /// `pool`: the worker's `BufferPool`, where the buffers' first 4 KiB come from.
-    init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int, pool: BufferPool? = nil) {
+    /// `edgeTriggered` (client connections): each arrival reported once (`SocketEvents`).
+    /// Upstream connections are level-triggered: libevent's epoll backend folds a hang-up
+    /// or error (`EPOLLHUP`/`EPOLLERR`) into a plain read and write report, without
+    /// `EV_CLOSED`, so edge-triggered, an answer's last bytes and a reset that arrive
+    /// together read as "socket empty" and the reset is never reported again; the call
+    /// would wait for its response timeout. A client that does this has left anyway.
+    /// Level-triggered, whatever is left is reported at the next loop turn.
+    init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int, pool: BufferPool? = nil, edgeTriggered: Bool = true) {
         self.fd = fd
+        isEdgeTriggered = edgeTriggered
         // With a pool, no buffer objects until bytes arrive (`takeOwnBuffers` in `readNow`).
         input = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
         output = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
         self.peer = peer
         self.readAheadLimit = readAheadLimit
         events.create(base: base, fd: fd, owner: Unmanaged.passUnretained(self).toOpaque(), callback: transportEventCallback,
-                      edgeTriggered: true)
+                      edgeTriggered: edgeTriggered)
     }
 
     /// A transport dropped without `close()` (a WebSocket relay that never started) frees
@@ -124,6 +142,7 @@ final class TCPTransport {
             let e = Int32(-n)
             if e == EINTR { continue }
             if e == EAGAIN || e == EWOULDBLOCK { break }
+            closingError = e
             close()
             return
         }
@@ -168,6 +187,7 @@ final class TCPTransport {
             let n = qw_send(fd, r.baseAddress, r.count, Int32(MSG_NOSIGNAL))
             if n > 0 {
                 output.consume(n)
+                sentBytes &+= n
                 events.wroteSome()
                 continue
             }
@@ -176,6 +196,7 @@ final class TCPTransport {
                 events.setWriting(true)
                 return
             }
+            closingError = n < 0 ? Int32(-n) : EPIPE
             close()
             return
         }
@@ -196,6 +217,17 @@ final class TCPTransport {
         discarding = true
         enableReading()
         flush()
+    }
+
+    /// Gives the socket up without closing it (an upstream connection that became a
+    /// WebSocket: the relay takes the descriptor): frees the events and the buffers and
+    /// returns the descriptor, which the caller now owns. The user is not told.
+    func detach() -> Int32 {
+        precondition(!closed, "detaching a closed transport")
+        closed = true
+        events.free()
+        discardBuffers()
+        return fd
     }
 
     /// Closes the socket now and frees the events. Idempotent.

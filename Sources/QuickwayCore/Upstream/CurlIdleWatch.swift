@@ -5,7 +5,7 @@ import Glibc
 
 /// Keeps libcurl from reusing a kept-alive connection that the upstream wrote to (or
 /// closed) while it sat idle in curl's pool: the https path's counterpart of the plain-HTTP
-/// pool dropping an idle connection that turns readable (`UpstreamConnection.readable`).
+/// pool dropping an idle connection that turns readable (`UpstreamConnection.transportReadable`).
 ///
 /// Why: before reusing a pooled OpenSSL connection, libcurl 7.88 peeks one byte and counts
 /// pending bytes as "alive". An unsolicited response sent after the last answer was then

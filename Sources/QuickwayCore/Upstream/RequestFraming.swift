@@ -1,10 +1,36 @@
-/// What a plain-HTTP upstream request puts around its header lines (RFC 9112 sections
-/// 3 and 5): `METHOD target HTTP/1.1` and `Host` before them; lines of the caller's own
-/// (a WebSocket handshake's `Upgrade` and `Connection`), `Content-Length` for a body,
-/// the blank line and the body after them. The one place the framing is written: by
-/// `UpstreamRequestHeaders.wire` (the forward stage, around the lines it writes) and by
-/// `UpstreamHTTPCall.requestBytes` (around lines made beforehand).
+/// How the plain-HTTP client frames a neutral `UpstreamRequest` on the wire (RFC 9112
+/// sections 3 and 5): `METHOD target HTTP/1.1` and `Host`, the request's header lines,
+/// the hop-by-hop lines of a WebSocket handshake, `Content-Length` for a body, the blank
+/// line and the body. The one framer of upstream requests: the https client hands the
+/// same request to libcurl, which frames it itself (`UpstreamTransfer`).
 enum RequestFraming {
+    /// The lines a WebSocket handshake sets again for the upstream hop (the
+    /// `Sec-WebSocket-*` ones pass among the request's lines as the client sent them).
+    static let webSocketLines: StaticString = "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+
+    /// Writes `r` at the end of `out`, sized first and filled with plain copies.
+    /// `authority`: the service's `Host` value.
+    static func frame(_ r: UpstreamRequest, authority: [UInt8], into out: ByteBuffer) {
+        let body: [UInt8]? = r.hasBody && !r.isHead ? r.body : nil
+        let extra: StaticString = r.webSocketUpgrade ? webSocketLines : ""
+        let size = headCount(method: r.method.count, target: r.pathAndQuery.count, authority: authority.count)
+            + r.headers.bytes.count + endCount(extraLines: extra, body: body?.count)
+        let space = out.writableSpace(atLeast: size)
+        var w = BufferWriter(space)
+        r.method.withUnsafeBytes { m in
+            r.pathAndQuery.withUnsafeBytes { t in
+                authority.withUnsafeBytes { a in putHead(&w, method: m, target: t, authority: a) }
+            }
+        }
+        r.headers.bytes.withUnsafeBytes { w.put($0) }   // already `Name: value` lines
+        if let body {
+            body.withUnsafeBytes { putEnd(&w, extraLines: extra, body: $0) }
+        } else {
+            putEnd(&w, extraLines: extra, body: nil)
+        }
+        out.didWrite(w.at)
+    }
+
     /// Bytes of the request line and `Host` line.
     static func headCount(method: Int, target: Int, authority: Int) -> Int {
         method + 1 + target + 17 + authority + 2

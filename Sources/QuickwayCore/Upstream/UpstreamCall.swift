@@ -1,10 +1,19 @@
 import Glibc
 
-/// What the proxy stage sends upstream; owned, so a retry can send it again.
-/// For a plain-HTTP service it is the request written whole (`wire`) and the flags; for
-/// an https one, which libcurl frames, its parts (`Parts`: method, headers, target,
-/// body). Either way a copy or a destroy touches two references, not six.
+/// What the proxy stage sends upstream, the same for every client: the method, the
+/// target, the header lines the gateway decided (`UpstreamRequestHeaders.build`) and the
+/// body. Each client frames it itself: the plain-HTTP client writes it on its connection
+/// (`RequestFraming`), the https client hands it to libcurl (`UpstreamTransfer`). Owned,
+/// so a retry can send it again.
 struct UpstreamRequest {
+    /// As sent: `HEAD` for a HEAD relayed as HEAD, `GET` for one fetched whole to be cached.
+    var method: [UInt8]
+    /// Path and query after the service's URL prefix: usually a slice of the client's
+    /// head bytes (shared, not copied).
+    var pathAndQuery: ArraySlice<UInt8>
+    /// `Name: value` lines; each client adds its own framing (`Host`, `Content-Length`).
+    var headers: UpstreamHeaders
+    var body: [UInt8]
     /// A HEAD request: the answer has no body whatever its framing says.
     var isHead: Bool
     /// Whether the client request had body framing (its body may still be empty).
@@ -12,58 +21,21 @@ struct UpstreamRequest {
     /// Safe to send again if a reused connection fails before any answer (RFC 9110
     /// 9.2.2: GET, HEAD, OPTIONS, PUT, DELETE, TRACE, or an `Idempotency-Key`).
     var idempotent: Bool
-    /// A WebSocket handshake: sent on a fresh connection (never a pooled one), and a
-    /// `101` hands that connection to the caller (`upstreamUpgraded`) instead of the pool.
+    /// A WebSocket handshake: sent on a fresh connection (never a pooled one) with its
+    /// hop-by-hop lines set again for this hop, and a `101` hands that connection to the
+    /// caller (`upstreamUpgraded`) instead of the pool. Plain-HTTP services only.
     var webSocketUpgrade: Bool
-    /// The whole request as the plain-HTTP client sends it, when the forward stage made
-    /// it so (`UpstreamRequestHeaders.wire`); else empty, and the client frames `parts`
-    /// itself (libcurl, or `UpstreamHTTPCall.requestBytes`).
-    var wire: [UInt8]
-    /// The request in parts, for a client that frames it itself (nil with `wire`).
-    private let parts: Parts?
 
-    /// A request's parts, boxed: only a request without its wire form has them.
-    final class Parts {
-        let method: [UInt8]
-        let body: [UInt8]
-        /// Name/value pairs from `UpstreamRequestHeaders.build`; each client frames them
-        /// (and adds its own, such as `Host` and `Content-Length`).
-        let headers: UpstreamHeaders
-        /// Path and query to append to the service's URL prefix: usually a slice of the
-        /// client's head bytes (shared, not copied).
-        let pathAndQuery: ArraySlice<UInt8>
-        init(method: [UInt8], body: [UInt8], headers: UpstreamHeaders, pathAndQuery: ArraySlice<UInt8>) {
-            self.method = method
-            self.body = body
-            self.headers = headers
-            self.pathAndQuery = pathAndQuery
-        }
-    }
-
-    var method: [UInt8] { parts?.method ?? [] }
-    var body: [UInt8] { parts?.body ?? [] }
-    var headers: UpstreamHeaders { parts?.headers ?? UpstreamHeaders() }
-    var pathAndQuery: ArraySlice<UInt8> { parts?.pathAndQuery ?? [] }
-
-    /// A request in parts, framed by its client.
     init(method: [UInt8], isHead: Bool, hasBody: Bool, body: [UInt8], headers: UpstreamHeaders,
-         pathAndQuery: ArraySlice<UInt8>, idempotent: Bool) {
-        self.isHead = isHead
-        self.hasBody = hasBody
-        self.idempotent = idempotent
-        webSocketUpgrade = false
-        wire = []
-        parts = Parts(method: method, body: body, headers: headers, pathAndQuery: pathAndQuery)
-    }
-
-    /// A request written whole for a plain-HTTP service (`UpstreamRequestHeaders.wire`).
-    init(wire: [UInt8], isHead: Bool, hasBody: Bool, idempotent: Bool, webSocketUpgrade: Bool) {
+         pathAndQuery: ArraySlice<UInt8>, idempotent: Bool, webSocketUpgrade: Bool = false) {
+        self.method = method
+        self.pathAndQuery = pathAndQuery
+        self.headers = headers
+        self.body = body
         self.isHead = isHead
         self.hasBody = hasBody
         self.idempotent = idempotent
         self.webSocketUpgrade = webSocketUpgrade
-        self.wire = wire
-        parts = nil
     }
 }
 

@@ -26,11 +26,9 @@ final class UpstreamClient {
     private var idleHandles: [UnsafeMutableRawPointer] = []
     private var running: Int32 = 0
     /// Plain-HTTP keep-alive connections (`UpstreamHTTPCall`).
-    let pool = UpstreamPool()
+    let pool: UpstreamPool
     /// The plain-HTTP calls' response deadlines (one timer for all of them).
     let deadlines: DeadlineQueue
-    /// Where plain-HTTP calls read into (one read at a time on this loop).
-    let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     private var sweepEvent: OpaquePointer?
     /// How many libcurl calls that can run our callbacks are under way (nested calls are
     /// possible: a callback may resume another transfer).
@@ -42,9 +40,11 @@ final class UpstreamClient {
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
-    init(base: OpaquePointer) {
+    /// `buffers`: the worker's buffer pool, for the plain-HTTP connections' transports.
+    init(base: OpaquePointer, buffers: BufferPool? = nil) {
         _ = Self.globalInit
         self.base = base
+        pool = UpstreamPool(base: base, buffers: buffers)
         deadlines = DeadlineQueue(base: base)
         idle = CurlIdleWatch(base: base)
         multi = curl_multi_init()
@@ -76,7 +76,6 @@ final class UpstreamClient {
         pool.closeAll()
         deadlines.shutdown()
         if let e = sweepEvent { event_free(e); sweepEvent = nil }
-        readBuffer.deallocate()
         for h in idleHandles { curl_easy_cleanup(h) }
         idleHandles.removeAll()
         curl_multi_cleanup(multi)

@@ -1,32 +1,31 @@
-import CQuickwayShims
-import CLibevent
 import Glibc
 
 /// A keep-alive connection to one upstream IP for plain HTTP: the socket libcurl
-/// connected (`UpstreamConnector`), read and written directly on the worker's loop.
+/// connected (`UpstreamConnector`), read and written through the same `TCPTransport`
+/// as client connections (edge-triggered events, bounded read-ahead, backpressure), on
+/// the worker's loop.
 ///
-/// While a call uses it, `user` gets its readable events; while idle in the pool its
-/// read event stays on, so an upstream that closes an idle connection is noticed and
-/// the connection dropped before anyone sends on it.
+/// While a call uses it, the call hears of what arrives (`UpstreamHTTPCall`); while idle
+/// in the pool reading stays on, so an upstream that closes an idle connection (or writes
+/// to it unasked) is noticed and the connection dropped before anyone sends on it, and
+/// its buffers are given back (`idle`).
 ///
-/// Ownership: the pool holds idle connections, the call holds the one it uses; `user`
-/// is unretained (the call keeps itself alive while it runs). Loop thread only.
-final class UpstreamConnection {
-    let fd: Int32
+/// Ownership: the pool holds idle connections, the call holds the one it uses; the call
+/// is unretained (it keeps itself alive while it runs). A connection that closes may be
+/// inside its own transport's callback: the pool holds it to the end of the loop turn
+/// (`EndOfTurnRelease`). Loop thread only.
+final class UpstreamConnection: TransportUser {
+    let transport: TCPTransport
     let memberKey: ObjectIdentifier
     private unowned let pool: UpstreamPool
-    private var readEvent: OpaquePointer?
-    private var writeEvent: OpaquePointer?
-    private var readPaused = false
-    /// Bytes of the request still to be written.
-    private var output: [UInt8] = []
-    private var outputOffset = 0
-    /// Some byte of the current request reached the socket (the upstream may have it).
-    private(set) var wroteAny = false
+    /// The transport's `sentBytes` when the current request was handed to it (`wroteAny`).
+    private var sentBeforeRequest = 0
+    /// The peer's end of stream was read while the call was paused: told at `resume`.
+    private(set) var peerClosed = false
     /// The call using it, not retained. Not `weak`: a weak reference gives each call a
     /// side table, a heap block per request. Safe because a call clears it whenever it
-    /// lets the connection go (`put`, `close`, `detach`) and in its `deinit`; a read
-    /// event retains the call for the length of the callback.
+    /// lets the connection go (`put`, `close`, `detach`) and in its `deinit`; the call is
+    /// retained for the length of each report (`user`).
     private var userRef: Uncounted<UpstreamHTTPCall>?
     var user: UpstreamHTTPCall? {
         get { userRef?.object }
@@ -45,83 +44,69 @@ final class UpstreamConnection {
     var idleList: IdleConnections?
     private(set) var isClosed = false
 
-    init(fd: Int32, memberKey: ObjectIdentifier, pool: UpstreamPool, base: OpaquePointer) {
-        self.fd = fd
+    /// An upstream answer is read a bounded amount ahead of the client taking it.
+    static let readAheadLimit = 64 * 1024
+    /// Level-triggered: a reset that comes with the answer's last bytes must end the
+    /// call now (see `TCPTransport.init`).
+    static let edgeTriggered = false
+
+    init(fd: Int32, peer: String, memberKey: ObjectIdentifier, pool: UpstreamPool) {
+        transport = TCPTransport(fd: fd, peer: peer, base: pool.base, readAheadLimit: Self.readAheadLimit, pool: pool.buffers,
+                                 edgeTriggered: Self.edgeTriggered)
         self.memberKey = memberKey
         self.pool = pool
-        let me = Uncounted(self).toOpaque()
-        readEvent = event_new(base, fd, Int16(EV_READ | EV_PERSIST), upstreamConnectionReadCallback, me)
-        writeEvent = event_new(base, fd, Int16(EV_WRITE | EV_PERSIST), upstreamConnectionWriteCallback, me)
-        event_add(readEvent, nil)
+        super.init()
+        transport.user = self
+        transport.enableReading()
     }
 
-    deinit { close() }
-
-    /// Writes `bytes` (the whole request), now if the socket takes it, else as it drains.
-    /// Returns the errno of a failed write, or 0.
-    func write(_ bytes: [UInt8]) -> Int32 {
-        output = bytes
-        outputOffset = 0
-        wroteAny = false
-        return flush()
+    /// Not told of its own close (it is going away).
+    deinit {
+        transport.user = nil
+        transport.close()
     }
 
-    private func flush() -> Int32 {
-        while outputOffset < output.count {
-            let n = output.withUnsafeBytes { b in   // the count or -errno
-                qw_send(fd, b.baseAddress! + outputOffset, b.count - outputOffset, Int32(MSG_NOSIGNAL))
-            }
-            if n > 0 { outputOffset += n; wroteAny = true; continue }
-            if n == -Int(EINTR) { continue }
-            if n == -Int(EAGAIN) || n == -Int(EWOULDBLOCK) {
-                event_add(writeEvent, nil)
-                return 0
-            }
-            return n < 0 ? Int32(-n) : EPIPE
-        }
-        output = []
-        outputOffset = 0
-        event_del(writeEvent)
-        return 0
+    // MARK: the call's side
+
+    /// Frames `request` into the transport's output (`RequestFraming`) and starts sending
+    /// it; what the kernel does not take now goes as the socket drains. A failed write
+    /// closes the connection (`transportClosed` tells the call).
+    func send(_ request: UpstreamRequest, authority: [UInt8]) {
+        peerClosed = false
+        if transport.output.isStandIn { transport.takeOwnBuffers() }
+        sentBeforeRequest = transport.sentBytes
+        RequestFraming.frame(request, authority: authority, into: transport.output)
+        transport.flush()
     }
+
+    /// Some byte of the current request reached the socket (the upstream may have it).
+    var wroteAny: Bool { transport.sentBytes != sentBeforeRequest }
 
     /// Part of the request is still unwritten (an upstream may answer before it has read
     /// the whole body); such a connection cannot be reused.
-    var hasPendingOutput: Bool { outputOffset < output.count }
+    var hasPendingOutput: Bool { !transport.output.isEmpty }
 
-    func writable() {
-        let err = flush()
-        if err != 0 { user?.connectionFailed(self, errno: err) }
-    }
+    /// What arrived and no call has used yet.
+    var input: ByteBuffer { transport.input }
 
-    func readable() {
-        if let u = user {
-            u.connectionReadable(self)
-            return
-        }
-        // Idle: the upstream closed it (or sent something unasked for). Either way it
-        // cannot carry a request any more.
-        pool.discard(self)
-    }
-
-    /// Open, and nothing to read: a peek that would block.
+    /// Open, and nothing to read: nothing buffered and a peek that would block.
     var isSilent: Bool {
+        guard !isClosed, transport.input.isEmpty else { return false }
         var b: UInt8 = 0
-        let n = recv(fd, &b, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        let n = recv(transport.fd, &b, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
         return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
     }
 
     /// Stops (or restarts) reading while the client is slow to take the body.
-    func pauseReading() {
-        guard !readPaused, let ev = readEvent else { return }
-        readPaused = true
-        event_del(ev)
-    }
+    func pauseReading() { transport.disableReading() }
+    func resumeReading() { transport.enableReading() }
 
-    func resumeReading() {
-        guard readPaused, let ev = readEvent else { return }
-        readPaused = false
-        event_add(ev, nil)
+    /// Back in the pool: the buffers' memory and objects go back to the worker, and
+    /// reading stays on to notice a close.
+    func idle() {
+        transport.releaseIdleBuffers()
+        transport.dropIdleBuffers()
+        transport.enableReading()
     }
 
     /// Gives up the socket (a WebSocket upgrade): frees the events and returns the fd,
@@ -130,9 +115,8 @@ final class UpstreamConnection {
         isClosed = true
         user = nil
         idleList = nil
-        if let e = readEvent { event_free(e); readEvent = nil }
-        if let e = writeEvent { event_free(e); writeEvent = nil }
-        return fd
+        pool.holdToEndOfTurn(self)
+        return transport.detach()
     }
 
     func close() {
@@ -140,9 +124,43 @@ final class UpstreamConnection {
         isClosed = true
         user = nil
         idleList = nil
-        if let e = readEvent { event_free(e); readEvent = nil }
-        if let e = writeEvent { event_free(e); writeEvent = nil }
-        Glibc.close(fd)
+        pool.holdToEndOfTurn(self)
+        transport.close()
+    }
+
+    // MARK: TransportUser
+
+    /// What arrived goes to the call, which uses every byte or keeps what it cannot use
+    /// yet (a paused call); then the input is emptied.
+    override func transportReadable(peerClosed: Bool) {
+        if peerClosed { self.peerClosed = true }
+        guard let call = user else {
+            // Idle: the upstream closed it (or sent something unasked for). Either way it
+            // cannot carry a request any more.
+            pool.discard(self)
+            return
+        }
+        let input = transport.input
+        if !input.isEmpty {
+            call.connectionReceived(self, input.readable)
+            input.clear()
+            // Back in the pool meanwhile (the answer ended): now that the input is empty,
+            // its buffers can go back too.
+            if user == nil && !isClosed { idle() }
+        }
+        if self.peerClosed, user === call { call.connectionEnded(self) }
+    }
+
+    override func transportClosed() {
+        // A read or write error (our own `close` and `detach` mark it closed first).
+        guard !isClosed else { return }
+        isClosed = true
+        pool.holdToEndOfTurn(self)   // first: the idle list may hold the last reference
+        pool.forgetIdle(self)
+        let call = user
+        user = nil
+        idleList = nil
+        call?.connectionFailed(self, errno: transport.closingError == 0 ? EPIPE : transport.closingError)
     }
 }
 
@@ -170,6 +188,20 @@ final class UpstreamPool {
     /// kept in a new list that nothing would ever empty (a list and its connections hold
     /// each other).
     private var isClosed = false
+    /// The worker's loop, where the connections' transports put their events.
+    let base: OpaquePointer
+    /// The worker's buffer pool, which the transports' buffers draw from.
+    let buffers: BufferPool?
+    /// Closed connections, kept to the end of the loop turn (their code may be on the stack).
+    private let closing: EndOfTurnRelease
+
+    init(base: OpaquePointer, buffers: BufferPool?) {
+        self.base = base
+        self.buffers = buffers
+        closing = EndOfTurnRelease(base: base)
+    }
+
+    func holdToEndOfTurn(_ c: UpstreamConnection) { closing.hold(c) }
 
     /// The most recently used idle connection to `member`. `checkAlive`: first peek at
     /// the socket and drop connections the upstream has closed or written to unasked.
@@ -187,7 +219,7 @@ final class UpstreamPool {
         guard !c.isClosed else { return }
         c.user = nil
         guard !isClosed else { c.close(); return }
-        c.resumeReading()
+        c.idle()
         let idle = idleList(of: c)
         guard idle.value.list.count < Self.maxIdlePerMember else { c.close(); return }
         c.idleSince = Clock.coarseMillis()
@@ -210,10 +242,16 @@ final class UpstreamPool {
 
     /// Drops an idle connection the upstream closed.
     func discard(_ c: UpstreamConnection) {
+        closing.hold(c)   // first: its idle list may hold the last reference
+        forgetIdle(c)
+        c.close()
+    }
+
+    /// Takes `c` out of its IP's idle list, if it is there.
+    func forgetIdle(_ c: UpstreamConnection) {
         if let idle = c.idleList ?? byMember.value[c.memberKey], let i = idle.value.list.firstIndex(where: { $0 === c }) {
             idle.value.list.remove(at: i)
         }
-        c.close()
     }
 
     /// Closes connections idle for longer than the idle timeout; forgets empty lists.
@@ -241,6 +279,7 @@ final class UpstreamPool {
             idle.value.list = []
             for c in list { c.close() }
         }
+        closing.shutdown()
     }
 }
 

@@ -1,10 +1,11 @@
-import CQuickwayShims
 import Glibc
 
-/// One plain-HTTP upstream call, framed by us on a pooled connection that libcurl made
-/// (`UpstreamConnector`): the request is written as bytes, the response head is read
-/// line by line into `UpstreamResponseHead`, and the body is decoded by
-/// `HTTPBodyDecoder` (Content-Length or chunked) or read to the close.
+/// One plain-HTTP upstream call, on a pooled connection that libcurl made
+/// (`UpstreamConnector`) and the shared socket layer carries (`UpstreamConnection` on a
+/// `TCPTransport`): the request is framed into the connection's output
+/// (`RequestFraming`), the response head is read line by line into
+/// `UpstreamResponseHead`, and the body is decoded by `HTTPBodyDecoder` (Content-Length
+/// or chunked) or read to the close.
 ///
 /// - A reused connection that the upstream had already closed (nothing at all comes
 ///   back) is replaced by a fresh one and the request sent again, once.
@@ -37,7 +38,8 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     deinit { connection?.forget(self) }
     private var reusedConnection = false
     private var retriedStale = false
-    private var requestBytes: [UInt8] = []
+    /// Kept for a second send on a fresh connection (`ended`).
+    private var request: UpstreamRequest?
     private var isHeadRequest = false
     private var idempotent = false
     private var upgrading = false
@@ -77,7 +79,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         isHeadRequest = r.isHead
         idempotent = r.idempotent
         upgrading = r.webSocketUpgrade
-        requestBytes = r.wire.isEmpty ? Self.requestBytes(r, authority: service.authority) : r.wire
+        request = r
         // `timeouts.response` bounds the whole call (`deadlinePassed`).
         client.deadlines.arm(self, afterMillis: service.config.responseTimeoutMillis)
         // A request that cannot be sent twice only goes on a pooled connection that is
@@ -92,38 +94,13 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         }
     }
 
-    /// A request that came without its wire form: `r.headers`' lines framed
-    /// (`RequestFraming`), sized first and filled with plain copies. The forward stage
-    /// sends every plain-HTTP request with its wire form made (`UpstreamRequest.wire`).
-    static func requestBytes(_ r: UpstreamRequest, authority: [UInt8]) -> [UInt8] {
-        let method = r.isHead ? Array("HEAD".utf8) : r.method
-        let body: [UInt8]? = r.hasBody && !r.isHead ? r.body : nil
-        let size = RequestFraming.headCount(method: method.count, target: r.pathAndQuery.count, authority: authority.count)
-            + r.headers.bytes.count + RequestFraming.endCount(extraLines: "", body: body?.count)
-        return ByteArrays.make(capacity: size) { buffer in
-            var w = BufferWriter(buffer)
-            method.withUnsafeBytes { m in
-                r.pathAndQuery.withUnsafeBytes { t in
-                    authority.withUnsafeBytes { a in RequestFraming.putHead(&w, method: m, target: t, authority: a) }
-                }
-            }
-            r.headers.bytes.withUnsafeBytes { w.put($0) }   // already `Name: value` lines
-            if let body {
-                body.withUnsafeBytes { RequestFraming.putEnd(&w, extraLines: "", body: $0) }
-            } else {
-                RequestFraming.putEnd(&w, extraLines: "", body: nil)
-            }
-            return w.at
-        }
-    }
-
     private func connectFresh() {
         reusedConnection = false
         let member = self.member
         UpstreamConnector(client: client).start(service: service, member: member) { [self] result in
             switch result {
             case .success(let fd):
-                let c = UpstreamConnection(fd: fd, memberKey: ObjectIdentifier(member), pool: client.pool, base: client.base)
+                let c = UpstreamConnection(fd: fd, peer: member.ip, memberKey: ObjectIdentifier(member), pool: client.pool)
                 // The call may have ended meanwhile (cancelled, timed out): the fresh
                 // connection is still good for the next one.
                 if done { client.pool.put(c) } else { send(on: c) }
@@ -133,11 +110,12 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         }
     }
 
+    /// A write that fails closes the connection, which reports it (`connectionFailed`).
     private func send(on c: UpstreamConnection) {
+        guard let request else { return }
         connection = c
         c.user = self
-        let err = c.write(requestBytes)
-        if err != 0 { connectionFailed(c, errno: err) }
+        c.send(request, authority: service.authority)
     }
 
     func cancel() {
@@ -163,23 +141,27 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
             input.withUnsafeBytes { consume($0) }
             guard !done, !paused else { return }
         }
+        if let c = connection, c.peerClosed { return connectionEnded(c) }
         connection?.resumeReading()
     }
 
     // MARK: reading
 
-    func connectionReadable(_ c: UpstreamConnection) {
+    /// Bytes from the upstream, lent by the connection's input for this call: every byte
+    /// is used or copied aside (a paused call's rest, a partial head line) before it
+    /// returns. A call that ends meanwhile closes or pools the connection, which may free
+    /// that storage: nothing reads `input` after `done`.
+    func connectionReceived(_ c: UpstreamConnection, _ input: UnsafeRawBufferPointer) {
         guard !done, c === connection else { return }
-        let buffer = client.readBuffer
-        let n = qw_recv(c.fd, buffer.baseAddress, buffer.count)   // the count or -errno
-        if n > 0 {
-            receivedAny = true
-            consume(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-        } else if n == 0 {
-            ended(error: nil)
-        } else if n != -Int(EAGAIN) && n != -Int(EWOULDBLOCK) && n != -Int(EINTR) {
-            ended(error: Int32(-n))
-        }
+        receivedAny = true
+        consume(input)
+    }
+
+    /// The upstream ended its side of the connection (told once nothing of what came
+    /// before is waiting: a paused call hears it at `resume`).
+    func connectionEnded(_ c: UpstreamConnection) {
+        guard !done, !paused, c === connection else { return }
+        ended(error: nil)
     }
 
     func connectionFailed(_ c: UpstreamConnection, errno err: Int32) {
@@ -319,7 +301,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
                 let piece = UnsafeRawBufferPointer(rebasing: input[i..<(i + take)])
                 i += take
                 if !deliver(piece) {
-                    keepUnread(UnsafeRawBufferPointer(rebasing: input[i...]))
+                    if !done { keepUnread(UnsafeRawBufferPointer(rebasing: input[i...])) }
                     return
                 }
                 if done { return }
@@ -337,7 +319,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
             i += used
             if !decoded.isEmpty {
                 if !decoded.withUnsafeBytes({ deliver($0) }) {
-                    keepUnread(UnsafeRawBufferPointer(rebasing: input[i...]))
+                    if !done { keepUnread(UnsafeRawBufferPointer(rebasing: input[i...])) }
                     return
                 }
                 if done { return }
@@ -445,7 +427,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
             connection = nil
             if reuse && !c.hasPendingOutput { client.pool.put(c) } else { c.close() }
         }
-        requestBytes = []
+        request = nil
         refusedBody = nil
         unreadInput = []
         keptAlive = nil

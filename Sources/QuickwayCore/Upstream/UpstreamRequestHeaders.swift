@@ -22,38 +22,12 @@ enum UpstreamRequestHeaders {
     static func build(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
                       authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none) -> UpstreamHeaders {
         let (lines, count) = write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
-                                   overTLS: overTLS, trusted: trusted, frame: nil)
+                                   overTLS: overTLS, trusted: trusted)
         return UpstreamHeaders(lines: lines, count: count)
     }
 
-    /// What the plain-HTTP client sends around the header lines (RFC 9112 sections 3
-    /// and 5): the request line, `Host`, lines of its own (a WebSocket handshake's
-    /// `Upgrade` and `Connection`), `Content-Length` for a body, the blank line, the body.
-    /// Borrowed bytes, valid for the `wire` call it is made for (held as arrays, each
-    /// piece was a retain and a release per request).
-    struct Frame {
-        /// The method as sent (`HEAD` for a HEAD relayed as HEAD).
-        let method: UnsafeRawBufferPointer
-        let target: UnsafeRawBufferPointer
-        let authority: UnsafeRawBufferPointer
-        /// Whole `Name: value\r\n` lines, after the gateway's own.
-        let extraLines: StaticString
-        /// The body, when one is sent (with its `Content-Length`).
-        let body: UnsafeRawBufferPointer?
-    }
-
-    /// The whole request as the plain-HTTP client sends it (`UpstreamRequest.wire`):
-    /// `frame` around the same lines `build` makes, written once. The client then sends
-    /// this array as it is, where it made one from the lines (an allocation and a copy
-    /// of every header per call).
-    static func wire(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                     authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none, frame: Frame) -> [UInt8] {
-        write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
-              overTLS: overTLS, trusted: trusted, frame: frame).bytes
-    }
-
     private static func write(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                              authKeyId: String?, overTLS: Bool, trusted: TrustedProxies, frame: Frame?) -> (bytes: [UInt8], count: Int) {
+                              authKeyId: String?, overTLS: Bool, trusted: TrustedProxies) -> (bytes: [UInt8], count: Int) {
         // What is needed of the head, taken out first: the closure below capturing the
         // head itself copied it (a retain of its array); the bytes are lent in place.
         let table = head.fieldTable, headLength = head.headLength
@@ -73,14 +47,9 @@ enum UpstreamRequestHeaders {
         // Every kept line is a name and a value of the head (disjoint ranges, each used
         // at most once, the first X-Forwarded-For's included) plus `: ` and CRLF; the
         // gateway's own lines add their names (at most `ownLineBytes`), the client's
-        // address, the id and the key id; a frame what `RequestFraming` counts.
-        // `BufferWriter` checks each copy against it.
-        var capacity = headLength + 4 * table.count + Self.ownLineBytes + 2 * client.utf8.count + requestId.countBound
+        // address, the id and the key id. `BufferWriter` checks each copy against it.
+        let capacity = headLength + 4 * table.count + Self.ownLineBytes + 2 * client.utf8.count + requestId.countBound
             + (keyId?.utf8.count ?? 0) + chain.utf8.count + realIP.utf8.count
-        if let frame {
-            capacity += RequestFraming.headCount(method: frame.method.count, target: frame.target.count, authority: frame.authority.count)
-                + RequestFraming.endCount(extraLines: frame.extraLines, body: frame.body?.count)
-        }
         var count = 0
         let written = head.bytes.withUnsafeBytes { raw -> [UInt8] in
             let fields = table.fields(in: raw)
@@ -89,7 +58,6 @@ enum UpstreamRequestHeaders {
             // five appends of every request).
             return ByteArrays.make(capacity: capacity) { buffer in
                 var w = BufferWriter(buffer)
-                if let frame { RequestFraming.putHead(&w, method: frame.method, target: frame.target, authority: frame.authority) }
                 for f in fields {
                     let n = f.name
                     if isDropped(raw, n) || isForwarding(raw, n) || named(raw, n, "x-quickway-key") { continue }
@@ -125,7 +93,6 @@ enum UpstreamRequestHeaders {
                     w.put("\r\n")
                     count += 1
                 }
-                if let frame { RequestFraming.putEnd(&w, extraLines: frame.extraLines, body: frame.body) }
                 return w.at
             }
         }

@@ -57,16 +57,6 @@ let curlIdleReadableCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPoin
     Uncounted<CurlIdleWatch>.fromOpaque(arg!).object.readable(fd)
 }
 
-// MARK: UpstreamConnection (plain HTTP)
-
-let upstreamConnectionReadCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Uncounted<UpstreamConnection>.fromOpaque(arg!).object.readable()
-}
-
-let upstreamConnectionWriteCallback: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, arg in
-    Uncounted<UpstreamConnection>.fromOpaque(arg!).object.writable()
-}
-
 // MARK: UpstreamTransfer (libcurl's HTTP layer)
 
 /// The transfer behind a curl callback's user pointer.

@@ -44,60 +44,27 @@ final class ForwardStage: RequestStage {
         return .answered
     }
 
-    /// The request to send. A HEAD on a cached route goes as GET (`upstreamHead` false).
+    /// The request to send, the same for every client (each frames it itself). A HEAD
+    /// on a cached route goes as GET (`upstreamHead` false), so the body can be stored.
     private static func request(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> UpstreamRequest {
         let hasBody = head.body != .none || head.statesContentLength
         let upstreamHead = ctx.isHeadRequest && ctx.plan == nil
-        let service = route.service
         let stripping = route.config.stripPrefix ? route.prefixLength : nil
-        let idempotent = UpstreamRelay.isIdempotent(head)
-        guard service.config.scheme == .http else {
-            // libcurl frames it (https): the header lines only.
-            var request = head.withBytes { raw in
-                let method = ctx.isHeadRequest && !upstreamHead ? Self.get : Self.method(UnsafeRawBufferPointer(rebasing: raw[head.method]))
-                return UpstreamRequest(
-                    method: method, isHead: upstreamHead, hasBody: hasBody, body: ctx.body,
-                    headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
-                                                          authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted),
-                    pathAndQuery: ctx.signedTarget.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
-                        ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
-                    idempotent: idempotent)
-            }
-            request.webSocketUpgrade = head.upgradeWebSocket
-            return request
-        }
-        // Plain HTTP: the whole request written once, as the client sends it, from bytes
-        // borrowed where they lie. A WebSocket handshake's hop-by-hop headers are set
-        // again for this hop (the Sec-WebSocket-* ones pass as the client sent them).
-        let wire = head.withBytes { raw in
-            ctx.body.withUnsafeBytes { body in
-                service.authority.withUnsafeBytes { authority in
-                    Self.withUpstreamTarget(ctx.signedTarget, raw, head.target, stripping: stripping) { target in
-                        let method = upstreamHead ? Self.bytes("HEAD")
-                            : ctx.isHeadRequest ? Self.bytes("GET") : UnsafeRawBufferPointer(rebasing: raw[head.method])
-                        let frame = UpstreamRequestHeaders.Frame(
-                            method: method, target: target, authority: authority,
-                            extraLines: head.upgradeWebSocket ? "Upgrade: websocket\r\nConnection: Upgrade\r\n" : "",
-                            body: hasBody && !upstreamHead ? body : nil)
-                        return UpstreamRequestHeaders.wire(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
-                                                           authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted, frame: frame)
-                    }
-                }
-            }
-        }
-        return UpstreamRequest(wire: wire, isHead: upstreamHead, hasBody: hasBody, idempotent: idempotent,
-                               webSocketUpgrade: head.upgradeWebSocket)
-    }
-
-    /// A static string's bytes.
-    @inline(__always) private static func bytes(_ s: StaticString) -> UnsafeRawBufferPointer {
-        UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)
+        let method = upstreamHead ? Self.headMethod
+            : ctx.isHeadRequest ? Self.get : head.withBytes { Self.method(UnsafeRawBufferPointer(rebasing: $0[head.method])) }
+        return UpstreamRequest(
+            method: method, isHead: upstreamHead, hasBody: hasBody, body: ctx.body,
+            headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
+                                                  authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted),
+            pathAndQuery: ctx.signedTarget.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
+                ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
+            idempotent: UpstreamRelay.isIdempotent(head), webSocketUpgrade: head.upgradeWebSocket)
     }
 
     private func webSocketRelay(_ ctx: ProxyContext, _ route: Route, _ request: consuming UpstreamRequest) -> UpstreamRelay {
         // WebSocket routes need a plain-HTTP service (the config loader says so), whose
-        // request's wire form already sets `Upgrade` and `Connection` again for this hop.
-        precondition(!request.wire.isEmpty, "a WebSocket handshake to an https service")
+        // client sets `Upgrade` and `Connection` again for this hop (`RequestFraming`).
+        precondition(route.service.config.scheme == .http, "a WebSocket handshake to an https service")
         // The route stage checked the handshake, key included.
         let head = ctx.exchange.head
         let key = head.value(of: "sec-websocket-key").map { Array(head.bytes[$0]) } ?? []
@@ -107,6 +74,7 @@ final class ForwardStage: RequestStage {
 
     // The common methods as shared arrays: a request's method costs no allocation.
     private static let get = Array("GET".utf8)
+    private static let headMethod = Array("HEAD".utf8)
     private static let common: [[UInt8]] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"].map { Array($0.utf8) }
 
     /// The method's bytes: a shared array for a common one, else a copy.
@@ -126,7 +94,7 @@ final class ForwardStage: RequestStage {
         return (start..<target.upperBound, !(start < target.upperBound && firstByte(start) == UInt8(ascii: "/")))
     }
 
-    /// The target to forward, as the https request keeps it: a slice of the head's bytes
+    /// The target to forward (`UpstreamRequest.pathAndQuery`): a slice of the head's bytes
     /// (no copy), with the route's prefix removed when it strips one (`strippedPart`; a
     /// copy only when a `/` must go in front).
     static func forwardedTarget(_ bytes: [UInt8], _ target: Range<Int>, stripping prefixLength: Int?) -> ArraySlice<UInt8> {
@@ -135,17 +103,9 @@ final class ForwardStage: RequestStage {
         return needsSlash ? ArraySlice([UInt8(ascii: "/")] + bytes[rest]) : bytes[rest]
     }
 
-    /// `withForwardedTarget` of the head's target, or of a signed call's canonical target
-    /// (`ProxyContext.signedTarget`) when it has one.
-    @inline(__always)
-    static func withUpstreamTarget<R>(_ signed: [UInt8]?, _ raw: UnsafeRawBufferPointer, _ target: Range<Int>, stripping prefixLength: Int?,
-                                      _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        guard let signed else { return withForwardedTarget(raw, target, stripping: prefixLength, body) }
-        return signed.withUnsafeBytes { withForwardedTarget($0, 0..<$0.count, stripping: prefixLength, body) }
-    }
-
-    /// Runs `body` with the target to forward (`forwardedTarget`'s bytes): where it lies
-    /// in `raw`, or, when a `/` must go in front, written with one on the stack.
+    /// Runs `body` with the target to forward (`forwardedTarget`'s bytes) without making
+    /// it (the route stage's check): where it lies in `raw`, or, when a `/` must go in
+    /// front, written with one on the stack.
     @inline(__always)
     static func withForwardedTarget<R>(_ raw: UnsafeRawBufferPointer, _ target: Range<Int>, stripping prefixLength: Int?,
                                        _ body: (UnsafeRawBufferPointer) -> R) -> R {
