@@ -106,9 +106,10 @@ final class UpstreamPoolTests: XCTestCase {
         pool.closeAll()
     }
 
-    /// An idle connection in the pool holds no buffer memory (the worker's stand-in takes
-    /// the buffers' place), and one the upstream closes while idle leaves the pool on the
-    /// loop turn that reads the close, before anyone sends on it.
+    /// A connection idle in the pool past a sweep holds no buffer memory (the worker's
+    /// stand-in takes the buffers' place; one handed straight to the next call keeps
+    /// them), and one the upstream closes while idle leaves the pool on the loop turn
+    /// that reads the close, before anyone sends on it.
     func testAnIdleConnectionHoldsNoBuffersAndIsDroppedWhenTheUpstreamCloses() {
         let buffers = BufferPool()
         let pool = UpstreamPool(base: base, buffers: buffers)
@@ -117,7 +118,10 @@ final class UpstreamPoolTests: XCTestCase {
         c.send(get("/"), authority: Array("svc".utf8))
         XCTAssertFalse(c.transport.output.isStandIn, "sending took buffers of its own")
         pool.put(c)
-        XCTAssertTrue(c.transport.input.isStandIn && c.transport.output.isStandIn, "idle: no buffers of its own")
+        pool.sweep(nowMillis: c.idleSince + UpstreamPool.buffersBackAfterMillis - 1)
+        XCTAssertFalse(c.transport.output.isStandIn, "just back in the pool: kept for the next call")
+        pool.sweep(nowMillis: c.idleSince + UpstreamPool.buffersBackAfterMillis)
+        XCTAssertTrue(c.transport.input.isStandIn && c.transport.output.isStandIn, "idle past a sweep: no buffers of its own")
         XCTAssertEqual(c.transport.input.heldBytes + c.transport.output.heldBytes, 0)
         close(peers.removeLast())
         XCTAssertTrue(turn { c.isClosed }, "the idle connection whose peer closed was not dropped")

@@ -60,7 +60,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
         }
     }
 
-    init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: consuming UpstreamRequest, maxObjectBytes: Int,
+    init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: UpstreamRequest, maxObjectBytes: Int,
          webSocket: WebSocketPlan? = nil) {
         self.ctx = ctx
         self.service = service

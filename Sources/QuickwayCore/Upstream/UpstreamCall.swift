@@ -3,28 +3,31 @@ import Glibc
 /// What the proxy stage sends upstream, the same for every client: the method, the
 /// target, the header lines the gateway decided (`UpstreamRequestHeaders.build`) and the
 /// body. Each client frames it itself: the plain-HTTP client writes it on its connection
-/// (`RequestFraming`), the https client hands it to libcurl (`UpstreamTransfer`). Owned,
-/// so a retry can send it again.
-struct UpstreamRequest {
+/// (`RequestFraming`), the https client hands it to libcurl (`UpstreamTransfer`).
+///
+/// An immutable object rather than a struct: the relay keeps it for retries and the call
+/// for a second send on a fresh connection, and each copy of a struct of four arrays was
+/// four retains and four releases (one here). Nothing changes it once made.
+final class UpstreamRequest {
     /// As sent: `HEAD` for a HEAD relayed as HEAD, `GET` for one fetched whole to be cached.
-    var method: [UInt8]
+    let method: [UInt8]
     /// Path and query after the service's URL prefix: usually a slice of the client's
     /// head bytes (shared, not copied).
-    var pathAndQuery: ArraySlice<UInt8>
+    let pathAndQuery: ArraySlice<UInt8>
     /// `Name: value` lines; each client adds its own framing (`Host`, `Content-Length`).
-    var headers: UpstreamHeaders
-    var body: [UInt8]
+    let headers: UpstreamHeaders
+    let body: [UInt8]
     /// A HEAD request: the answer has no body whatever its framing says.
-    var isHead: Bool
+    let isHead: Bool
     /// Whether the client request had body framing (its body may still be empty).
-    var hasBody: Bool
+    let hasBody: Bool
     /// Safe to send again if a reused connection fails before any answer (RFC 9110
     /// 9.2.2: GET, HEAD, OPTIONS, PUT, DELETE, TRACE, or an `Idempotency-Key`).
-    var idempotent: Bool
+    let idempotent: Bool
     /// A WebSocket handshake: sent on a fresh connection (never a pooled one) with its
     /// hop-by-hop lines set again for this hop, and a `101` hands that connection to the
     /// caller (`upstreamUpgraded`) instead of the pool. Plain-HTTP services only.
-    var webSocketUpgrade: Bool
+    let webSocketUpgrade: Bool
 
     init(method: [UInt8], isHead: Bool, hasBody: Bool, body: [UInt8], headers: UpstreamHeaders,
          pathAndQuery: ArraySlice<UInt8>, idempotent: Bool, webSocketUpgrade: Bool = false) {

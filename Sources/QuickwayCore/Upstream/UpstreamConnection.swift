@@ -7,8 +7,9 @@ import Glibc
 ///
 /// While a call uses it, the call hears of what arrives (`UpstreamHTTPCall`); while idle
 /// in the pool reading stays on, so an upstream that closes an idle connection (or writes
-/// to it unasked) is noticed and the connection dropped before anyone sends on it, and
-/// its buffers are given back (`idle`).
+/// to it unasked) is noticed and the connection dropped before anyone sends on it. Its
+/// buffers stay while the pool hands it from call to call, and go back to the worker once
+/// it has been idle past a sweep (`giveBuffersBack`).
 ///
 /// Ownership: the pool holds idle connections, the call holds the one it uses; the call
 /// is unretained (it keeps itself alive while it runs). A connection that closes may be
@@ -101,12 +102,12 @@ final class UpstreamConnection: TransportUser {
     func pauseReading() { transport.disableReading() }
     func resumeReading() { transport.enableReading() }
 
-    /// Back in the pool: the buffers' memory and objects go back to the worker, and
-    /// reading stays on to notice a close.
-    func idle() {
+    /// Idle for a while: the buffers' memory and objects go back to the worker (the
+    /// stand-in takes their place until the next call writes). Not at every return to
+    /// the pool: a busy pool would give them back and take them again per request.
+    func giveBuffersBack() {
         transport.releaseIdleBuffers()
         transport.dropIdleBuffers()
-        transport.enableReading()
     }
 
     /// Gives up the socket (a WebSocket upgrade): frees the events and returns the fd,
@@ -144,11 +145,8 @@ final class UpstreamConnection: TransportUser {
         if !input.isEmpty {
             call.connectionReceived(self, input.readable)
             input.clear()
-            // Back in the pool meanwhile (the answer ended): now that the input is empty,
-            // its buffers can go back too.
-            if user == nil && !isClosed { idle() }
         }
-        if self.peerClosed, user === call { call.connectionEnded(self) }
+        if self.peerClosed, userRef?.names(call) == true { call.connectionEnded(self) }
     }
 
     override func transportClosed() {
@@ -183,6 +181,8 @@ final class UpstreamConnection: TransportUser {
 final class UpstreamPool {
     static let maxIdlePerMember = 1024
     static let idleTimeoutMillis: Int64 = 60_000
+    /// Idle this long, a connection's buffers go back at the next sweep.
+    static let buffersBackAfterMillis: Int64 = 1_000
     private let byMember = UncheckedState([ObjectIdentifier: IdleConnections]())
     /// `closeAll` ran (the worker is stopping): a connection coming back is closed, not
     /// kept in a new list that nothing would ever empty (a list and its connections hold
@@ -219,7 +219,7 @@ final class UpstreamPool {
         guard !c.isClosed else { return }
         c.user = nil
         guard !isClosed else { c.close(); return }
-        c.idle()
+        c.resumeReading()
         let idle = idleList(of: c)
         guard idle.value.list.count < Self.maxIdlePerMember else { c.close(); return }
         c.idleSince = Clock.coarseMillis()
@@ -254,7 +254,9 @@ final class UpstreamPool {
         }
     }
 
-    /// Closes connections idle for longer than the idle timeout; forgets empty lists.
+    /// Closes connections idle for longer than the idle timeout, gives back the buffers
+    /// of those idle for a second or more (what a burst took goes back within a sweep);
+    /// forgets empty lists.
     func sweep(nowMillis: Int64) {
         for (key, idle) in byMember.value {
             if idle.value.list.contains(where: { nowMillis - $0.idleSince >= Self.idleTimeoutMillis }) {
@@ -262,6 +264,7 @@ final class UpstreamPool {
                 idle.value.list = list.filter { nowMillis - $0.idleSince < Self.idleTimeoutMillis }
                 for c in list where nowMillis - c.idleSince >= Self.idleTimeoutMillis { c.close() }
             }
+            for c in idle.value.list where nowMillis - c.idleSince >= Self.buffersBackAfterMillis { c.giveBuffersBack() }
             if idle.value.list.isEmpty {
                 idle.value.dropped = true
                 byMember.value[key] = nil

@@ -26,13 +26,12 @@ final class ForwardStage: RequestStage {
     private func forward(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> StageResult {
         let request = Self.request(ctx, route, trusted, head)
         // A WebSocket handshake (checked by the route stage) goes with its own
-        // hop-by-hop headers; other calls pay only the flag test. The request is moved
-        // into the relay (a `?:` between the two copied it).
+        // hop-by-hop headers; other calls pay only the flag test.
         let relay: UpstreamRelay
         if head.upgradeWebSocket {
-            relay = webSocketRelay(ctx, route, consume request)
+            relay = webSocketRelay(ctx, route, request)
         } else {
-            relay = UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: consume request, maxObjectBytes: maxObjectBytes)
+            relay = UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes)
         }
         ctx.waiting = .upstream(relay)
         if let flight = ctx.flight {
@@ -61,7 +60,7 @@ final class ForwardStage: RequestStage {
             idempotent: UpstreamRelay.isIdempotent(head), webSocketUpgrade: head.upgradeWebSocket)
     }
 
-    private func webSocketRelay(_ ctx: ProxyContext, _ route: Route, _ request: consuming UpstreamRequest) -> UpstreamRelay {
+    private func webSocketRelay(_ ctx: ProxyContext, _ route: Route, _ request: UpstreamRequest) -> UpstreamRelay {
         // WebSocket routes need a plain-HTTP service (the config loader says so), whose
         // client sets `Upgrade` and `Connection` again for this hop (`RequestFraming`).
         precondition(route.service.config.scheme == .http, "a WebSocket handshake to an https service")
