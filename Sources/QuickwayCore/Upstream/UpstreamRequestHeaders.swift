@@ -20,9 +20,10 @@ enum UpstreamRequestHeaders {
     /// `authKeyId`: the key of a verified signature; its Authorization header is then
     /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
     static func build(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                      authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none) -> UpstreamHeaders {
+                      authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none,
+                      rules: HeaderRules? = nil) -> UpstreamHeaders {
         let (lines, count) = write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
-                                   overTLS: overTLS, trusted: trusted, frame: nil)
+                                   overTLS: overTLS, trusted: trusted, rules: rules, frame: nil)
         return UpstreamHeaders(lines: lines, count: count)
     }
 
@@ -47,13 +48,15 @@ enum UpstreamRequestHeaders {
     /// this array as it is, where it made one from the lines (an allocation and a copy
     /// of every header per call).
     static func wire(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                     authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none, frame: Frame) -> [UInt8] {
+                     authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none,
+                     rules: HeaderRules? = nil, frame: Frame) -> [UInt8] {
         write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
-              overTLS: overTLS, trusted: trusted, frame: frame).bytes
+              overTLS: overTLS, trusted: trusted, rules: rules, frame: frame).bytes
     }
 
     private static func write(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                              authKeyId: String?, overTLS: Bool, trusted: TrustedProxies, frame: Frame?) -> (bytes: [UInt8], count: Int) {
+                              authKeyId: String?, overTLS: Bool, trusted: TrustedProxies, rules: HeaderRules?,
+                              frame: Frame?) -> (bytes: [UInt8], count: Int) {
         // What is needed of the head, taken out first: the closure below capturing the
         // head itself copied it (a retain of its array); the bytes are lent in place.
         let table = head.fieldTable, headLength = head.headLength
@@ -76,7 +79,7 @@ enum UpstreamRequestHeaders {
         // address, the id and the key id; a frame what `RequestFraming` counts.
         // `BufferWriter` checks each copy against it.
         var capacity = headLength + 4 * table.count + Self.ownLineBytes + 2 * client.utf8.count + requestId.countBound
-            + (keyId?.utf8.count ?? 0) + chain.utf8.count + realIP.utf8.count
+            + (keyId?.utf8.count ?? 0) + chain.utf8.count + realIP.utf8.count + (rules?.setLines.count ?? 0)
         if let frame {
             capacity += RequestFraming.headCount(method: frame.method.count, target: frame.target.count, authority: frame.authority.count)
                 + RequestFraming.endCount(extraLines: frame.extraLines, body: frame.body?.count)
@@ -94,11 +97,17 @@ enum UpstreamRequestHeaders {
                     let n = f.name
                     if isDropped(raw, n) || isForwarding(raw, n) || named(raw, n, "x-quickway-key") { continue }
                     if keyId != nil && named(raw, n, "authorization") { continue }
+                    // The route's `headers.request`: removed, or replaced by a set field.
+                    if let rules, rules.drops(raw, n) { continue }
                     w.put(UnsafeRawBufferPointer(rebasing: raw[n]))
                     w.put(": ")
                     w.put(UnsafeRawBufferPointer(rebasing: raw[f.value]))
                     w.put("\r\n")
                     count += 1
+                }
+                if let rules, rules.setCount > 0 {
+                    rules.setLines.withUnsafeBytes { w.put($0) }
+                    count += rules.setCount
                 }
                 w.put("X-Forwarded-For: ")
                 if !chain.isEmpty { chain.withUTF8 { w.put(UnsafeRawBufferPointer($0)) } }

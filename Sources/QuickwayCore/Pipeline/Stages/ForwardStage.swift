@@ -49,7 +49,10 @@ final class ForwardStage: RequestStage {
         let hasBody = head.body != .none || head.statesContentLength
         let upstreamHead = ctx.isHeadRequest && ctx.plan == nil
         let service = route.service
+        // A rewrite's target replaces the path (the loader refuses it with strip_prefix).
         let stripping = route.config.stripPrefix ? route.prefixLength : nil
+        let target = ctx.rewrittenTarget ?? ctx.signedTarget
+        let rules = route.config.requestHeaders
         let idempotent = UpstreamRelay.isIdempotent(head)
         guard service.config.scheme == .http else {
             // libcurl frames it (https): the header lines only.
@@ -58,8 +61,8 @@ final class ForwardStage: RequestStage {
                 return UpstreamRequest(
                     method: method, isHead: upstreamHead, hasBody: hasBody, body: ctx.body,
                     headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
-                                                          authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted),
-                    pathAndQuery: ctx.signedTarget.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
+                                                          authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted, rules: rules),
+                    pathAndQuery: target.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
                         ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
                     idempotent: idempotent)
             }
@@ -72,7 +75,7 @@ final class ForwardStage: RequestStage {
         let wire = head.withBytes { raw in
             ctx.body.withUnsafeBytes { body in
                 service.authority.withUnsafeBytes { authority in
-                    Self.withUpstreamTarget(ctx.signedTarget, raw, head.target, stripping: stripping) { target in
+                    Self.withUpstreamTarget(target, raw, head.target, stripping: stripping) { target in
                         let method = upstreamHead ? Self.bytes("HEAD")
                             : ctx.isHeadRequest ? Self.bytes("GET") : UnsafeRawBufferPointer(rebasing: raw[head.method])
                         let frame = UpstreamRequestHeaders.Frame(
@@ -80,7 +83,8 @@ final class ForwardStage: RequestStage {
                             extraLines: head.upgradeWebSocket ? "Upgrade: websocket\r\nConnection: Upgrade\r\n" : "",
                             body: hasBody && !upstreamHead ? body : nil)
                         return UpstreamRequestHeaders.wire(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
-                                                           authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted, frame: frame)
+                                                           authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted, rules: rules,
+                                                           frame: frame)
                     }
                 }
             }
