@@ -5,16 +5,17 @@ over HTTP/1.1, HTTP/2 and through an https service, and what clients get on a mi
 cache hit and a merged answer. Expectations from the spec: removed names are gone in any
 case, a set name arrives exactly once with the configured value, the query survives a
 rewrite, and a rewrite never produces a path the gateway would refuse from a client."""
-import http.client
+import json
 import os
 import ssl
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
-from harness import Backend, BackendHandler, Gateway, free_port, http_call, quickway_binary
+from harness import Backend, BackendHandler, Gateway, free_port, http_call, quickway_binary, wait_until
 from test_http2 import H2Client
 from test_routing import make_ca_and_cert
 
@@ -292,3 +293,49 @@ def test_config_errors_name_their_path_and_line(tmp_path):
     assert ":8: routes[0].rewrite.path_regex: not a valid regular expression: missing closing parenthesis at offset 7" in out, out
     assert ":10: routes[0].headers.request.set.X-Forwarded-For:" in out, out
     assert ":11: routes[0].headers.response.remove[0]:" in out, out
+
+
+# --- reload --------------------------------------------------------------------------
+
+RELOAD_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 2
+admin: { listen: 127.0.0.1:{ADMIN} }
+services:
+  plain: { host: api.internal, port: PLAIN_PORT, ips: [127.0.0.2] }
+routes:
+  - name: cached
+    match: { path_prefix: / }
+    service: plain
+    cache: { ttl: 60s }
+    headers: { response: { set: { X-Policy: VALUE } } }
+"""
+
+
+def test_a_reload_that_changes_response_rules_applies_to_cached_answers(tmp_path):
+    backend = Backend("127.0.0.2", free_port("127.0.0.2"))
+    text = RELOAD_CONFIG.replace("PLAIN_PORT", str(backend.server.server_address[1]))
+    g = Gateway(text.replace("VALUE", "one"))
+    try:
+        st, h, _ = http_call(g, "GET", "/doc")
+        assert st == 200 and h["x-cache"] == "MISS" and h["x-policy"] == "one"
+        new = text.replace("VALUE", "two").replace("{PORT}", str(g.port)).replace("{ADMIN}", str(g.admin_port))
+        with open(g.config_path + ".tmp", "w") as f:
+            f.write(new)
+        os.replace(g.config_path + ".tmp", g.config_path)
+        req = urllib.request.Request(f"http://127.0.0.1:{g.admin_port}/reload", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200, json.loads(r.read())
+        # Every worker takes the new snapshot; each answer is a hit of the stored entry.
+        seen = []
+
+        def edited_hit():
+            st, h, _ = http_call(g, "GET", "/doc")
+            seen.append((h["x-cache"], h.get("x-policy")))
+            return seen[-1] == ("HIT", "two")
+        wait_until(edited_hit, timeout=10, what="the new rule on a cached answer")
+        assert all(c == "HIT" for c, _ in seen), seen
+        assert backend.path_hits("/doc") == 1, "served from the entry stored before the reload"
+    finally:
+        assert g.stop() == 0
+        backend.stop()
