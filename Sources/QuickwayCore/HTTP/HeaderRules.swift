@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 /// One side of a route's `headers` section (`headers.request` or `headers.response`):
 /// names to remove, then fields to set, applied in that order. `set` replaces every copy
 /// of its name, so the name's existing fields are dropped with the removed ones and the
@@ -11,8 +14,8 @@
 /// Headers the gateway owns are refused by the loader (`ownedRequestHeader`,
 /// `ownedResponseHeader`); what a rule sets is checked there too: names are tokens,
 /// values hold no CR, LF, NUL or other control byte. Equatable (a reload compares
-/// routes).
-struct HeaderRules: Sendable, Equatable {
+/// routes). A class, so a request reads a route's rules with one reference.
+final class HeaderRules: Sendable, Equatable {
     /// Names whose fields are left out: the removed ones and the set ones, lower case
     /// with `_` as `-` (`comparable`), without repeats.
     let dropped: [[UInt8]]
@@ -37,6 +40,10 @@ struct HeaderRules: Sendable, Equatable {
         }
         setLines = lines
         setCount = set.count
+    }
+
+    static func == (a: HeaderRules, b: HeaderRules) -> Bool {
+        a.dropped == b.dropped && a.setLines == b.setLines
     }
 
     /// A name as rules compare it: lower case, `_` as `-`.
@@ -65,32 +72,36 @@ struct HeaderRules: Sendable, Equatable {
     /// holds them) without the dropped fields, then the set lines. A new array: the
     /// producer's lines (a cache entry's, shared by every hit) are never written.
     func edit(_ lines: UnsafeRawBufferPointer?) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity((lines?.count ?? 0) + setLines.count)
-        if let lines {
-            Self.forEachLine(lines) { line, name in
-                if !drops(lines, name) { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: lines[line])) }
+        let n = lines?.count ?? 0
+        // Written once into an array sized beforehand; the kept lines are copied in runs
+        // (a typical answer: one or two copies).
+        return ByteArrays.make(capacity: n + setLines.count) { buffer in
+            var w = BufferWriter(buffer)
+            if let lines, n > 0 {
+                var run = 0
+                Self.forEachLine(lines) { line, name in
+                    guard drops(lines, name) else { return }
+                    if run < line.lowerBound { w.put(UnsafeRawBufferPointer(rebasing: lines[run..<line.lowerBound])) }
+                    run = line.upperBound
+                }
+                if run < n { w.put(UnsafeRawBufferPointer(rebasing: lines[run..<n])) }
             }
+            setLines.withUnsafeBytes { w.put($0) }
+            return w.at
         }
-        out.append(contentsOf: setLines)
-        return out
     }
 
-    /// Calls `body` with each line's range (its CRLF included) and its name's range. A
-    /// line without a colon (none is made by the gateway or its parsers) is passed with
-    /// an empty name, so it is kept, not mistaken for another.
+    /// Calls `body` with each line's range (its CRLF included) and its name's range (up
+    /// to the line's first colon). A line without a colon (none is made by the gateway or
+    /// its parsers) is passed with an empty name, so it is kept, not mistaken for another.
     static func forEachLine(_ lines: UnsafeRawBufferPointer, _ body: (_ line: Range<Int>, _ name: Range<Int>) -> Void) {
-        var i = 0
+        guard let base = lines.baseAddress else { return }
         let n = lines.count
+        var i = 0
         while i < n {
-            var j = i
-            var colon = -1
-            while j < n && lines[j] != 0x0A {
-                if colon < 0 && lines[j] == UInt8(ascii: ":") { colon = j }
-                j += 1
-            }
-            let end = min(j + 1, n)
-            body(i..<end, colon < 0 ? i..<i : i..<colon)
+            let end = memchr(base + i, 0x0A, n - i).map { base.distance(to: UnsafeRawPointer($0)) + 1 } ?? n
+            let colon = memchr(base + i, Int32(UInt8(ascii: ":")), end - i).map { base.distance(to: UnsafeRawPointer($0)) }
+            body(i..<end, colon.map { i..<$0 } ?? i..<i)
             i = end
         }
     }

@@ -13,8 +13,9 @@
 /// refuses the request (400): a rewrite never lets a client reach a path the route
 /// itself would refuse.
 ///
-/// Equatable by its text (a reload compares configs).
-struct PathRewrite: Sendable, Equatable {
+/// Equatable by its text (a reload compares configs). A class, so a request reads a
+/// route's rewrite with one reference.
+final class PathRewrite: Sendable, Equatable {
     /// What `to` is made of, in order.
     enum Piece: Sendable, Equatable {
         case literal([UInt8])
@@ -29,6 +30,15 @@ struct PathRewrite: Sendable, Equatable {
     /// The route accepts encoded slashes and `;` parameters (its own path checks).
     let allowEncodedSlashes: Bool
     let allowPathParams: Bool
+
+    private init(pattern: PCRE2Pattern, to: String, pieces: [Piece], highestGroup: Int, allowEncodedSlashes: Bool, allowPathParams: Bool) {
+        self.pattern = pattern
+        self.to = to
+        self.pieces = pieces
+        self.highestGroup = highestGroup
+        self.allowEncodedSlashes = allowEncodedSlashes
+        self.allowPathParams = allowPathParams
+    }
 
     static func == (a: PathRewrite, b: PathRewrite) -> Bool {
         a.pattern.source == b.pattern.source && a.to == b.to

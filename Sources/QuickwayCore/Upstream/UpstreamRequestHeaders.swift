@@ -15,6 +15,11 @@
 /// overrides (`X-HTTP-Method-Override`, `X-HTTP-Method`, `X-Method-Override`,
 /// `X-Rewrite-URL`), which would make a backend act on another request than the one
 /// routed and verified.
+///
+/// A route's `headers.request` rules (`HeaderRules`) apply here, in the same pass, so
+/// both clients' forms carry them alike: their names are left out, and their set lines
+/// are written before the gateway's own. None of the names above can be in a rule
+/// (`HeaderRules.ownedRequestHeader` reads this type's own lists).
 enum UpstreamRequestHeaders {
     /// The header fields to send, as name/value pairs (framing is each client's own).
     /// `authKeyId`: the key of a verified signature; its Authorization header is then
