@@ -9,15 +9,19 @@ import json
 import os
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
 
 import pytest
 
-from harness import Backend, BackendHandler, Gateway, free_port, http_call, quickway_binary, wait_until
+from harness import ROOT, Backend, BackendHandler, Gateway, free_port, http_call, quickway_binary, wait_until
 from test_http2 import H2Client
 from test_routing import make_ca_and_cert
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+import qw1_client  # noqa: E402
 
 CONFIG = """
 listen: 127.0.0.1:{PORT}
@@ -336,6 +340,50 @@ def test_a_reload_that_changes_response_rules_applies_to_cached_answers(tmp_path
         wait_until(edited_hit, timeout=10, what="the new rule on a cached answer")
         assert all(c == "HIT" for c, _ in seen), seen
         assert backend.path_hits("/doc") == 1, "served from the entry stored before the reload"
+    finally:
+        assert g.stop() == 0
+        backend.stop()
+
+
+# --- a signed call through a rewrite -------------------------------------------------
+
+SIGNED_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 1
+admin: { listen: 127.0.0.1:{ADMIN} }
+auth:
+  salt: pepper
+  keys: [{ id: app, secret: s3cr3t }]
+services:
+  plain: { host: api.internal, port: PLAIN_PORT, ips: [127.0.0.2] }
+routes:
+  - name: signed
+    match: { path_prefix: /orders/ }
+    service: plain
+    auth: required
+    rewrite: { path_regex: "^/orders/v1/(.*)$", to: "/v1/orders/$1" }
+    headers: { request: { set: { X-Api-Version: "2" } } }
+"""
+
+
+def test_a_signed_call_is_verified_on_its_own_path_and_forwarded_rewritten(tmp_path):
+    # spec/signature.md: the signature covers the path the client sent; the query goes
+    # upstream in its canonical form. The rewrite changes the path only.
+    backend = Backend("127.0.0.2", free_port("127.0.0.2"))
+    g = Gateway(SIGNED_CONFIG.replace("PLAIN_PORT", str(backend.server.server_address[1])))
+    try:
+        target = "/orders/v1/42?b=2&a=1"
+        auth = qw1_client.authorization("app", "s3cr3t", "pepper", "GET", target)
+        st, _, body = http_call(g, "GET", target, headers={"Authorization": auth})
+        assert st == 200, body
+        got = backend.requests[-1]
+        assert got["path"] == "/v1/orders/42?a=1&b=2", got["path"]
+        assert got["headers"].get("X-Quickway-Key") == "app" and "Authorization" not in got["headers"]
+        assert got["headers"].get("X-Api-Version") == "2"
+        # Signed for the rewritten path instead: refused, the signature is the client's path's.
+        auth = qw1_client.authorization("app", "s3cr3t", "pepper", "GET", "/v1/orders/42?a=1&b=2")
+        st, _, body = http_call(g, "GET", target, headers={"Authorization": auth})
+        assert st == 401 and b"auth_bad_signature" in body, body
     finally:
         assert g.stop() == 0
         backend.stop()
