@@ -23,6 +23,9 @@ let package = Package(
                        providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CNghttp2", pkgConfig: "libnghttp2",
                        providers: [.apt(["libnghttp2-dev"])]),
+        // Route path rewrites (`rewrite.path_regex`): PCRE2 with its JIT, as nginx uses.
+        .systemLibrary(name: "CPCRE2", pkgConfig: "libpcre2-8",
+                       providers: [.apt(["libpcre2-dev"])]),
         // Typed C wrappers for libcurl's variadic calls, which Swift cannot call, and
         // hiredis (libhiredis-dev) with its libevent adapter for the shared Redis tier.
         .target(name: "CQuickwayShims", dependencies: ["CCurl", "COpenSSL", "CLibevent"],
@@ -30,7 +33,7 @@ let package = Package(
                 linkerSettings: [.linkedLibrary("hiredis"), .linkedLibrary("ssl"), .linkedLibrary("z")]),
         .target(
             name: "QuickwayCore",
-            dependencies: ["CLibevent", "CCurl", "COpenSSL", "CNghttp2", "CQuickwayShims",
+            dependencies: ["CLibevent", "CCurl", "COpenSSL", "CNghttp2", "CPCRE2", "CQuickwayShims",
                            .product(name: "Yams", package: "Yams"),
                            .product(name: "Logging", package: "swift-log")]
             // Release builds use SwiftPM's -O: bounds and overflow checks stay on in the

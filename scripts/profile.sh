@@ -10,16 +10,19 @@
 # quickway (to compare builds: the checked -O one against -Ounchecked, before/after).
 # QW_CALLGRIND_ARGS adds valgrind options (--dump-instr=yes, for scripts/profile/cg-lines.py).
 # With --cache every request is a cache hit (one 1 KB entry on a route with a ttl).
-# Usage: scripts/profile.sh [--seconds N] [--signed | --cache]
+# With --policy the plain route has header rules (a request and a response rule each)
+# and a rewrite that does not match (the cost of the policy on every request).
+# Usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECONDS_RUN=8; SIGNED=0; CACHE=0
+SECONDS_RUN=8; SIGNED=0; CACHE=0; POLICY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) SECONDS_RUN=$2; shift 2 ;;
     --signed) SIGNED=1; shift ;;
     --cache) CACHE=1; shift ;;
-    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache]" >&2; exit 2 ;;
+    --policy) POLICY=1; shift ;;
+    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy]" >&2; exit 2 ;;
   esac
 done
 for tool in valgrind nginx wrk; do
@@ -43,8 +46,18 @@ auth: { salt: prof-salt, keys: [ { id: prof-app, secret: prof-secret } ] }
 routes:
   - { name: signed, match: { path_prefix: /signed/ }, service: b, auth: required }
   - { name: cached, match: { path_prefix: /cached/ }, service: b, auth: off, cache: { ttl: 1h } }
-  - { name: all, match: { path_prefix: / }, service: b, auth: off }
 CONF
+if [ "$POLICY" = 1 ]; then cat <<'CONF'
+  - name: all
+    match: { path_prefix: / }
+    service: b
+    auth: off
+    rewrite: { path_regex: "^/orders/v1/(.*)$", to: "/v1/orders/$1" }
+    headers:
+      request: { remove: [X-Debug], set: { X-Api-Version: "2" } }
+      response: { remove: [Server], set: { Strict-Transport-Security: "max-age=31536000" } }
+CONF
+else echo "  - { name: all, match: { path_prefix: / }, service: b, auth: off }"; fi
 } > "$WORK/q.yaml"
 WRK_ARGS=("http://127.0.0.1:$QPORT/")
 [ "$CACHE" = 1 ] && WRK_ARGS=("http://127.0.0.1:$QPORT/cached/item")

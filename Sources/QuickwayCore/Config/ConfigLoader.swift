@@ -464,6 +464,8 @@ public enum ConfigLoader {
         if m.node("websocket") != nil {
             r.websocket = readWebSocket(m, route: r, services: services)
         }
+        (r.requestHeaders, r.responseHeaders) = readHeaders(m, routeHasAuth: r.auth != .off)
+        r.rewrite = readRewrite(m, route: r)
         if (r.cacheTTLMillis > 0 || r.coalesce) && !r.methods.isEmpty && !r.methods.contains("GET") && !r.methods.contains("HEAD") {
             m.report("cache", "caching and merging apply to GET and HEAD only, and this route allows neither")
         }

@@ -345,4 +345,10 @@ public struct RouteConfig: Sendable, Equatable {
     public var coalesceWaitMillis: Int64 = 10_000
     /// `websocket`: the route accepts WebSocket handshakes, with these settings.
     public var websocket: WebSocketConfig?
+    /// `headers.request` / `headers.response`: fields removed, then set, on the way
+    /// upstream and on every answer (nil: none).
+    var requestHeaders: HeaderRules?
+    var responseHeaders: HeaderRules?
+    /// `rewrite`: the path sent upstream, compiled at load (nil: the path as routed).
+    var rewrite: PathRewrite?
 }

@@ -114,7 +114,7 @@ class Exchange {
         guard let sink, !isFinished, !isStreaming else { return }
         self.status = status
         if let filter = bodyFilter {
-            sendFiltered(head(status, reason, headerLines, length ?? .known(body.count)), filter, sink)
+            send(head(status, reason, headerLines, length ?? .known(body.count)), sink)
             if carriesBody {
                 if body.count > 0 { _ = filter.filter(body) { sink.sendBody($0) } }
                 filter.finish { sink.sendBody($0) }
@@ -123,12 +123,38 @@ class Exchange {
             finish()
             return
         }
-        sink.sendHead(head(status, reason, headerLines, length ?? .known(body.count)))
+        send(head(status, reason, headerLines, length ?? .known(body.count)), sink)
         if body.count > 0 && carriesBody {
             _ = sink.sendBody(body)
             bytesSent = body.count
         }
         finish()
+    }
+
+    /// The per-route response header edits step: given the producer's lines (complete
+    /// `Name: value\r\n` lines), the lines to send instead, or nil to send them as they
+    /// are. Called once for every answer the exchange sends (upstream, streamed or whole,
+    /// cache hit, merged, stale, the gateway's own error answers), whatever the protocol,
+    /// just before the head goes to the body filter and the sink; never for a WebSocket
+    /// `101`. The gateway's own fields (`X-Request-Id`, `X-Cache`, `Age`) and the
+    /// framing are written by the codec after these lines. None here; `ProxyContext`
+    /// applies its route's `headers.response` rules.
+    func responseHeaderEdits(_ lines: UnsafeRawBufferPointer?) -> [UInt8]? { nil }
+
+    /// Sends a head: the header edits first (`responseHeaderEdits`), then the body filter
+    /// if there is one.
+    private func send(_ head: ResponseHead, _ sink: ResponseSink) {
+        guard let edited = responseHeaderEdits(head.headerLines) else { return sendUnedited(head, sink) }
+        edited.withUnsafeBytes { lines in
+            var head = head
+            head.headerLines = lines
+            sendUnedited(head, sink)
+        }
+    }
+
+    @inline(__always)
+    private func sendUnedited(_ head: ResponseHead, _ sink: ResponseSink) {
+        if let filter = bodyFilter { sendFiltered(head, filter, sink) } else { sink.sendHead(head) }
     }
 
     /// Sends a head through the body filter: it may change the length and add lines.
@@ -175,8 +201,7 @@ class Exchange {
         guard let sink, !isFinished, !isStreaming else { return }
         self.status = status
         isStreaming = true
-        let h = head(status, reason, headerLines, contentLength.map { .known($0) } ?? .unknown)
-        if let filter = bodyFilter { sendFiltered(h, filter, sink) } else { sink.sendHead(h) }
+        send(head(status, reason, headerLines, contentLength.map { .known($0) } ?? .unknown), sink)
     }
 
     /// Sends a piece of a streamed body. `.pause`: stop until `whenWritable`'s closure runs.

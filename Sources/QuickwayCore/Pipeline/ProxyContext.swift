@@ -24,6 +24,9 @@ final class ProxyContext: Exchange {
     /// sent: the path, then the canonical query (spec/signature.md), so the backend reads
     /// exactly what was signed. Nil: the target goes as sent.
     var signedTarget: [UInt8]?
+    /// Set by the rewrite stage when the route's `rewrite` matched: the target sent
+    /// upstream (the rewritten path, then the query as `signedTarget` or the head has it).
+    var rewrittenTarget: [UInt8]?
 
     /// Set by the cache lookup: where and how long to store the answer (nil: not stored).
     var plan: CachePlan?
@@ -58,6 +61,15 @@ final class ProxyContext: Exchange {
     var abandoned = false
 
     override func clientLeft() { pipeline.clientLeft(self) }
+
+    /// The route's `headers.response` rules, applied as each answer's head is sent
+    /// (`Exchange.responseHeaderEdits`). At send time, not when an answer is stored: a
+    /// cache entry, a merged answer and a stale one keep the backend's lines, so a reload
+    /// that changes the rules applies to them at once, and an answer stored once is edited
+    /// once per client that gets it, never edited twice.
+    override func responseHeaderEdits(_ lines: UnsafeRawBufferPointer?) -> [UInt8]? {
+        route?.config.responseHeaders?.edit(lines)
+    }
 
     init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String, pipeline: ProxyPipeline) {
         super.init(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, handler: pipeline)

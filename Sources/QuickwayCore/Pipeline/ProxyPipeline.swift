@@ -12,9 +12,9 @@ final class SharedStages: @unchecked Sendable {
 /// The proxy's request path for one worker and config snapshot: the stages in order, the
 /// way back, and the one place that decides what a client hang-up does.
 ///
-/// Way in (`order`): route, authenticate (head; then body and nonce), cache lookup,
-/// coalesce, shared-tier lookup, forward. Stages before the first that `needsBody` run
-/// from `preflight`, before the body is read. The shared tier comes after coalescing so
+/// Way in (`order`): route, authenticate (head), rewrite (when a route has one),
+/// authenticate (body and nonce), cache lookup, coalesce, shared-tier lookup, forward.
+/// Stages before the first that `needsBody` run from `preflight`, before the body is read. The shared tier comes after coalescing so
 /// that merged requests cost one Redis read (the leader's).
 ///
 /// Way back (`answerStages`), for answers from the upstream or the shared tier:
@@ -38,6 +38,8 @@ final class ProxyPipeline: RequestHandler {
     let coalesceStage: CoalesceStage
     let sharedTierLookupStage: SharedTierLookupStage?
     let forwardStage: ForwardStage
+    /// Nil unless some route has a `rewrite`.
+    let rewriteStage: RewriteStage?
     let answerStages: [AnswerStage]
     /// Index in `order` of the first stage that needs the body.
     private let firstBodyStage: Int
@@ -65,6 +67,15 @@ final class ProxyPipeline: RequestHandler {
         // After the route stage (which reads the head alone), the stages in order.
         var inOrder: [(StageKind, RequestStage)] = [(.authenticateHead, authenticateHead), (.authenticateBody, authenticateBody),
                                                     (.cacheLookup, cacheLookup), (.coalesce, coalesce)]
+        // Path rewrites: after the head part of authentication (a signed call's canonical
+        // query is known), before the body; left out when no route rewrites.
+        if config.routes.contains(where: { $0.rewrite != nil }) {
+            let rewrite = RewriteStage()
+            rewriteStage = rewrite
+            inOrder.insert((.rewrite, rewrite), at: inOrder.firstIndex { $0.0 == .authenticateHead }! + 1)
+        } else {
+            rewriteStage = nil
+        }
         // Left out when there is no shared cache to look in (it would only continue).
         if let tier = sharedTier, tier.config.cache {
             let lookup = SharedTierLookupStage(sharedTier: tier)
@@ -97,6 +108,7 @@ final class ProxyPipeline: RequestHandler {
         case .coalesce: return coalesceStage.run(ctx, route)
         case .sharedTierLookup: return sharedTierLookupStage?.run(ctx, route) ?? .next
         case .forward: return forwardStage.run(ctx, route)
+        case .rewrite: return rewriteStage?.run(ctx, route) ?? .next
         }
     }
 

@@ -15,19 +15,25 @@
 /// overrides (`X-HTTP-Method-Override`, `X-HTTP-Method`, `X-Method-Override`,
 /// `X-Rewrite-URL`), which would make a backend act on another request than the one
 /// routed and verified.
+///
+/// A route's `headers.request` rules (`HeaderRules`) apply here, in the same pass, so
+/// both clients' forms carry them alike: their names are left out, and their set lines
+/// are written before the gateway's own. None of the names above can be in a rule
+/// (`HeaderRules.ownedRequestHeader` reads this type's own lists).
 enum UpstreamRequestHeaders {
     /// The header fields to send, as name/value pairs (framing is each client's own).
     /// `authKeyId`: the key of a verified signature; its Authorization header is then
     /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
     static func build(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                      authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none) -> UpstreamHeaders {
+                      authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none,
+                      rules: HeaderRules? = nil) -> UpstreamHeaders {
         let (lines, count) = write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
-                                   overTLS: overTLS, trusted: trusted)
+                                   overTLS: overTLS, trusted: trusted, rules: rules)
         return UpstreamHeaders(lines: lines, count: count)
     }
 
     private static func write(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                              authKeyId: String?, overTLS: Bool, trusted: TrustedProxies) -> (bytes: [UInt8], count: Int) {
+                              authKeyId: String?, overTLS: Bool, trusted: TrustedProxies, rules: HeaderRules?) -> (bytes: [UInt8], count: Int) {
         // What is needed of the head, taken out first: the closure below capturing the
         // head itself copied it (a retain of its array); the bytes are lent in place.
         let table = head.fieldTable, headLength = head.headLength
@@ -47,9 +53,10 @@ enum UpstreamRequestHeaders {
         // Every kept line is a name and a value of the head (disjoint ranges, each used
         // at most once, the first X-Forwarded-For's included) plus `: ` and CRLF; the
         // gateway's own lines add their names (at most `ownLineBytes`), the client's
-        // address, the id and the key id. `BufferWriter` checks each copy against it.
+        // address, the id and the key id, and the rules' lines. `BufferWriter` checks each
+        // copy against it.
         let capacity = headLength + 4 * table.count + Self.ownLineBytes + 2 * client.utf8.count + requestId.countBound
-            + (keyId?.utf8.count ?? 0) + chain.utf8.count + realIP.utf8.count
+            + (keyId?.utf8.count ?? 0) + chain.utf8.count + realIP.utf8.count + (rules?.setLines.count ?? 0)
         var count = 0
         let written = head.bytes.withUnsafeBytes { raw -> [UInt8] in
             let fields = table.fields(in: raw)
@@ -62,11 +69,17 @@ enum UpstreamRequestHeaders {
                     let n = f.name
                     if isDropped(raw, n) || isForwarding(raw, n) || named(raw, n, "x-quickway-key") { continue }
                     if keyId != nil && named(raw, n, "authorization") { continue }
+                    // The route's `headers.request`: removed, or replaced by a set field.
+                    if let rules, rules.drops(raw, n) { continue }
                     w.put(UnsafeRawBufferPointer(rebasing: raw[n]))
                     w.put(": ")
                     w.put(UnsafeRawBufferPointer(rebasing: raw[f.value]))
                     w.put("\r\n")
                     count += 1
+                }
+                if let rules, rules.setCount > 0 {
+                    rules.setLines.withUnsafeBytes { w.put($0) }
+                    count += rules.setCount
                 }
                 w.put("X-Forwarded-For: ")
                 if !chain.isEmpty { chain.withUTF8 { w.put(UnsafeRawBufferPointer($0)) } }

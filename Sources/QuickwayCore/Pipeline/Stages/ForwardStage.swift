@@ -48,14 +48,17 @@ final class ForwardStage: RequestStage {
     private static func request(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> UpstreamRequest {
         let hasBody = head.body != .none || head.statesContentLength
         let upstreamHead = ctx.isHeadRequest && ctx.plan == nil
+        // A rewrite's target replaces the path (the loader refuses it with strip_prefix).
         let stripping = route.config.stripPrefix ? route.prefixLength : nil
+        let target = ctx.rewrittenTarget ?? ctx.signedTarget
         let method = upstreamHead ? Self.headMethod
             : ctx.isHeadRequest ? Self.get : head.withBytes { Self.method(UnsafeRawBufferPointer(rebasing: $0[head.method])) }
         return UpstreamRequest(
             method: method, isHead: upstreamHead, hasBody: hasBody, body: ctx.body,
             headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
-                                                  authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted),
-            pathAndQuery: ctx.signedTarget.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
+                                                  authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted,
+                                                  rules: route.config.requestHeaders),
+            pathAndQuery: target.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
                 ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
             idempotent: UpstreamRelay.isIdempotent(head), webSocketUpgrade: head.upgradeWebSocket)
     }
