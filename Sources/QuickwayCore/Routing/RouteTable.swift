@@ -18,6 +18,9 @@ public struct RouteTable: Sendable {
         let ignoreCase: Bool
         /// `match.host`; nil: any host.
         let host: HostPattern?
+        /// `host != nil`, tested first: reading the optional pattern copies it (a retain
+        /// of its array) on every route a path reaches.
+        let hasHost: Bool
         /// The route answers CORS preflights whatever its methods.
         let answersPreflights: Bool
     }
@@ -34,7 +37,7 @@ public struct RouteTable: Sendable {
         entries = routes.map { r in
             let prefix = Array(r.pathPrefix.utf8)
             return Entry(config: r, prefix: r.ignoreCase ? prefix.map(HTTPSyntax.lower) : prefix, nameBytes: Array(r.name.utf8),
-                         methods: r.methods.map { Array($0.utf8) }, ignoreCase: r.ignoreCase, host: r.host,
+                         methods: r.methods.map { Array($0.utf8) }, ignoreCase: r.ignoreCase, host: r.host, hasHost: r.host != nil,
                          answersPreflights: r.cors != nil)
         }
     }
@@ -49,8 +52,8 @@ public struct RouteTable: Sendable {
         entries.withUnsafeBufferPointer { es in
             var pathMatched = false
             for i in es.indices where es[i].ignoreCase ? Self.hasPrefixIgnoringCase(path, es[i].prefix) : Self.hasPrefix(path, es[i].prefix) {
-                if let pattern = es[i].host {
-                    guard let host, pattern.matches(host) else { continue }
+                if es[i].hasHost {
+                    guard let host, es[i].host!.matches(host) else { continue }
                 }
                 if es[i].methods.isEmpty || es[i].methods.contains(where: { Self.equal(method, $0) }) { return .route(i) }
                 if preflight && es[i].answersPreflights { return .route(i) }

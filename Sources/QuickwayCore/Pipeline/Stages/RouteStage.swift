@@ -82,7 +82,7 @@ final class RouteStage {
                 // Moved into the context, not copied (a retain and a release less); the
                 // exchange's route counter slot and name are read from it.
                 ctx.route = route
-                ctx.exchange.responseHeadEdit = route.responseHeadEdit
+                if let edit = route.responseHeadEdit { ctx.exchange.responseHeadEdit = edit }
                 if head.upgradeWebSocket { return Self.checkWebSocket(ctx, route) }
                 return .next
             case .methodNotAllowed:
