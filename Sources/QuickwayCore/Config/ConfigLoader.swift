@@ -399,7 +399,9 @@ public enum ConfigLoader {
         var prefix: String?
         var methods: [String] = []
         var ignoreCase = false, allowPathParams = false
+        var host: HostPattern?
         if let match = m.map("match") {
+            host = readHost(match)
             ignoreCase = match.bool("ignore_case") ?? false
             allowPathParams = match.bool("allow_path_params") ?? false
             prefix = match.string("path_prefix")
@@ -441,6 +443,7 @@ public enum ConfigLoader {
         if let v = m.bool("allow_encoded_slashes") { r.allowEncodedSlashes = v }
         r.ignoreCase = ignoreCase
         r.allowPathParams = allowPathParams
+        r.host = host
         r.auth = authConfigured ? .required : .off
         if let v = m.choice("auth", RouteAuth.self, ["required", "optional", "off"]) {
             r.auth = v
@@ -464,6 +467,8 @@ public enum ConfigLoader {
         if m.node("websocket") != nil {
             r.websocket = readWebSocket(m, route: r, services: services)
         }
+        r.access = readAccess(m)
+        r.cors = readCors(m, routeMethods: r.methods)
         (r.requestHeaders, r.responseHeaders) = readHeaders(m, routeHasAuth: r.auth != .off)
         r.rewrite = readRewrite(m, route: r)
         if (r.cacheTTLMillis > 0 || r.coalesce) && !r.methods.isEmpty && !r.methods.contains("GET") && !r.methods.contains("HEAD") {

@@ -345,6 +345,12 @@ public struct RouteConfig: Sendable, Equatable {
     public var coalesceWaitMillis: Int64 = 10_000
     /// `websocket`: the route accepts WebSocket handshakes, with these settings.
     public var websocket: WebSocketConfig?
+    /// `match.host`: the route answers only this host (nil: any host).
+    public var host: HostPattern?
+    /// `cors`: preflights answered by the gateway, `Access-Control-*` on other answers.
+    public var cors: CorsConfig?
+    /// `access`: client IPs allowed and denied.
+    public var access: AccessRules?
     /// `headers.request` / `headers.response`: fields removed, then set, on the way
     /// upstream and on every answer (nil: none).
     var requestHeaders: HeaderRules?

@@ -32,12 +32,17 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
     /// A WebSocket handshake with a `Sec-WebSocket-Version` other than 13 (426, with
     /// `Sec-WebSocket-Version: 13`).
     case upgradeRequired = "upgrade_required"
+    /// The client IP may not use the route (route `access`).
+    case forbiddenIP = "forbidden_ip"
+    /// A CORS preflight from an origin, or asking a method or header, the route's `cors`
+    /// does not allow.
+    case corsRejected = "cors_rejected"
 
     public var status: Int {
         switch self {
         case .badRequest: return 400
         case .authMissing, .authMalformed, .authUnknownKey, .authExpired, .authReplayed, .authBadSignature, .adminUnauthorized: return 401
-        case .forbidden: return 403
+        case .forbidden, .forbiddenIP, .corsRejected: return 403
         case .noRoute, .notFound: return 404
         case .methodNotAllowed: return 405
         case .rateLimited: return 429

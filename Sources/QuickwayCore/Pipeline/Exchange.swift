@@ -38,6 +38,9 @@ class Exchange {
     /// Sees the answer's body on its way to the sink (set by a stage before the answer
     /// starts; `ResponseBodyFilter`).
     var bodyFilter: ResponseBodyFilter?
+    /// The route's changes to every answer's head (CORS fields, header rules), applied
+    /// when the head is sent (`sendHead`); set by the route stage.
+    var responseHeadEdit: ResponseHeadEdit?
 
     // What the stages found, for the response head, the access log and the counters.
 
@@ -114,7 +117,7 @@ class Exchange {
         guard let sink, !isFinished, !isStreaming else { return }
         self.status = status
         if let filter = bodyFilter {
-            send(head(status, reason, headerLines, length ?? .known(body.count)), sink)
+            sendHead(head(status, reason, headerLines, length ?? .known(body.count)), sink)
             if carriesBody {
                 if body.count > 0 { _ = filter.filter(body) { sink.sendBody($0) } }
                 filter.finish { sink.sendBody($0) }
@@ -123,7 +126,7 @@ class Exchange {
             finish()
             return
         }
-        send(head(status, reason, headerLines, length ?? .known(body.count)), sink)
+        sendHead(head(status, reason, headerLines, length ?? .known(body.count)), sink)
         if body.count > 0 && carriesBody {
             _ = sink.sendBody(body)
             bytesSent = body.count
@@ -131,30 +134,26 @@ class Exchange {
         finish()
     }
 
-    /// The per-route response header edits step: given the producer's lines (complete
-    /// `Name: value\r\n` lines), the lines to send instead, or nil to send them as they
-    /// are. Called once for every answer the exchange sends (upstream, streamed or whole,
-    /// cache hit, merged, stale, the gateway's own error answers), whatever the protocol,
-    /// just before the head goes to the body filter and the sink; never for a WebSocket
-    /// `101`. The gateway's own fields (`X-Request-Id`, `X-Cache`, `Age`) and the
-    /// framing are written by the codec after these lines. None here; `ProxyContext`
-    /// applies its route's `headers.response` rules.
-    func responseHeaderEdits(_ lines: UnsafeRawBufferPointer?) -> [UInt8]? { nil }
-
-    /// Sends a head: the header edits first (`responseHeaderEdits`), then the body filter
-    /// if there is one.
-    private func send(_ head: ResponseHead, _ sink: ResponseSink) {
-        guard let edited = responseHeaderEdits(head.headerLines) else { return sendUnedited(head, sink) }
-        edited.withUnsafeBytes { lines in
-            var head = head
-            head.headerLines = lines
-            sendUnedited(head, sink)
+    /// Sends a head: the route's edits first (`responseHeadEdit`), then the body filter
+    /// if there is one. The one way every answer's head (but a WebSocket `101`) reaches
+    /// the sink.
+    @inline(__always)
+    private func sendHead(_ h: ResponseHead, _ sink: ResponseSink) {
+        guard let edit = responseHeadEdit else { return sendUnedited(h, sink) }
+        let none = UnsafeRawBufferPointer(start: nil, count: 0)
+        guard let lines = withHead({ edit.edit(h.headerLines ?? none, status: h.status, request: $0) }) else {
+            return sendUnedited(h, sink)
+        }
+        var edited = h
+        lines.withUnsafeBytes { l in
+            edited.headerLines = l
+            sendUnedited(edited, sink)
         }
     }
 
     @inline(__always)
-    private func sendUnedited(_ head: ResponseHead, _ sink: ResponseSink) {
-        if let filter = bodyFilter { sendFiltered(head, filter, sink) } else { sink.sendHead(head) }
+    private func sendUnedited(_ h: ResponseHead, _ sink: ResponseSink) {
+        if let filter = bodyFilter { sendFiltered(h, filter, sink) } else { sink.sendHead(h) }
     }
 
     /// Sends a head through the body filter: it may change the length and add lines.
@@ -201,7 +200,7 @@ class Exchange {
         guard let sink, !isFinished, !isStreaming else { return }
         self.status = status
         isStreaming = true
-        send(head(status, reason, headerLines, contentLength.map { .known($0) } ?? .unknown), sink)
+        sendHead(head(status, reason, headerLines, contentLength.map { .known($0) } ?? .unknown), sink)
     }
 
     /// Sends a piece of a streamed body. `.pause`: stop until `whenWritable`'s closure runs.

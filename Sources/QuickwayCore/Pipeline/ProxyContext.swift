@@ -62,15 +62,6 @@ final class ProxyContext: Exchange {
 
     override func clientLeft() { pipeline.clientLeft(self) }
 
-    /// The route's `headers.response` rules, applied as each answer's head is sent
-    /// (`Exchange.responseHeaderEdits`). At send time, not when an answer is stored: a
-    /// cache entry, a merged answer and a stale one keep the backend's lines, so a reload
-    /// that changes the rules applies to them at once, and an answer stored once is edited
-    /// once per client that gets it, never edited twice.
-    override func responseHeaderEdits(_ lines: UnsafeRawBufferPointer?) -> [UInt8]? {
-        route?.config.responseHeaders?.edit(lines)
-    }
-
     init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String, pipeline: ProxyPipeline) {
         super.init(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, handler: pipeline)
     }

@@ -12,9 +12,10 @@ final class SharedStages: @unchecked Sendable {
 /// The proxy's request path for one worker and config snapshot: the stages in order, the
 /// way back, and the one place that decides what a client hang-up does.
 ///
-/// Way in (`order`): route, authenticate (head), rewrite (when a route has one),
-/// authenticate (body and nonce), cache lookup, coalesce, shared-tier lookup, forward.
-/// Stages before the first that `needsBody` run from `preflight`, before the body is read. The shared tier comes after coalescing so
+/// Way in (`order`): route, IP rules (`access`), CORS preflights, authenticate (head),
+/// rewrite (when a route has one), authenticate (body and nonce), cache lookup,
+/// coalesce, shared-tier lookup, forward. Stages before the first that `needsBody` run
+/// from `preflight`, before the body is read. The shared tier comes after coalescing so
 /// that merged requests cost one Redis read (the leader's).
 ///
 /// Way back (`answerStages`), for answers from the upstream or the shared tier:
@@ -32,6 +33,8 @@ final class ProxyPipeline: RequestHandler {
     /// `[RequestStage]` list, each step copied an existential and retained its stage.
     let order: [StageKind]
     let routeStage: RouteStage
+    let accessStage: AccessStage
+    let corsStage: CorsStage
     let authenticateHeadStage: AuthenticateHeadStage
     let authenticateBodyStage: AuthenticateBodyStage
     let cacheLookupStage: CacheLookupStage
@@ -56,6 +59,9 @@ final class ProxyPipeline: RequestHandler {
         let routes = RouteSnapshot(config: config, statSlots: statSlots, services: services)
         self.routes = routes
         let route = RouteStage(routes: routes)
+        let access = AccessStage(trusted: config.trustedProxies)
+        let cors = CorsStage()
+        (accessStage, corsStage) = (access, cors)
         let authenticateHead = AuthenticateHeadStage(authenticator: authenticator, stats: worker.stats)
         let authenticateBody = AuthenticateBodyStage(authenticator: authenticator, sharedTier: sharedTier, stats: worker.stats)
         let cacheLookup = CacheLookupStage(cache: shared.cache, cacheConfig: config.cache)
@@ -65,8 +71,15 @@ final class ProxyPipeline: RequestHandler {
         (routeStage, authenticateHeadStage, authenticateBodyStage) = (route, authenticateHead, authenticateBody)
         (cacheLookupStage, coalesceStage, forwardStage) = (cacheLookup, coalesce, forward)
         // After the route stage (which reads the head alone), the stages in order.
-        var inOrder: [(StageKind, RequestStage)] = [(.authenticateHead, authenticateHead), (.authenticateBody, authenticateBody),
-                                                    (.cacheLookup, cacheLookup), (.coalesce, coalesce)]
+        // IP rules first (a refused client learns nothing more, not even CORS), then
+        // preflights (answered without credentials), both on the head alone; each left
+        // out when no route has the section (it would only continue: about 100
+        // instructions a request each).
+        var inOrder: [(StageKind, RequestStage)] = []
+        if config.routes.contains(where: { $0.access != nil }) { inOrder.append((.access, access)) }
+        if config.routes.contains(where: { $0.cors != nil }) { inOrder.append((.cors, cors)) }
+        inOrder += [(.authenticateHead, authenticateHead), (.authenticateBody, authenticateBody),
+                    (.cacheLookup, cacheLookup), (.coalesce, coalesce)]
         // Path rewrites: after the head part of authentication (a signed call's canonical
         // query is known), before the body; left out when no route rewrites.
         if config.routes.contains(where: { $0.rewrite != nil }) {
@@ -102,6 +115,8 @@ final class ProxyPipeline: RequestHandler {
     private func run(_ kind: StageKind, _ ctx: ProxyContext, _ route: Route) -> StageResult {
         switch kind {
         case .route: preconditionFailure("the route stage runs first, from preflight")
+        case .access: return accessStage.run(ctx, route)
+        case .cors: return corsStage.run(ctx, route)
         case .authenticateHead: return authenticateHeadStage.run(ctx, route)
         case .authenticateBody: return authenticateBodyStage.run(ctx, route)
         case .cacheLookup: return cacheLookupStage.run(ctx, route)
@@ -141,7 +156,10 @@ final class ProxyPipeline: RequestHandler {
             switch run(order[i], ctx, route) {
             case .next: continue
             case let .refuse(code, message): return (code, message)
-            case .answered, .suspended: preconditionFailure("a stage that runs on the head alone only continues or refuses")
+            // It answered through the exchange (a CORS preflight): the stream layer sees
+            // the exchange done and reads no body.
+            case .answered: return nil
+            case .suspended: preconditionFailure("a stage that runs on the head alone only continues, refuses or answers")
             }
         }
         ctx.nextStage = firstBodyStage

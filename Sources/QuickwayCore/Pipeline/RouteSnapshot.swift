@@ -5,10 +5,16 @@ final class RouteSnapshot {
     let table: RouteTable
     /// One per entry of `table`, in the same order.
     let routes: [Route]
+    /// Some route has a `match.host`: the route stage reads the request's host.
+    let hostRouting: Bool
+    /// Some route has `cors`: the route stage asks whether a request is a preflight.
+    let answersPreflights: Bool
 
     init(config: GatewayConfig, statSlots: RouteStatSlots, services: [String: ServiceRuntime]) {
         table = RouteTable(config.routes)
         routes = table.entries.map { Route($0, statSlot: statSlots.slot(for: $0.config.name), service: services[$0.config.service]!) }
+        hostRouting = config.routes.contains { $0.host != nil }
+        answersPreflights = config.routes.contains { $0.cors != nil }
     }
 }
 
@@ -28,6 +34,15 @@ final class Route {
     let prefixLength: Int
     /// Stripping the prefix can make a new path segment (it does not end in `/`).
     let strippingCanJoinSegments: Bool
+    /// `access` (IP rules), read by `AccessStage`.
+    let access: AccessRules?
+    /// `cors`, read by `CorsStage` (preflights) and, as one of `responseHeadEdit`'s
+    /// steps, when each answer's head is sent.
+    let cors: CorsPolicy?
+    /// What the route changes in every answer's head when it is sent
+    /// (`ResponseHeadEdit`): its steps in order (CORS last, so the gateway's CORS fields
+    /// are what the client gets), nil when none.
+    let responseHeadEdit: ResponseHeadEdit?
 
     init(_ entry: RouteTable.Entry, statSlot: Int, service: ServiceRuntime) {
         config = entry.config
@@ -37,5 +52,11 @@ final class Route {
         self.service = service
         prefixLength = entry.config.pathPrefix.utf8.count
         strippingCanJoinSegments = entry.config.stripPrefix && entry.config.pathPrefix.utf8.last != UInt8(ascii: "/")
+        access = entry.config.access
+        cors = entry.config.cors.map { CorsPolicy($0, routeMethods: entry.config.methods) }
+        var edits: [ResponseHeadEdit] = []
+        if let rules = entry.config.responseHeaders { edits.append(rules) }
+        if let cors { edits.append(cors) }
+        responseHeadEdit = ResponseHeadEditChain.of(edits)
     }
 }

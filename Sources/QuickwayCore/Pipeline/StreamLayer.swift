@@ -42,7 +42,7 @@ final class StreamLayer {
         case complete
         /// Its body follows: `appendBody`, then `dispatch`.
         case needsBody
-        /// A head stage refused it and it has been answered; its body is not read.
+        /// A head stage refused (or answered) it and it has been answered; its body is not read.
         case refused
     }
 
@@ -62,6 +62,8 @@ final class StreamLayer {
             ex.respondError(code, message)
             return (ex, .refused)
         }
+        // A head stage answered it (a CORS preflight): its body is not read either.
+        if !ex.isOpen { return (ex, .refused) }
         return (ex, ex.head.hasNoBody ? .complete : .needsBody)
     }
 

@@ -45,8 +45,7 @@ enum UpstreamRequestHeaders {
         var chain = ""
         var realIP = clientAddress
         if !trusted.isEmpty && trusted.contains(clientAddress) {
-            let sent = head.withBytes { raw in head.fields.filter { named(raw, $0.name, "x-forwarded-for") }
-                .map { String(decoding: raw[$0.value], as: UTF8.self) } }.joined(separator: ", ")
+            let sent = TrustedProxies.forwardedFor(head)
             if !sent.isEmpty { chain = sent + ", " }
             realIP = trusted.clientAddress(peer: clientAddress, forwardedFor: sent.isEmpty ? nil : sent)
         }

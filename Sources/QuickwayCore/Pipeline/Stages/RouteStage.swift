@@ -1,7 +1,9 @@
 import Glibc
-/// Route: the first route whose normalised prefix and methods match
-/// (`Routing/RouteTable.swift`). Refuses encoded slashes unless the route allows them,
-/// and a stripped path that would gain a dot segment.
+/// Route: the first route whose normalised prefix, host and methods match
+/// (`Routing/RouteTable.swift`; the host is the head's one `Host`, which an HTTP/2
+/// `:authority` also becomes, read by `HostPattern.hostName`). Refuses encoded slashes
+/// unless the route allows them, and a stripped path that would gain a dot segment.
+/// Hands the route's response head edits (CORS, header rules) to the exchange.
 final class RouteStage {
     private let routes: RouteSnapshot
     var needsBody: Bool { false }
@@ -42,11 +44,15 @@ final class RouteStage {
 
     /// `head` is the exchange's, borrowed (a local copy would retain its array).
     private func route(_ ctx: ProxyContext, _ head: borrowing HTTPRequestHead) -> StageResult {
-        head.withBytes { raw in
+        // Only asked when some route has a `match.host` or `cors` (a scan of the fields).
+        let host = routes.hostRouting ? head.hostValue : nil
+        let preflight = routes.answersPreflights && CorsPolicy.isPreflight(head)
+        return head.withBytes { raw in
             // The normalised path (`RequestTargetNormalizer`): `/api/%61dmin` is routed,
             // keyed and forwarded as `/api/admin`.
             let path = UnsafeRawBufferPointer(rebasing: raw[head.path])
-            switch routes.table.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path) {
+            let hostName = host.map { UnsafeRawBufferPointer(rebasing: raw[HostPattern.hostName(in: raw, $0)]) }
+            switch routes.table.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path, host: hostName, preflight: preflight) {
             case .route(let i):
                 let route = routes.routes[i]
                 if path.count > 0, memchr(path.baseAddress!, Int32(UInt8(ascii: ";")), path.count) != nil {
@@ -56,7 +62,9 @@ final class RouteStage {
                     // Allowed here, but what a servlet container reads (the parameters
                     // removed) must be this route's path too, not a guarded route's.
                     let bare = Self.withoutPathParameters(path)
-                    let again = bare.withUnsafeBytes { routes.table.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: $0) }
+                    let again = bare.withUnsafeBytes {
+                        routes.table.match(method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: $0, host: hostName, preflight: preflight)
+                    }
                     if again != .route(i) {
                         return .refuse(.badRequest, "the path without its ; parameters belongs to another route: the backend could read another path than the one routed")
                     }
@@ -74,10 +82,11 @@ final class RouteStage {
                 // Moved into the context, not copied (a retain and a release less); the
                 // exchange's route counter slot and name are read from it.
                 ctx.route = route
+                if let edit = route.responseHeadEdit { ctx.exchange.responseHeadEdit = edit }
                 if head.upgradeWebSocket { return Self.checkWebSocket(ctx, route) }
                 return .next
             case .methodNotAllowed:
-                ctx.exchange.allowedMethods = routes.table.allowedMethods(path: path)
+                ctx.exchange.allowedMethods = routes.table.allowedMethods(path: path, host: hostName)
                 return .refuse(.methodNotAllowed, "\(head.methodString) is not allowed on \(head.string(head.path))")
             case .noRoute:
                 return .refuse(.noRoute, "no route matches \(head.string(head.path))")
