@@ -177,11 +177,13 @@ public enum ConfigLoader {
             }
             c.finish()
         }
+        let rateLimits = top.map("rate_limits").map { readRateLimitSettings($0) }
         top.finish()
         var config = GatewayConfig(listen: listen, workers: workers, admin: admin, tlsListen: tlsListen, http2: http2, limits: limits, log: log, auth: auth,
                                    cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
         config.workersPrivateFDTables = privateTables
         config.trustedProxies = trusted
+        config.rateLimits = rateLimits ?? RateLimitSettings()
         return config
     }
 
@@ -464,6 +466,7 @@ public enum ConfigLoader {
         if m.node("websocket") != nil {
             r.websocket = readWebSocket(m, route: r, services: services)
         }
+        readRouteLimits(m, route: &r)
         if (r.cacheTTLMillis > 0 || r.coalesce) && !r.methods.isEmpty && !r.methods.contains("GET") && !r.methods.contains("HEAD") {
             m.report("cache", "caching and merging apply to GET and HEAD only, and this route allows neither")
         }

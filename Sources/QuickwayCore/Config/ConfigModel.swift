@@ -9,6 +9,8 @@ public struct GatewayConfig: Sendable {
     public var workers: Int
     /// `client_ip.trusted_proxies`: peers whose `X-Forwarded-For` is believed.
     public var trustedProxies = TrustedProxies.none
+    /// `rate_limits`: what every route's `rate_limit` and `quota` share.
+    public var rateLimits = RateLimitSettings()
     /// `workers_private_fd_tables`: each worker thread runs with a descriptor table of its
     /// own (opt-in; `DescriptorTables` says what it breaks).
     public var workersPrivateFDTables = false
@@ -345,4 +347,8 @@ public struct RouteConfig: Sendable, Equatable {
     public var coalesceWaitMillis: Int64 = 10_000
     /// `websocket`: the route accepts WebSocket handshakes, with these settings.
     public var websocket: WebSocketConfig?
+    /// `rate_limit`: limits that must all pass (`Limits/`), in file order.
+    public var rateLimits: [RateLimitRule] = []
+    /// `quota`: calls per key per UTC hour or day.
+    public var quota: QuotaRule?
 }

@@ -180,6 +180,7 @@ public final class Gateway {
         s.cacheMaxBytes = shared.cache.maxBytes
         (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures
         s.redis = redisTier?.figures
+        s.rateLimits = shared.rateLimits.figures(routeNames: config.routes.map(\.name))
         lock.lock()
         s.services = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
         s.configIdentity = identity
@@ -265,6 +266,8 @@ public final class Gateway {
             let install = LoopBound(InstallHandler(layer: p.layer, handler: makePipeline(p, config: applied, authenticator: authenticator)))
             p.worker.post { install.value.run() }
         }
+        // Limits the new config no longer has are forgotten; unchanged ones keep counting.
+        shared.rateLimits.keep(only: applied)
         Log.level = applied.log.level
         currentConfig = applied
         let now = Date().timeIntervalSince1970

@@ -25,6 +25,9 @@ final class ProxyContext: Exchange {
     /// exactly what was signed. Nil: the target goes as sent.
     var signedTarget: [UInt8]?
 
+    /// What the rate-limit head stage charged, given back if a later limit refuses.
+    var limitCharges = LimitCharges()
+
     /// Set by the cache lookup: where and how long to store the answer (nil: not stored).
     var plan: CachePlan?
     /// The flight this request leads (merged waiters get its answer). Finished only by

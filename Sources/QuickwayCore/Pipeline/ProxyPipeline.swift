@@ -6,14 +6,17 @@ import Glibc
 final class SharedStages: @unchecked Sendable {
     let cache: ResponseCache
     let flights = FlightTable()
+    /// The rate limits' and quotas' tables, kept across reloads per unchanged limit.
+    let rateLimits = RateLimitRegistry()
     init(cache: ResponseCache) { self.cache = cache }
 }
 
 /// The proxy's request path for one worker and config snapshot: the stages in order, the
 /// way back, and the one place that decides what a client hang-up does.
 ///
-/// Way in (`order`): route, authenticate (head; then body and nonce), cache lookup,
-/// coalesce, shared-tier lookup, forward. Stages before the first that `needsBody` run
+/// Way in (`order`): route, rate limits by IP and route, authenticate (head; then body
+/// and nonce), rate limits by key and quota, cache lookup, coalesce, shared-tier lookup,
+/// forward (the limit stages only when a route has limits). Stages before the first that `needsBody` run
 /// from `preflight`, before the body is read. The shared tier comes after coalescing so
 /// that merged requests cost one Redis read (the leader's).
 ///
@@ -38,6 +41,9 @@ final class ProxyPipeline: RequestHandler {
     let coalesceStage: CoalesceStage
     let sharedTierLookupStage: SharedTierLookupStage?
     let forwardStage: ForwardStage
+    /// Nil when no route has a limit or a quota (the stages are then left out).
+    let rateLimitHeadStage: RateLimitHeadStage?
+    let rateLimitKeyStage: RateLimitKeyStage?
     let answerStages: [AnswerStage]
     /// Index in `order` of the first stage that needs the body.
     private let firstBodyStage: Int
@@ -65,6 +71,18 @@ final class ProxyPipeline: RequestHandler {
         // After the route stage (which reads the head alone), the stages in order.
         var inOrder: [(StageKind, RequestStage)] = [(.authenticateHead, authenticateHead), (.authenticateBody, authenticateBody),
                                                     (.cacheLookup, cacheLookup), (.coalesce, coalesce)]
+        // Rate limits: by IP and route on the head, before authentication; by key and the
+        // quota after it, before the cache. Left out when no route has one.
+        let limitIndex = RouteLimitsIndex(routes: routes, config: config, registry: shared.rateLimits)
+        if limitIndex.any {
+            let head = RateLimitHeadStage(index: limitIndex, registry: shared.rateLimits, trusted: config.trustedProxies)
+            let key = RateLimitKeyStage(index: limitIndex, registry: shared.rateLimits)
+            (rateLimitHeadStage, rateLimitKeyStage) = (head, key)
+            inOrder.insert((.rateLimitHead, head), at: 0)
+            inOrder.insert((.rateLimitKey, key), at: inOrder.firstIndex { $0.0 == .authenticateBody }! + 1)
+        } else {
+            (rateLimitHeadStage, rateLimitKeyStage) = (nil, nil)
+        }
         // Left out when there is no shared cache to look in (it would only continue).
         if let tier = sharedTier, tier.config.cache {
             let lookup = SharedTierLookupStage(sharedTier: tier)
@@ -97,6 +115,8 @@ final class ProxyPipeline: RequestHandler {
         case .coalesce: return coalesceStage.run(ctx, route)
         case .sharedTierLookup: return sharedTierLookupStage?.run(ctx, route) ?? .next
         case .forward: return forwardStage.run(ctx, route)
+        case .rateLimitHead: return rateLimitHeadStage?.run(ctx, route) ?? .next
+        case .rateLimitKey: return rateLimitKeyStage?.run(ctx, route) ?? .next
         }
     }
 

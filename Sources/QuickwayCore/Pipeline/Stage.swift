@@ -16,6 +16,7 @@ enum StageResult {
 /// The request path's stages, in the order `ProxyPipeline.order` runs them.
 enum StageKind: UInt8 {
     case route, authenticateHead, authenticateBody, cacheLookup, coalesce, sharedTierLookup, forward
+    case rateLimitHead, rateLimitKey
 }
 
 /// One step of the request path after routing (`ProxyPipeline.order` lists them in

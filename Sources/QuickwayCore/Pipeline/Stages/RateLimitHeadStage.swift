@@ -1,0 +1,40 @@
+/// Rate limits by client IP and by route (`rate_limit` entries with `by: ip` or
+/// `by: route`), on the head alone, right after routing: before authentication, so a
+/// flood is refused before any HMAC is computed or any body read, and before the cache,
+/// merging and the backend, which a refused call never reaches. All of a route's limits
+/// must pass; a refused call gives back what the limits before it charged. The tables are
+/// shared by the workers (`LimitTable`), so a limit is exact across them.
+final class RateLimitHeadStage: RequestStage {
+    private let index: RouteLimitsIndex
+    private let registry: RateLimitRegistry
+    private let trusted: TrustedProxies
+    var needsBody: Bool { false }
+
+    init(index: RouteLimitsIndex, registry: RateLimitRegistry, trusted: TrustedProxies) {
+        self.index = index
+        self.registry = registry
+        self.trusted = trusted
+    }
+
+    func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
+        guard let limits = index.limits(route), !limits.head.isEmpty else { return .next }
+        let now = Int64(Clock.monotonicNanos())
+        var ip: UInt64 = 0
+        for (i, l) in limits.head.enumerated() {
+            var fingerprint: UInt64 = 0
+            if l.rule.by == .ip {
+                if ip == 0 { ip = ClientAddressKey.fingerprint(ClientAddressKey.clientAddress(ctx, trusted: trusted)) }
+                fingerprint = ip
+            }
+            if case let .refused(wait, full) = l.table.admit(fingerprint, now: now) {
+                limits.refundHead(i, ipFingerprint: ip)
+                registry.countRefusal(route: limits.routeName, code: .rateLimited, byKey: false, keyId: nil)
+                ctx.retryAfterSeconds = Int(RateLimitFields.secondsUp(wait))
+                ctx.rateLimitFields = RateLimitFields.rateLimit(name: l.name, gcra: l.table.gcra, fullNanos: full)
+                return .refuse(.rateLimited, "route \(limits.routeName) allows \(RouteLimits.describe(l.rule)); retry in \(ctx.retryAfterSeconds ?? 1)s")
+            }
+        }
+        ctx.limitCharges = LimitCharges(head: limits.head.count, ipFingerprint: ip)
+        return .next
+    }
+}
