@@ -1,13 +1,12 @@
 /// `rate_limits` (top level) and a route's `rate_limit` list and `quota` (spec/config.md),
 /// read into `RateLimitSettings`, `RateLimitRule` and `QuotaRule`.
 extension ConfigLoader {
-    /// `rate_limits`: the store (only `local` is built) and the bound on remembered clients.
+    /// `rate_limits`: the store, the sync interval and the bound on remembered clients.
     static func readRateLimitSettings(_ r: YAMLMapReader) -> RateLimitSettings {
         var s = RateLimitSettings()
-        if let v = r.choice("store", RateLimitSettings.Store.self, ["local", "redis"]) {
-            if v == .redis {
-                r.report("store", "store: redis (limits shared by gateways) is not built yet; use store: local (each gateway limits exactly across its own workers)")
-            }
+        if let v = r.choice("store", RateLimitSettings.Store.self, ["local", "redis"]) { s.store = v }
+        if let v = positive(r, "sync_interval") {
+            if v < 10 || v > 10_000 { r.report("sync_interval", "must be between 10ms and 10s") } else { s.syncIntervalMillis = v }
         }
         if let v = r.int("max_entries", in: 64...10_000_000) { s.maxEntries = v }
         r.finish()

@@ -184,6 +184,7 @@ public enum ConfigLoader {
         config.workersPrivateFDTables = privateTables
         config.trustedProxies = trusted
         config.rateLimits = rateLimits ?? RateLimitSettings()
+        if config.rateLimits.store == .redis && redis == nil { top.report("rate_limits", "store: redis needs a redis section") }
         return config
     }
 

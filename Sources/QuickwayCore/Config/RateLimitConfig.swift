@@ -4,9 +4,12 @@
 
 /// `rate_limits`: what every route's limits share.
 public struct RateLimitSettings: Sendable, Equatable {
-    /// Only `local` is built: each gateway limits on its own, exactly across its workers.
+    /// `local`: each gateway limits on its own, exactly across its workers; `redis`: the
+    /// gateways share counts through Redis every `sync_interval` (`LimitSync`).
     public enum Store: String, Sendable { case local, redis }
     public var store: Store = .local
+    /// `sync_interval`: how often a gateway sends what it admitted and reads the others'.
+    public var syncIntervalMillis: Int64 = 100
     /// Added field (`max_entries`): most clients (keys, IPs) one limit remembers at once.
     /// Past it the entries whose allowance is whole again go first (nothing is lost:
     /// such an entry equals a fresh one), then the live entries nearest to whole

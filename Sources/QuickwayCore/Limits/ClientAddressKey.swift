@@ -38,6 +38,25 @@ enum ClientAddressKey {
         return text.withUTF8 { SipHash13.hash(UnsafeRawBufferPointer($0)) }
     }
 
+    /// The client's name in a shared limit's Redis key, the same at every gateway:
+    /// `v4:a.b.c.d`, `v6:` and the /64 in hex, or the text as given.
+    static func sharedName(_ address: String) -> [UInt8] {
+        var a6 = in6_addr()
+        if address.utf8.contains(UInt8(ascii: ":")), inet_pton(AF_INET6, address, &a6) == 1 {
+            return withUnsafeBytes(of: &a6) { b -> [UInt8] in
+                let mapped = (0..<10).allSatisfy { b[$0] == 0 } && b[10] == 0xFF && b[11] == 0xFF
+                if mapped { return Array("v4:\(b[12]).\(b[13]).\(b[14]).\(b[15])".utf8) }
+                let hex = (0..<8).map { b[$0] < 16 ? "0" + String(b[$0], radix: 16) : String(b[$0], radix: 16) }.joined()
+                return Array("v6:\(hex)".utf8)
+            }
+        }
+        var a4 = in_addr()
+        if inet_pton(AF_INET, address, &a4) == 1 {
+            return withUnsafeBytes(of: &a4) { b in Array("v4:\(b[0]).\(b[1]).\(b[2]).\(b[3])".utf8) }
+        }
+        return Array("x:\(address)".utf8)
+    }
+
     /// SipHash of a tag word and up to 8 bytes, laid out on the stack (no array per call).
     private static func hash(tag: UInt64, _ bytes: UnsafeRawBufferPointer) -> UInt64 {
         var words: (UInt64, UInt64) = (tag, 0)

@@ -15,20 +15,26 @@
 final class LimitTable: @unchecked Sendable {
     static let shardCount = 16
 
-    /// `@unchecked Sendable`: `entries` and the counters are only touched under `lock`.
+    /// `@unchecked Sendable`: `entries`, `sync` and the counters are only touched under `lock`.
     private final class Shard: @unchecked Sendable {
         let lock = Lock()
         var entries: [UInt64: Int64] = [:]
         var evictedLive: Int64 = 0
+        /// Shared limits only (`rate_limits.store: redis`): what the next sync sends and
+        /// what the last one saw, per client (`LimitSync`).
+        var sync: [UInt64: LimitSync.Client] = [:]
     }
 
     let gcra: GCRA
     /// Most entries one shard holds.
     let shardCapacity: Int
     private let shards: [Shard]
+    /// Whether the limit is shared with other gateways through Redis (`LimitSync`).
+    let shared: Bool
 
-    init(gcra: GCRA, maxEntries: Int) {
+    init(gcra: GCRA, maxEntries: Int, shared: Bool = false) {
         self.gcra = gcra
+        self.shared = shared
         shardCapacity = max(8, (maxEntries + Self.shardCount - 1) / Self.shardCount)
         shards = (0..<Self.shardCount).map { _ in Shard() }
     }
@@ -38,8 +44,9 @@ final class LimitTable: @unchecked Sendable {
     }
 
     /// Decides one call of the client `fingerprint` at `now` (monotonic nanoseconds) and,
-    /// if admitted, charges it.
-    func admit(_ fingerprint: UInt64, now: Int64) -> GCRA.Verdict {
+    /// if admitted, charges it. `name`: the client's name as every gateway writes it (for
+    /// a shared limit's Redis key; asked only when `shared`).
+    func admit(_ fingerprint: UInt64, now: Int64, name: () -> [UInt8] = { [] }) -> GCRA.Verdict {
         let s = shard(fingerprint)
         s.lock.lock()
         defer { s.lock.unlock() }
@@ -48,6 +55,7 @@ final class LimitTable: @unchecked Sendable {
         guard case .admitted(let tat, _) = verdict else { return verdict }
         if stored == nil && s.entries.count >= shardCapacity { makeRoom(s, now: now) }
         s.entries[fingerprint] = tat
+        if shared { LimitSync.admitted(&s.sync, fingerprint, name: name, watchUntil: tat + LimitSync.watchNanos, capacity: shardCapacity) }
         return verdict
     }
 
@@ -58,6 +66,39 @@ final class LimitTable: @unchecked Sendable {
         s.lock.lock()
         defer { s.lock.unlock() }
         if let tat = s.entries[fingerprint] { s.entries[fingerprint] = tat - gcra.interval }
+        if shared, var c = s.sync[fingerprint], c.pending > 0 { c.pending -= 1; s.sync[fingerprint] = c }
+    }
+
+    /// Charges `calls` that other gateways admitted for the client (a shared limit's
+    /// sync): its TAT moves on as if they had been made here.
+    func charge(_ fingerprint: UInt64, calls: Int64, now: Int64) {
+        guard calls > 0 else { return }
+        let s = shard(fingerprint)
+        s.lock.lock()
+        defer { s.lock.unlock() }
+        let stored = s.entries[fingerprint]
+        if stored == nil && s.entries.count >= shardCapacity { makeRoom(s, now: now) }
+        s.entries[fingerprint] = max(stored ?? now, now) &+ min(calls, 1_000_000) &* gcra.interval
+    }
+
+    /// Runs `body` on each shard's sync states under the shard's lock (`LimitSync`).
+    func withSyncStates(_ body: (inout [UInt64: LimitSync.Client]) -> Void) {
+        for s in shards {
+            s.lock.lock()
+            body(&s.sync)
+            s.lock.unlock()
+        }
+    }
+
+    /// Runs `body` on the sync state of one client under its shard's lock.
+    func withSyncState<R>(_ fingerprint: UInt64, _ body: (inout LimitSync.Client?) -> R) -> R {
+        let s = shard(fingerprint)
+        s.lock.lock()
+        defer { s.lock.unlock() }
+        var c = s.sync[fingerprint]
+        let r = body(&c)
+        s.sync[fingerprint] = c
+        return r
     }
 
     /// Frees at least an eighth of a full shard: expired entries first, then the live ones

@@ -1,3 +1,5 @@
+import CQuickwayShims
+
 /// Every route limit's table for the process, shared by all workers and kept across
 /// reloads: a limit is found again by its route's name and its definition (`by`, rate,
 /// burst; for a quota `by` and limit) and `rate_limits.max_entries`, so a reload that
@@ -5,6 +7,8 @@
 /// afresh. Also counts refused calls per route and per key for `/stats` and `/metrics`.
 /// Thread-safe: tables are looked up when a pipeline is built (start, reload), counts
 /// added on the refusal path, both under `lock`.
+/// With `rate_limits.store: redis` the tables are shared with other gateways
+/// (`LimitSync`, on the admin loop, reads `sharedTables` each round).
 final class RateLimitRegistry: @unchecked Sendable {
     /// Refusals of one route, and of each key on it (key ids are verified ones, so the
     /// map is bounded by the configured keys; `by: ip` refusals are not split by IP).
@@ -22,26 +26,71 @@ final class RateLimitRegistry: @unchecked Sendable {
     private var tables: [String: LimitTable] = [:]
     private var quotas: [String: QuotaTable] = [:]
     private var counts: [String: RouteCounts] = [:]
+    /// Shared tables (`store: redis`) by their Redis key prefix, for `LimitSync`.
+    private var shared: [(prefix: [UInt8], table: LimitTable)] = []
+    private var settings = RateLimitSettings()
+    private var keyPrefix = "quickway:"
+    /// `redis.on_failure` is `fail_closed` (read by the limit stages while Redis is down).
+    private(set) var failClosed = false
+    /// Set while the last sync with Redis failed. An allocated cell for the atomic helpers.
+    private let downFlag: UnsafeMutablePointer<Int32> = {
+        let p = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        p.initialize(to: 0)
+        return p
+    }()
 
     init() {}
 
-    private static func name(_ route: String, _ identity: String, _ maxEntries: Int) -> String {
-        "\(route)\u{0}\(identity)\u{0}\(maxEntries)"
+    deinit { downFlag.deallocate() }
+
+    /// Takes the settings of the config being built (start, reload): the store, the
+    /// sync interval, Redis's key prefix and failure mode.
+    func configure(_ config: GatewayConfig) {
+        lock.lock()
+        settings = config.rateLimits
+        keyPrefix = config.redis?.keyPrefix ?? "quickway:"
+        failClosed = config.redis?.onFailure == .failClosed
+        lock.unlock()
     }
 
-    /// The table of `rule` on route `route`: the running one if the same limit ran before.
-    func table(route: String, rule: RateLimitRule, maxEntries: Int) -> LimitTable {
-        let key = Self.name(route, rule.identity, maxEntries)
+    private static func name(_ route: String, _ identity: String, _ settings: RateLimitSettings) -> String {
+        "\(route)\u{0}\(identity)\u{0}\(settings.maxEntries)\u{0}\(settings.store.rawValue)"
+    }
+
+    /// The table of `rule` on route `route`: the running one if the same limit ran before
+    /// (with the same `max_entries` and store).
+    func table(route: String, rule: RateLimitRule, settings: RateLimitSettings) -> LimitTable {
+        let key = Self.name(route, rule.identity, settings)
         lock.lock()
         defer { lock.unlock() }
         if let t = tables[key] { return t }
-        let t = LimitTable(gcra: GCRA(rate: rule.rate, burst: rule.burst), maxEntries: maxEntries)
+        let sharedStore = settings.store == .redis
+        let t = LimitTable(gcra: GCRA(rate: rule.rate, burst: rule.burst), maxEntries: settings.maxEntries, shared: sharedStore)
         tables[key] = t
+        if sharedStore {
+            shared.append((Array("\(keyPrefix)rl:\(route):\(rule.identity):".utf8), t))
+        }
         return t
     }
 
+    /// The shared tables and their Redis key prefixes (`<prefix>rl:<route>:<limit>:`).
+    func sharedTables() -> [(prefix: [UInt8], table: LimitTable)] {
+        lock.lock()
+        defer { lock.unlock() }
+        return shared
+    }
+
+    var syncIntervalMillis: Int64 { lock.lock(); defer { lock.unlock() }; return settings.syncIntervalMillis }
+
+    /// How long a client's count lives in Redis after its last sync: longer than a
+    /// gateway watches it (`LimitSync.watchNanos`), and 20 rounds.
+    var syncKeyTTLMillis: Int64 { max(LimitSync.watchNanos / 1_000_000 + 1000, 20 * syncIntervalMillis) }
+
+    var sharedStoreDown: Bool { qw_flag_load(downFlag) == 1 }
+    func setSharedStoreDown(_ down: Bool) { qw_flag_store(downFlag, down ? 1 : 0) }
+
     func quota(route: String, rule: QuotaRule, maxEntries: Int) -> QuotaTable {
-        let key = Self.name(route, rule.identity, maxEntries)
+        let key = "\(route)\u{0}\(rule.identity)\u{0}\(maxEntries)"
         lock.lock()
         defer { lock.unlock() }
         if let t = quotas[key] { return t }
@@ -56,12 +105,14 @@ final class RateLimitRegistry: @unchecked Sendable {
         let n = config.rateLimits.maxEntries
         var limitKeys = Set<String>(), quotaKeys = Set<String>()
         for r in config.routes {
-            for rule in r.rateLimits { limitKeys.insert(Self.name(r.name, rule.identity, n)) }
-            if let q = r.quota { quotaKeys.insert(Self.name(r.name, q.identity, n)) }
+            for rule in r.rateLimits { limitKeys.insert(Self.name(r.name, rule.identity, config.rateLimits)) }
+            if let q = r.quota { quotaKeys.insert("\(r.name)\u{0}\(q.identity)\u{0}\(n)") }
         }
         let names = Set(config.routes.map(\.name))
         lock.lock()
         tables = tables.filter { limitKeys.contains($0.key) }
+        let kept = Set(tables.values.map(ObjectIdentifier.init))
+        shared = shared.filter { kept.contains(ObjectIdentifier($0.table)) }
         quotas = quotas.filter { quotaKeys.contains($0.key) }
         counts = counts.filter { names.contains($0.key) }
         lock.unlock()

@@ -18,20 +18,20 @@ final class RouteLimits {
     let key: [Limit]
     let quota: (rule: QuotaRule, table: QuotaTable)?
 
-    init(route: RouteConfig, registry: RateLimitRegistry, maxEntries: Int) {
+    init(route: RouteConfig, registry: RateLimitRegistry, settings: RateLimitSettings) {
         routeName = route.name
         var seen: [LimitSubject: Int] = [:]
         var head: [Limit] = [], key: [Limit] = []
         for rule in route.rateLimits {
             let n = (seen[rule.by] ?? 0) + 1
             seen[rule.by] = n
-            let limit = Limit(rule: rule, table: registry.table(route: route.name, rule: rule, maxEntries: maxEntries),
+            let limit = Limit(rule: rule, table: registry.table(route: route.name, rule: rule, settings: settings),
                               name: n == 1 ? rule.by.rawValue : "\(rule.by.rawValue)-\(n)")
             if rule.by == .key { key.append(limit) } else { head.append(limit) }
         }
         self.head = head
         self.key = key
-        quota = route.quota.map { ($0, registry.quota(route: route.name, rule: $0, maxEntries: maxEntries)) }
+        quota = route.quota.map { ($0, registry.quota(route: route.name, rule: $0, maxEntries: settings.maxEntries)) }
     }
 
     /// Whether the route has any limit or quota.
@@ -75,8 +75,9 @@ final class RouteLimitsIndex {
 
     init(routes: RouteSnapshot, config: GatewayConfig, registry: RateLimitRegistry) {
         var bySlot: [RouteLimits?] = [], byName: [String: RouteLimits] = [:]
+        registry.configure(config)
         for r in routes.routes where !r.config.rateLimits.isEmpty || r.config.quota != nil {
-            let limits = RouteLimits(route: r.config, registry: registry, maxEntries: config.rateLimits.maxEntries)
+            let limits = RouteLimits(route: r.config, registry: registry, settings: config.rateLimits)
             if r.statSlot >= 0 {
                 if bySlot.count <= r.statSlot { bySlot.append(contentsOf: [RouteLimits?](repeating: nil, count: r.statSlot + 1 - bySlot.count)) }
                 bySlot[r.statSlot] = limits

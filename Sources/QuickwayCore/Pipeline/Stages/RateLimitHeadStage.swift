@@ -3,7 +3,8 @@
 /// flood is refused before any HMAC is computed or any body read, and before the cache,
 /// merging and the backend, which a refused call never reaches. All of a route's limits
 /// must pass; a refused call gives back what the limits before it charged. The tables are
-/// shared by the workers (`LimitTable`), so a limit is exact across them.
+/// shared by the workers (`LimitTable`), so a limit is exact across them; with
+/// `rate_limits.store: redis` also with other gateways (`LimitSync`).
 final class RateLimitHeadStage: RequestStage {
     private let index: RouteLimitsIndex
     private let registry: RateLimitRegistry
@@ -20,13 +21,24 @@ final class RateLimitHeadStage: RequestStage {
         guard let limits = index.limits(route), !limits.head.isEmpty else { return .next }
         let now = Int64(Clock.monotonicNanos())
         var ip: UInt64 = 0
+        var address: String?
         for (i, l) in limits.head.enumerated() {
             var fingerprint: UInt64 = 0
             if l.rule.by == .ip {
-                if ip == 0 { ip = ClientAddressKey.fingerprint(ClientAddressKey.clientAddress(ctx, trusted: trusted)) }
+                if address == nil {
+                    address = ClientAddressKey.clientAddress(ctx, trusted: trusted)
+                    ip = ClientAddressKey.fingerprint(address!)
+                }
                 fingerprint = ip
             }
-            if case let .refused(wait, full) = l.table.admit(fingerprint, now: now) {
+            if l.table.shared, let refusal = SharedLimitCheck.refusal(registry) {
+                limits.refundHead(i, ipFingerprint: ip)
+                return refusal
+            }
+            let verdict = l.table.admit(fingerprint, now: now) {
+                l.rule.by == .ip ? ClientAddressKey.sharedName(address ?? "") : Array("route".utf8)
+            }
+            if case let .refused(wait, full) = verdict {
                 limits.refundHead(i, ipFingerprint: ip)
                 registry.countRefusal(route: limits.routeName, code: .rateLimited, byKey: false, keyId: nil)
                 ctx.retryAfterSeconds = Int(RateLimitFields.secondsUp(wait))
@@ -36,5 +48,14 @@ final class RateLimitHeadStage: RequestStage {
         }
         ctx.limitCharges = LimitCharges(head: limits.head.count, ipFingerprint: ip)
         return .next
+    }
+}
+
+/// A shared limit while Redis is down: `redis.on_failure: fail_closed` refuses the call
+/// (no gateway can know the global count); `fail_open` lets the local table decide.
+enum SharedLimitCheck {
+    static func refusal(_ registry: RateLimitRegistry) -> StageResult? {
+        guard registry.failClosed, registry.sharedStoreDown else { return nil }
+        return .refuse(.redisUnavailable, "the shared rate-limit store cannot be reached; calls under shared limits are refused until it is back (redis.on_failure: fail_closed)")
     }
 }

@@ -3,7 +3,8 @@
 /// `auth: optional` route share one allowance) and before the cache lookup, merging and
 /// forwarding, which a refused call never reaches. The quota is checked last, so a call
 /// a rate limit refuses does not use it up; a refused call gives back what the limits
-/// before it charged, the head stage's included (`LimitCharges`).
+/// before it charged, the head stage's included (`LimitCharges`). Quotas are per gateway
+/// even with `rate_limits.store: redis` (only rate limits are shared).
 final class RateLimitKeyStage: RequestStage {
     private let index: RouteLimitsIndex
     private let registry: RateLimitRegistry
@@ -22,7 +23,13 @@ final class RateLimitKeyStage: RequestStage {
         if !limits.key.isEmpty {
             let now = Int64(Clock.monotonicNanos())
             for (i, l) in limits.key.enumerated() {
-                guard case let .refused(wait, full) = l.table.admit(key, now: now) else { continue }
+                if l.table.shared, let refusal = SharedLimitCheck.refusal(registry) {
+                    limits.refundKey(i, keyFingerprint: key)
+                    limits.refundHead(ctx.limitCharges.head, ipFingerprint: ctx.limitCharges.ipFingerprint)
+                    return refusal
+                }
+                let verdict = l.table.admit(key, now: now) { keyId.map { Array($0.utf8) } ?? Array("~anonymous".utf8) }
+                guard case let .refused(wait, full) = verdict else { continue }
                 limits.refundKey(i, keyFingerprint: key)
                 limits.refundHead(ctx.limitCharges.head, ipFingerprint: ctx.limitCharges.ipFingerprint)
                 registry.countRefusal(route: limits.routeName, code: .rateLimited, byKey: true, keyId: keyId)
