@@ -27,6 +27,9 @@ final class LimitSync {
         var pending: Int64
         /// Calls sent in the round whose answer is awaited.
         var inFlight: Int64 = 0
+        /// A round's `INCRBY` is unanswered (even one of 0): the next waits for it, so each
+        /// answer is read against what its own command sent.
+        var awaiting = false
         /// The global count the last answer gave; -1 before the first one (what other
         /// gateways admitted before this gateway first saw the client is not charged).
         var seen: Int64 = -1
@@ -91,9 +94,10 @@ final class LimitSync {
             var batch: [(UInt64, [UInt8], Int64)] = []
             table.withSyncStates { states in
                 for (fp, var c) in states {
-                    if c.pending == 0 && c.inFlight == 0 && c.watchUntil < now { states.removeValue(forKey: fp); continue }
-                    guard budget > 0, c.inFlight == 0 else { continue }
+                    if c.pending == 0 && !c.awaiting && c.watchUntil < now { states.removeValue(forKey: fp); continue }
+                    guard budget > 0, !c.awaiting else { continue }
                     budget -= 1
+                    c.awaiting = true
                     c.inFlight = c.pending
                     c.pending = 0
                     states[fp] = c
@@ -126,6 +130,7 @@ final class LimitSync {
                 guard var s = c else { return }
                 s.pending += s.inFlight
                 s.inFlight = 0
+                s.awaiting = false
                 c = s
             }
             if !registry.sharedStoreDown {
@@ -139,6 +144,7 @@ final class LimitSync {
             guard var s = c else { return 0 }
             let sent = s.inFlight
             s.inFlight = 0
+            s.awaiting = false
             var elsewhere: Int64 = 0
             if s.seen >= 0 && total >= s.seen + sent { elsewhere = total - s.seen - sent }
             s.seen = total
