@@ -18,7 +18,7 @@ final class LimitTable: @unchecked Sendable {
     /// `@unchecked Sendable`: `entries`, `sync` and the counters are only touched under `lock`.
     private final class Shard: @unchecked Sendable {
         let lock = Lock()
-        var entries: [UInt64: Int64] = [:]
+        var entries: [Fingerprint: Int64] = [:]
         var evictedLive: Int64 = 0
         /// Shared limits only (`rate_limits.store: redis`): what the next sync sends and
         /// what the last one saw, per client (`LimitSync`).
@@ -50,11 +50,11 @@ final class LimitTable: @unchecked Sendable {
         let s = shard(fingerprint)
         s.lock.lock()
         defer { s.lock.unlock() }
-        let stored = s.entries[fingerprint]
+        let stored = s.entries[Fingerprint(fingerprint)]
         let verdict = gcra.decide(tat: stored ?? now, now: now)
         guard case .admitted(let tat, _) = verdict else { return verdict }
         if stored == nil && s.entries.count >= shardCapacity { makeRoom(s, now: now) }
-        s.entries[fingerprint] = tat
+        s.entries[Fingerprint(fingerprint)] = tat
         if shared { LimitSync.admitted(&s.sync, fingerprint, name: name, watchUntil: tat + LimitSync.watchNanos, capacity: shardCapacity) }
         return verdict
     }
@@ -65,7 +65,7 @@ final class LimitTable: @unchecked Sendable {
         let s = shard(fingerprint)
         s.lock.lock()
         defer { s.lock.unlock() }
-        if let tat = s.entries[fingerprint] { s.entries[fingerprint] = tat - gcra.interval }
+        if let tat = s.entries[Fingerprint(fingerprint)] { s.entries[Fingerprint(fingerprint)] = tat - gcra.interval }
         if shared, var c = s.sync[fingerprint], c.pending > 0 { c.pending -= 1; s.sync[fingerprint] = c }
     }
 
@@ -76,9 +76,9 @@ final class LimitTable: @unchecked Sendable {
         let s = shard(fingerprint)
         s.lock.lock()
         defer { s.lock.unlock() }
-        let stored = s.entries[fingerprint]
+        let stored = s.entries[Fingerprint(fingerprint)]
         if stored == nil && s.entries.count >= shardCapacity { makeRoom(s, now: now) }
-        s.entries[fingerprint] = max(stored ?? now, now) &+ min(calls, 1_000_000) &* gcra.interval
+        s.entries[Fingerprint(fingerprint)] = max(stored ?? now, now) &+ min(calls, 1_000_000) &* gcra.interval
     }
 
     /// Runs `body` on each shard's sync states under the shard's lock (`LimitSync`).
@@ -124,4 +124,16 @@ final class LimitTable: @unchecked Sendable {
         }
         return (n, lost)
     }
+}
+
+/// A client's fingerprint as a dictionary key. It is a SipHash under the process's
+/// secret key already (`ClientAddressKey`), so the dictionary takes it as the hash (mixed
+/// with its own seed, as `HashedKey` does) instead of running `Hasher` over it again:
+/// about 100 instructions less per lookup, and an attacker still cannot aim keys at one
+/// bucket.
+struct Fingerprint: Hashable {
+    let value: UInt64
+    @inline(__always) init(_ value: UInt64) { self.value = value }
+    func hash(into h: inout Hasher) { h.combine(value) }
+    func _rawHashValue(seed: Int) -> Int { Int(truncatingIfNeeded: value) ^ seed }
 }

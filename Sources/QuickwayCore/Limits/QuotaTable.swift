@@ -15,7 +15,7 @@ final class QuotaTable: @unchecked Sendable {
     /// `@unchecked Sendable`: `entries` is only touched under `lock`.
     private final class Shard: @unchecked Sendable {
         let lock = Lock()
-        var entries: [UInt64: Count] = [:]
+        var entries: [Fingerprint: Count] = [:]
     }
 
     let limit: Int64
@@ -48,18 +48,18 @@ final class QuotaTable: @unchecked Sendable {
         let s = shards[Int(truncatingIfNeeded: fingerprint >> 60) & (LimitTable.shardCount - 1)]
         s.lock.lock()
         defer { s.lock.unlock() }
-        var c = s.entries[fingerprint] ?? Count(window: index, used: 0)
+        var c = s.entries[Fingerprint(fingerprint)] ?? Count(window: index, used: 0)
         if c.window != index { c = Count(window: index, used: 0) }
         guard c.used < limit else { return .refused(resetSeconds: left) }
         c.used += 1
-        if s.entries[fingerprint] == nil && s.entries.count >= shardCapacity {
+        if s.entries[Fingerprint(fingerprint)] == nil && s.entries.count >= shardCapacity {
             s.entries = s.entries.filter { $0.value.window == index }
             if s.entries.count >= shardCapacity {
                 let fewest = s.entries.sorted { $0.value.used < $1.value.used }.prefix(s.entries.count - shardCapacity + max(1, shardCapacity / 8))
                 for e in fewest { s.entries.removeValue(forKey: e.key) }
             }
         }
-        s.entries[fingerprint] = c
+        s.entries[Fingerprint(fingerprint)] = c
         return .admitted(remaining: limit - c.used, resetSeconds: left)
     }
 

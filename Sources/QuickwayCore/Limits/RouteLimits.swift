@@ -17,6 +17,8 @@ final class RouteLimits {
     /// `by: key`, in file order.
     let key: [Limit]
     let quota: (rule: QuotaRule, table: QuotaTable)?
+    /// Some head limit counts by IP (the client's address is then worked out once).
+    let countsByIP: Bool
 
     init(route: RouteConfig, registry: RateLimitRegistry, settings: RateLimitSettings) {
         routeName = route.name
@@ -31,6 +33,7 @@ final class RouteLimits {
         }
         self.head = head
         self.key = key
+        countsByIP = head.contains { $0.rule.by == .ip }
         quota = route.quota.map { ($0, registry.quota(route: route.name, rule: $0, maxEntries: settings.maxEntries)) }
     }
 

@@ -20,23 +20,17 @@ final class RateLimitHeadStage: RequestStage {
     func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
         guard let limits = index.limits(route), !limits.head.isEmpty else { return .next }
         let now = Int64(Clock.monotonicNanos())
-        var ip: UInt64 = 0
-        var address: String?
+        // The client's address and fingerprint, worked out once if a limit counts by IP.
+        let address = limits.countsByIP ? ClientAddressKey.clientAddress(ctx, trusted: trusted) : ""
+        let ip = limits.countsByIP ? ClientAddressKey.fingerprint(address) : 0
         for (i, l) in limits.head.enumerated() {
-            var fingerprint: UInt64 = 0
-            if l.rule.by == .ip {
-                if address == nil {
-                    address = ClientAddressKey.clientAddress(ctx, trusted: trusted)
-                    ip = ClientAddressKey.fingerprint(address!)
-                }
-                fingerprint = ip
-            }
+            let byIP = l.rule.by == .ip
             if l.table.shared, let refusal = SharedLimitCheck.refusal(registry) {
                 limits.refundHead(i, ipFingerprint: ip)
                 return refusal
             }
-            let verdict = l.table.admit(fingerprint, now: now) {
-                l.rule.by == .ip ? ClientAddressKey.sharedName(address ?? "") : Array("route".utf8)
+            let verdict = l.table.admit(byIP ? ip : 0, now: now) {
+                byIP ? ClientAddressKey.sharedName(address) : Array("route".utf8)
             }
             if case let .refused(wait, full) = verdict {
                 limits.refundHead(i, ipFingerprint: ip)
