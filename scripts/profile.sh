@@ -12,17 +12,20 @@
 # With --cache every request is a cache hit (one 1 KB entry on a route with a ttl).
 # With --policy the plain route has header rules (a request and a response rule each)
 # and a rewrite that does not match (the cost of the policy on every request).
-# Usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy]
+# With --limits the routes carry rate limits that never refuse (issue 32's cost): the
+# signed route one by key and one by IP, the plain route one by IP.
+# Usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy] [--limits]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECONDS_RUN=8; SIGNED=0; CACHE=0; POLICY=0
+SECONDS_RUN=8; SIGNED=0; CACHE=0; POLICY=0; LIMITS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) SECONDS_RUN=$2; shift 2 ;;
     --signed) SIGNED=1; shift ;;
     --cache) CACHE=1; shift ;;
     --policy) POLICY=1; shift ;;
-    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy]" >&2; exit 2 ;;
+    --limits) LIMITS=1; shift ;;
+    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy] [--limits]" >&2; exit 2 ;;
   esac
 done
 for tool in valgrind nginx wrk; do
@@ -59,6 +62,10 @@ if [ "$POLICY" = 1 ]; then cat <<'CONF'
 CONF
 else echo "  - { name: all, match: { path_prefix: / }, service: b, auth: off }"; fi
 } > "$WORK/q.yaml"
+if [ "$LIMITS" = 1 ]; then
+  NEVER="rate: 1000000/s, burst: 1000000"
+  sed -i "s|auth: required }|auth: required, rate_limit: [{ by: key, $NEVER }, { by: ip, $NEVER }] }|; s|service: b, auth: off }|service: b, auth: off, rate_limit: [{ by: ip, $NEVER }] }|" "$WORK/q.yaml"
+fi
 WRK_ARGS=("http://127.0.0.1:$QPORT/")
 [ "$CACHE" = 1 ] && WRK_ARGS=("http://127.0.0.1:$QPORT/cached/item")
 if [ "$SIGNED" = 1 ]; then

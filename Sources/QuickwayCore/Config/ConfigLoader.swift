@@ -177,11 +177,14 @@ public enum ConfigLoader {
             }
             c.finish()
         }
+        let rateLimits = top.map("rate_limits").map { readRateLimitSettings($0) }
         top.finish()
         var config = GatewayConfig(listen: listen, workers: workers, admin: admin, tlsListen: tlsListen, http2: http2, limits: limits, log: log, auth: auth,
                                    cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
         config.workersPrivateFDTables = privateTables
         config.trustedProxies = trusted
+        config.rateLimits = rateLimits ?? RateLimitSettings()
+        if config.rateLimits.store == .redis && redis == nil { top.report("rate_limits", "store: redis needs a redis section") }
         return config
     }
 
@@ -471,6 +474,7 @@ public enum ConfigLoader {
         r.cors = readCors(m, routeMethods: r.methods)
         (r.requestHeaders, r.responseHeaders) = readHeaders(m, routeHasAuth: r.auth != .off)
         r.rewrite = readRewrite(m, route: r)
+        readRouteLimits(m, route: &r)
         if (r.cacheTTLMillis > 0 || r.coalesce) && !r.methods.isEmpty && !r.methods.contains("GET") && !r.methods.contains("HEAD") {
             m.report("cache", "caching and merging apply to GET and HEAD only, and this route allows neither")
         }

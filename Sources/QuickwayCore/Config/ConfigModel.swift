@@ -9,6 +9,8 @@ public struct GatewayConfig: Sendable {
     public var workers: Int
     /// `client_ip.trusted_proxies`: peers whose `X-Forwarded-For` is believed.
     public var trustedProxies = TrustedProxies.none
+    /// `rate_limits`: what every route's `rate_limit` and `quota` share.
+    public var rateLimits = RateLimitSettings()
     /// `workers_private_fd_tables`: each worker thread runs with a descriptor table of its
     /// own (opt-in; `DescriptorTables` says what it breaks).
     public var workersPrivateFDTables = false
@@ -357,4 +359,8 @@ public struct RouteConfig: Sendable, Equatable {
     var responseHeaders: HeaderRules?
     /// `rewrite`: the path sent upstream, compiled at load (nil: the path as routed).
     var rewrite: PathRewrite?
+    /// `rate_limit`: limits that must all pass (`Limits/`), in file order.
+    public var rateLimits: [RateLimitRule] = []
+    /// `quota`: calls per key per UTC hour or day.
+    public var quota: QuotaRule?
 }

@@ -50,6 +50,9 @@ public final class Gateway {
     private var redisTier: RedisTier?
     private var adminTier: SharedTier?
     private var purgeSubscriber: RedisLink?
+    /// Shares `rate_limits.store: redis` limits with the other gateways, on the admin
+    /// loop over the admin's Redis link (idle while no limit is shared).
+    private var limitSync: LimitSync?
     private var cachePurge: CachePurge!
     /// The TLS listener's certificates as last loaded (start or reload), for `/stats`.
     /// Under its own lock (a reload holds `lock` while it installs them): written by a
@@ -117,13 +120,15 @@ public final class Gateway {
         controlPlane = cp
         let aTier = redisTier?.makeTier(base: admin.base)
         adminTier = aTier
+        let sync = aTier.map { LimitSync(registry: shared.rateLimits, link: $0.link, base: admin.base) }
+        limitSync = sync
         cachePurge = CachePurge(cache: shared.cache, tier: aTier)
         let subscriber = config.redis?.cache == true ? redisTier?.makePurgeSubscriber(base: admin.base, cache: shared.cache) : nil
         purgeSubscriber = subscriber
         admin.onLoopExit = { [unowned self] in
             historyTimer?.cancel()
             historyTimer = nil
-            aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); cp.client.shutdown()
+            sync?.stop(); aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); cp.client.shutdown()
         }
     }
 
@@ -180,6 +185,7 @@ public final class Gateway {
         s.cacheMaxBytes = shared.cache.maxBytes
         (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures
         s.redis = redisTier?.figures
+        s.rateLimits = shared.rateLimits.figures(routeNames: config.routes.map(\.name))
         lock.lock()
         s.services = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
         s.configIdentity = identity
@@ -265,6 +271,8 @@ public final class Gateway {
             let install = LoopBound(InstallHandler(layer: p.layer, handler: makePipeline(p, config: applied, authenticator: authenticator)))
             p.worker.post { install.value.run() }
         }
+        // Limits the new config no longer has are forgotten; unchanged ones keep counting.
+        shared.rateLimits.keep(only: applied)
         Log.level = applied.log.level
         currentConfig = applied
         let now = Date().timeIntervalSince1970
@@ -292,6 +300,7 @@ public final class Gateway {
         admin.start()
         if let tier = adminTier.map(LoopBound.init) { admin.post { tier.value.link.start() } }
         if let sub = purgeSubscriber.map(LoopBound.init) { admin.post { sub.value.start() } }
+        if let sync = limitSync.map(LoopBound.init) { admin.post { sync.value.start() } }
         restartControlPlane()
         let me = LoopBound(self)
         admin.post { me.value.recordHistory() }

@@ -15,6 +15,8 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
     case draining
     case overloaded
     case rateLimited = "rate_limited"
+    /// A route's `quota` is used up for this key until its window (UTC hour or day) ends.
+    case quotaExceeded = "quota_exceeded"
     /// The shared Redis tier could not answer and `redis.on_failure` is `fail_closed`.
     case redisUnavailable = "redis_unavailable"
     case upstreamTimeout = "upstream_timeout"
@@ -45,7 +47,7 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
         case .forbidden, .forbiddenIP, .corsRejected: return 403
         case .noRoute, .notFound: return 404
         case .methodNotAllowed: return 405
-        case .rateLimited: return 429
+        case .rateLimited, .quotaExceeded: return 429
         case .requestTimeout: return 408
         case .bodyTooLarge: return 413
         case .headersTooLarge: return 431
@@ -122,6 +124,7 @@ public enum HTTPReason {
         case 408: return "Request Timeout"
         case 413: return "Content Too Large"
         case 426: return "Upgrade Required"
+        case 429: return "Too Many Requests"
         case 431: return "Request Header Fields Too Large"
         case 500: return "Internal Server Error"
         case 502: return "Bad Gateway"

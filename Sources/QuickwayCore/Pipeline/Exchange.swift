@@ -63,6 +63,8 @@ class Exchange {
     var allowedMethods: String?
     /// `Retry-After` of a 429 answer, in seconds.
     var retryAfterSeconds: Int?
+    /// `RateLimit-Policy` and `RateLimit` lines of a 429 (`RateLimitFields`).
+    var rateLimitFields: String?
 
     private(set) var status = 0
     private(set) var bytesSent = 0
@@ -176,7 +178,7 @@ class Exchange {
     /// Answers with the gateway's JSON error body (`LocalReply`).
     func respondError(_ code: GatewayErrorCode, _ message: String) {
         let reply = LocalReply(code, message, requestId: requestId, challenge: authChallenge, allow: allowedMethods,
-                               retryAfter: retryAfterSeconds)
+                               retryAfter: retryAfterSeconds, rateLimitFields: rateLimitFields)
         reply.headerLines.withUnsafeBytes { lines in
             reply.body.withUnsafeBytes { respond(status: reply.status, headerLines: lines, body: $0) }
         }

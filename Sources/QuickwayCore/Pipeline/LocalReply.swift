@@ -10,15 +10,16 @@ struct LocalReply {
     let headerLines: [UInt8]
     let body: [UInt8]
 
-    /// `challenge`: the scheme a 401 names; `allow`: a 405's methods; `retryAfter`: a 429's seconds.
+    /// `challenge`: the scheme a 401 names; `allow`: a 405's methods; `retryAfter`: a 429's
+    /// seconds; `rateLimitFields`: a 429's `RateLimit-Policy` and `RateLimit` lines.
     init(_ code: GatewayErrorCode, _ message: String, requestId: RequestId,
-         challenge: String? = nil, allow: String? = nil, retryAfter: Int? = nil) {
+         challenge: String? = nil, allow: String? = nil, retryAfter: Int? = nil, rateLimitFields: String? = nil) {
         status = code.status
         body = GatewayErrorBody.json(code, message: message, requestId: requestId.string)
         let extra = code.status == 401 ? "WWW-Authenticate: \(challenge ?? "QW1-HMAC-SHA256")\r\n"
             : code == .upgradeRequired ? "Sec-WebSocket-Version: 13\r\n"
             : code == .methodNotAllowed ? "Allow: \(allow ?? "")\r\n"
-            : code == .rateLimited ? "Retry-After: \(retryAfter ?? 1)\r\n" : ""
+            : code == .rateLimited || code == .quotaExceeded ? "Retry-After: \(retryAfter ?? 1)\r\n\(rateLimitFields ?? "")" : ""
         headerLines = Array("Content-Type: application/json\r\n\(extra)".utf8)
     }
 }

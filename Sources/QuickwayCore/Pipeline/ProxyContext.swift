@@ -28,6 +28,9 @@ final class ProxyContext: Exchange {
     /// upstream (the rewritten path, then the query as `signedTarget` or the head has it).
     var rewrittenTarget: [UInt8]?
 
+    /// What the rate-limit head stage charged, given back if a later limit refuses.
+    var limitCharges = LimitCharges()
+
     /// Set by the cache lookup: where and how long to store the answer (nil: not stored).
     var plan: CachePlan?
     /// The flight this request leads (merged waiters get its answer). Finished only by

@@ -6,15 +6,18 @@ import Glibc
 final class SharedStages: @unchecked Sendable {
     let cache: ResponseCache
     let flights = FlightTable()
+    /// The rate limits' and quotas' tables, kept across reloads per unchanged limit.
+    let rateLimits = RateLimitRegistry()
     init(cache: ResponseCache) { self.cache = cache }
 }
 
 /// The proxy's request path for one worker and config snapshot: the stages in order, the
 /// way back, and the one place that decides what a client hang-up does.
 ///
-/// Way in (`order`): route, IP rules (`access`), CORS preflights, authenticate (head),
-/// rewrite (when a route has one), authenticate (body and nonce), cache lookup,
-/// coalesce, shared-tier lookup, forward. Stages before the first that `needsBody` run
+/// Way in (`order`): route, IP rules (`access`), CORS preflights, rate limits by IP and
+/// route, authenticate (head), rewrite, authenticate (body and nonce), rate limits by key
+/// and quota, cache lookup, coalesce, shared-tier lookup, forward (the optional stages
+/// only when some route uses them). Stages before the first that `needsBody` run
 /// from `preflight`, before the body is read. The shared tier comes after coalescing so
 /// that merged requests cost one Redis read (the leader's).
 ///
@@ -43,6 +46,9 @@ final class ProxyPipeline: RequestHandler {
     let forwardStage: ForwardStage
     /// Nil unless some route has a `rewrite`.
     let rewriteStage: RewriteStage?
+    /// Nil when no route has a limit or a quota (the stages are then left out).
+    let rateLimitHeadStage: RateLimitHeadStage?
+    let rateLimitKeyStage: RateLimitKeyStage?
     let answerStages: [AnswerStage]
     /// Index in `order` of the first stage that needs the body.
     private let firstBodyStage: Int
@@ -89,6 +95,19 @@ final class ProxyPipeline: RequestHandler {
         } else {
             rewriteStage = nil
         }
+        // Rate limits: by IP and route on the head, after IP rules and CORS and before
+        // authentication; by key and the quota after it, before the cache. Left out when
+        // no route has one.
+        let limitIndex = RouteLimitsIndex(routes: routes, config: config, registry: shared.rateLimits)
+        if limitIndex.any {
+            let head = RateLimitHeadStage(index: limitIndex, registry: shared.rateLimits, trusted: config.trustedProxies)
+            let key = RateLimitKeyStage(index: limitIndex, registry: shared.rateLimits)
+            (rateLimitHeadStage, rateLimitKeyStage) = (head, key)
+            inOrder.insert((.rateLimitHead, head), at: inOrder.firstIndex { $0.0 == .authenticateHead }!)
+            inOrder.insert((.rateLimitKey, key), at: inOrder.firstIndex { $0.0 == .authenticateBody }! + 1)
+        } else {
+            (rateLimitHeadStage, rateLimitKeyStage) = (nil, nil)
+        }
         // Left out when there is no shared cache to look in (it would only continue).
         if let tier = sharedTier, tier.config.cache {
             let lookup = SharedTierLookupStage(sharedTier: tier)
@@ -124,6 +143,8 @@ final class ProxyPipeline: RequestHandler {
         case .sharedTierLookup: return sharedTierLookupStage?.run(ctx, route) ?? .next
         case .forward: return forwardStage.run(ctx, route)
         case .rewrite: return rewriteStage?.run(ctx, route) ?? .next
+        case .rateLimitHead: return rateLimitHeadStage?.run(ctx, route) ?? .next
+        case .rateLimitKey: return rateLimitKeyStage?.run(ctx, route) ?? .next
         }
     }
 

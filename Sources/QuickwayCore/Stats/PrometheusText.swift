@@ -139,6 +139,7 @@ public enum PrometheusText {
             for m in f.members { w.sample("quickway_upstream_selected", [("service", svc), ("address", m.address)], f.selected == m.address ? 1 : 0) }
         }
         webSocket(s.webSocket, &w)
+        rateLimits(s.rateLimits, &w)
         if let r = s.redis { redis(r, &w) }
         return w.text
     }
@@ -159,6 +160,27 @@ public enum PrometheusText {
         for i in f.closes.indices where f.closes[i] > 0 {
             w.sample("quickway_websocket_closes_total", [("code", WebSocketFigures.codeLabel(i))], Double(f.closes[i]))
         }
+    }
+
+    /// Calls refused by rate limits and quotas. Labels stay bounded: routes, and key ids
+    /// (verified ones, from the config's key list, or `anonymous`); never an IP.
+    private static func rateLimits(_ f: RateLimitFigures, _ w: inout Writer) {
+        w.family("quickway_rate_limited_total", "counter", "Calls refused with 429 by a route's rate limits (code rate_limited) or quota (quota_exceeded).")
+        for (route, c) in f.routes {
+            w.sample("quickway_rate_limited_total", [("route", route), ("code", "rate_limited")], Double(c.rateLimited))
+            w.sample("quickway_rate_limited_total", [("route", route), ("code", "quota_exceeded")], Double(c.quotaExceeded))
+        }
+        w.family("quickway_rate_limited_by_key_total", "counter", "Calls refused by by-key rate limits and quotas, per verified key id.")
+        for (route, c) in f.routes {
+            for (key, k) in c.byKey.sorted(by: { $0.key < $1.key }) {
+                w.sample("quickway_rate_limited_by_key_total", [("route", route), ("key", key), ("code", "rate_limited")], Double(k.rateLimited))
+                w.sample("quickway_rate_limited_by_key_total", [("route", route), ("key", key), ("code", "quota_exceeded")], Double(k.quotaExceeded))
+            }
+        }
+        w.family("quickway_rate_limit_entries", "gauge", "Clients (keys, IPs) the rate limit and quota tables remember.")
+        w.sample("quickway_rate_limit_entries", [], Double(f.entries))
+        w.family("quickway_rate_limit_evicted_live_total", "counter", "Live rate-limit entries forgotten to stay within rate_limits.max_entries.")
+        w.sample("quickway_rate_limit_evicted_live_total", [], Double(f.evictedLive))
     }
 
     /// The shared Redis tier (only when `redis` is configured).

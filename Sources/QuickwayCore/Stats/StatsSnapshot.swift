@@ -45,6 +45,8 @@ public struct StatsSnapshot {
     var configIdentity = ConfigIdentity()
     /// WebSocket connections (`websocket` routes).
     public var webSocket = WebSocketFigures()
+    /// Calls refused by rate limits and quotas, per route and key (`rate_limits`).
+    var rateLimits = RateLimitFigures()
 
     /// Empty figures; `StatsAggregator` fills in the workers' counters and the gateway
     /// the shared stores' figures.
@@ -121,6 +123,7 @@ public struct StatsSnapshot {
         s += "\"redis\":\(redis.map(Self.redisJSON) ?? "null"),"
         s += "\"auth\":{\"accepted\":\(authAccepted),\"rejected\":{"
         s += AuthRejection.allCases.map { "\"\($0.code)\":\(authRejected[$0.rawValue])" }.joined(separator: ",") + "}},"
+        s += "\"rate_limits\":\(rateLimits.json()),"
         s += "\"routes\":{"
         s += routes.map { "\(JSONText.quoted($0.name)):{\"requests\":\($0.requests),\"by_status\":\(Self.classes($0.byClass, all: false))}" }
             .joined(separator: ",")

@@ -1,0 +1,74 @@
+import Glibc
+
+/// Who a `by: ip` limit counts: the client's address as `client_ip.trusted_proxies`
+/// reads it (the peer, unless it is a trusted proxy; then the rightmost untrusted hop of
+/// its `X-Forwarded-For`, read as `UpstreamRequestHeaders` reads it for `X-Real-IP`), and
+/// its fingerprint for `LimitTable`.
+enum ClientAddressKey {
+    /// The client's address. Costs one test when no proxy is trusted.
+    static func clientAddress(_ exchange: Exchange, trusted: TrustedProxies) -> String {
+        let peer = exchange.clientAddress
+        guard !trusted.isEmpty, trusted.contains(peer) else { return peer }
+        let sent = exchange.withHead { head in
+            head.withBytes { raw in
+                head.fields.filter { UpstreamRequestHeaders.named(raw, $0.name, "x-forwarded-for") }
+                    .map { String(decoding: raw[$0.value], as: UTF8.self) }
+            }
+        }.joined(separator: ", ")
+        return trusted.clientAddress(peer: peer, forwardedFor: sent.isEmpty ? nil : sent)
+    }
+
+    /// The seeded hash of the address: IPv4 (also written IPv4-mapped, `::ffff:a.b.c.d`)
+    /// by its 4 bytes, IPv6 by its /64, since one IPv6 host is usually given a whole /64
+    /// and could otherwise take a fresh allowance per address. Anything else (no address:
+    /// an in-memory test peer) by its text.
+    static func fingerprint(_ address: String) -> UInt64 {
+        // IPv4 first: the common case, and no scan of the text for a `:`.
+        var a4 = in_addr()
+        if inet_pton(AF_INET, address, &a4) == 1 {
+            return withUnsafeBytes(of: &a4) { hash(tag: 4, $0) }
+        }
+        var a6 = in6_addr()
+        if inet_pton(AF_INET6, address, &a6) == 1 {
+            return withUnsafeBytes(of: &a6) { b -> UInt64 in
+                let mapped = (0..<10).allSatisfy { b[$0] == 0 } && b[10] == 0xFF && b[11] == 0xFF
+                return mapped ? hash(tag: 4, UnsafeRawBufferPointer(rebasing: b[12..<16])) : hash(tag: 6, UnsafeRawBufferPointer(rebasing: b[0..<8]))
+            }
+        }
+        var text = "address " + address
+        return text.withUTF8 { SipHash13.hash(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The client's name in a shared limit's Redis key, the same at every gateway:
+    /// `v4:a.b.c.d`, `v6:` and the /64 in hex, or the text as given.
+    static func sharedName(_ address: String) -> [UInt8] {
+        var a6 = in6_addr()
+        if address.utf8.contains(UInt8(ascii: ":")), inet_pton(AF_INET6, address, &a6) == 1 {
+            return withUnsafeBytes(of: &a6) { b -> [UInt8] in
+                let mapped = (0..<10).allSatisfy { b[$0] == 0 } && b[10] == 0xFF && b[11] == 0xFF
+                if mapped { return Array("v4:\(b[12]).\(b[13]).\(b[14]).\(b[15])".utf8) }
+                let hex = (0..<8).map { b[$0] < 16 ? "0" + String(b[$0], radix: 16) : String(b[$0], radix: 16) }.joined()
+                return Array("v6:\(hex)".utf8)
+            }
+        }
+        var a4 = in_addr()
+        if inet_pton(AF_INET, address, &a4) == 1 {
+            return withUnsafeBytes(of: &a4) { b in Array("v4:\(b[0]).\(b[1]).\(b[2]).\(b[3])".utf8) }
+        }
+        return Array("x:\(address)".utf8)
+    }
+
+    /// SipHash of a tag word and up to 8 bytes, laid out on the stack (no array per call).
+    private static func hash(tag: UInt64, _ bytes: UnsafeRawBufferPointer) -> UInt64 {
+        var words: (UInt64, UInt64) = (tag, 0)
+        withUnsafeMutableBytes(of: &words.1) { w in for i in 0..<min(8, bytes.count) { w[i] = bytes[i] } }
+        return withUnsafeBytes(of: &words) { SipHash13.hash($0) }
+    }
+
+    /// The fingerprint of a verified key id (`by: key`); anonymous callers share the
+    /// empty one (no key id is empty).
+    static func fingerprint(keyId: String?) -> UInt64 {
+        var id = keyId ?? ""
+        return id.withUTF8 { SipHash13.hash(UnsafeRawBufferPointer($0)) }
+    }
+}
