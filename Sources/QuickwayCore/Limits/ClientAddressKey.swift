@@ -1,21 +1,14 @@
 import Glibc
 
-/// Who a `by: ip` limit counts: the client's address as `client_ip.trusted_proxies`
-/// reads it (the peer, unless it is a trusted proxy; then the rightmost untrusted hop of
-/// its `X-Forwarded-For`, read as `UpstreamRequestHeaders` reads it for `X-Real-IP`), and
-/// its fingerprint for `LimitTable`.
+/// Who a `by: ip` limit counts: the client's address as every other part of the gateway
+/// reads it (`TrustedProxies.clientAddress(peer:head:)`, the reading behind `X-Real-IP`
+/// upstream and route `access` rules), and its fingerprint for `LimitTable`.
 enum ClientAddressKey {
     /// The client's address. Costs one test when no proxy is trusted.
     static func clientAddress(_ exchange: Exchange, trusted: TrustedProxies) -> String {
         let peer = exchange.clientAddress
-        guard !trusted.isEmpty, trusted.contains(peer) else { return peer }
-        let sent = exchange.withHead { head in
-            head.withBytes { raw in
-                head.fields.filter { UpstreamRequestHeaders.named(raw, $0.name, "x-forwarded-for") }
-                    .map { String(decoding: raw[$0.value], as: UTF8.self) }
-            }
-        }.joined(separator: ", ")
-        return trusted.clientAddress(peer: peer, forwardedFor: sent.isEmpty ? nil : sent)
+        guard !trusted.isEmpty else { return peer }
+        return exchange.withHead { trusted.clientAddress(peer: peer, head: $0) }
     }
 
     /// The seeded hash of the address: IPv4 (also written IPv4-mapped, `::ffff:a.b.c.d`)
