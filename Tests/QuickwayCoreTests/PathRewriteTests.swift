@@ -119,10 +119,12 @@ final class PathRewriteTests: XCTestCase {
         XCTAssertEqual(run(r, "/orders/v1/42"), rewritten("/x/v1/42"))
     }
 
-    func testTheWholePathIsReplacedEvenByAnUnanchoredMatch() throws {
+    func testTheWholePathIsReplacedEvenByAMatchOfItsStartOnly() throws {
         // nginx's rewrite: the result is `to`, not the path with the match replaced.
-        let r = try compile("v1/([0-9]+)", "/items/$1")
+        let r = try compile("/orders/v1/([0-9]+)", "/items/$1")
         XCTAssertEqual(run(r, "/orders/v1/42/extra"), rewritten("/items/42"))
+        // Patterns match from the path's start, as if they began with `^`.
+        XCTAssertEqual(run(try compile("v1/([0-9]+)", "/items/$1"), "/orders/v1/42"), .unchanged)
     }
 
     // MARK: the result is checked like any forwarded path
@@ -166,6 +168,30 @@ final class PathRewriteTests: XCTestCase {
         // Perl's reading: the greedy first repetition takes every `a`, and the group
         // holds its last repetition.
         XCTAssertEqual(run(r, "/aaaa"), rewritten("/x/aaaa"), "the same pattern on a path it matches")
+    }
+
+    /// The match limit counts per start position: an unanchored pattern tried at each of
+    /// a 16 KiB path's bytes would take the limit times the path's length. Patterns are
+    /// anchored at the path's start, so the limit bounds the whole request.
+    func testAnUnanchoredPatternIsBoundedOnALongPath() throws {
+        let r = try compile("/(a|aa)+x", "/x")
+        let path = "/" + String(repeating: "a", count: 16_000)
+        let start = Date()
+        switch run(r, path) {
+        case .refused, .unchanged: break
+        default: XCTFail("no rewrite of a path that does not end in x")
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(start), 0.5)
+        XCTAssertEqual(run(try compile("/v1/(.*)", "/v2/$1"), "/api/v1/x"), .unchanged, "matched from the path's start only")
+    }
+
+    /// A route that routes its prefix in any case rewrites it in any case too: otherwise
+    /// `/ORDERS/v1/x` would be routed to it and forwarded as sent, unrewritten.
+    func testARouteThatIgnoresCaseRewritesInAnyCase() throws {
+        let r = try PathRewrite.compile(pathRegex: "^/orders/v1/(.*)$", to: "/v1/orders/$1", allowEncodedSlashes: false,
+                                        allowPathParams: false, ignoreCase: true)
+        XCTAssertEqual(run(r, "/ORDERS/V1/x"), rewritten("/v1/orders/x"))
+        XCTAssertEqual(run(try compile("^/orders/v1/(.*)$", "/v1/orders/$1"), "/ORDERS/v1/x"), .unchanged, "case-sensitive without ignore_case")
     }
 
     func testTheLimitIsTheGatewaysNotPCRE2sDefault() throws {

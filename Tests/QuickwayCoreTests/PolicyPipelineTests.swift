@@ -29,6 +29,8 @@ final class PolicyPipelineTests: XCTestCase {
       - { name: allowed, match: { path_prefix: /ok/ }, service: api, access: { allow: [127.0.0.0/24] } }
       - { name: admin, match: { path_prefix: /h/, host: admin.example.com, methods: [DELETE] }, service: api }
       - { name: public, match: { path_prefix: /h/, methods: [GET] }, service: api }
+      - { name: ws, match: { path_prefix: /ws/ }, service: api, websocket: {}, cors: { allow_origins: ["https://a.example"] } }
+      - { name: limited, match: { path_prefix: /rl/, methods: [GET] }, service: api, cors: { allow_origins: ["https://a.example"] }, rate_limit: [{ by: ip, rate: 1/m, burst: 1 }] }
     """
 
     override func setUpWithError() throws {
@@ -81,6 +83,33 @@ final class PolicyPipelineTests: XCTestCase {
         XCTAssertFalse(lines(refused).contains("Access-Control-Allow-Origin"))
         let (_, plain) = send("OPTIONS /c/x HTTP/1.1\nHost: a\nOrigin: https://a.example")
         XCTAssertEqual(loop.onLoop { plain.status }, 405, "an OPTIONS that is no preflight keeps the method list")
+    }
+
+    /// Browsers apply no CORS to WebSocket: on a route with `cors`, a handshake from a
+    /// page of another origin is refused before it reaches the backend (cross-site
+    /// WebSocket hijacking); an allowed origin, or a client that sends none, goes on.
+    func testAWebSocketHandshakeFromAnOriginNotAllowedIsRefused() {
+        let handshake = "GET /ws/x HTTP/1.1\nHost: a\nUpgrade: websocket\nConnection: Upgrade\n"
+            + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13"
+        let (_, evil) = send(handshake + "\nOrigin: https://evil.example")
+        XCTAssertEqual(loop.onLoop { evil.status }, 403)
+        XCTAssertTrue(loop.onLoop { evil.bodyString.contains("\"cors_rejected\"") })
+        XCTAssertEqual(calls().count, 0, "never forwarded")
+        _ = send(handshake + "\nOrigin: https://a.example")
+        XCTAssertEqual(calls().count, 1, "an allowed origin's handshake goes to the backend")
+        _ = send(handshake)
+        XCTAssertEqual(calls().count, 2, "a client without Origin (not a browser) too")
+    }
+
+    /// Preflights count against the route's limits by IP: a flood of them is refused
+    /// like any other call (the limit stage runs before the CORS stage).
+    func testPreflightsCountAgainstTheRoutesIPLimit() {
+        let preflight = "OPTIONS /rl/x HTTP/1.1\nHost: a\nOrigin: https://a.example\nAccess-Control-Request-Method: GET"
+        let (_, first) = send(preflight)
+        XCTAssertEqual(loop.onLoop { first.status }, 204)
+        let (_, second) = send(preflight)
+        XCTAssertEqual(loop.onLoop { second.status }, 429)
+        XCTAssertTrue(loop.onLoop { second.bodyString.contains("\"rate_limited\"") })
     }
 
     func testACachedAnswerGetsEachOriginsOwnFields() {

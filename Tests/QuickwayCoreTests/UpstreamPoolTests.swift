@@ -20,6 +20,7 @@ final class UpstreamPoolTests: XCTestCase {
     private func connection(_ member: UpstreamMember, _ pool: UpstreamPool) -> UpstreamConnection {
         var fds: [Int32] = [0, 0]
         XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
+        _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)   // as libcurl's connected sockets are
         peers.append(fds[1])
         return UpstreamConnection(fd: fds[0], peer: member.ip, memberKey: ObjectIdentifier(member), pool: pool)
     }
@@ -145,6 +146,34 @@ final class UpstreamPoolTests: XCTestCase {
         XCTAssertEqual(send(peers.last!, "HTTP/1.1 200 OK\r\n\r\n", 19, 0), 19)
         XCTAssertTrue(turn { c == nil }, "dropped and, at the end of that loop turn, freed")
         XCTAssertNil(pool.take(a))
+        pool.closeAll()
+    }
+
+    /// A large request grows the connection's output buffer; back in the pool, the
+    /// connection keeps at most one block of it, so a burst of large uploads does not
+    /// stay pinned in pooled connections that the next calls keep busy.
+    func testALargeRequestsBufferIsTrimmedWhenTheConnectionIsPooled() {
+        let pool = UpstreamPool(base: base, buffers: BufferPool())
+        let c = connection(member("127.0.0.2"), pool)
+        let body = [UInt8](repeating: 0x62, count: 1 << 20)
+        c.send(UpstreamRequest(method: Array("POST".utf8), isHead: false, hasBody: true, body: body, headers: UpstreamHeaders(),
+                               pathAndQuery: ArraySlice("/up".utf8), idempotent: false), authority: Array("svc".utf8))
+        let peer = peers.last!
+        _ = fcntl(peer, F_SETFL, fcntl(peer, F_GETFL) | O_NONBLOCK)
+        var sink = [UInt8](repeating: 0, count: 65536)
+        var received = 0
+        XCTAssertTrue(turn {
+            while true {
+                let n = recv(peer, &sink, sink.count, 0)
+                if n <= 0 { break }
+                received += n
+            }
+            return !c.hasPendingOutput
+        }, "the request was not sent")
+        XCTAssertGreaterThan(received, 1 << 20)
+        XCTAssertGreaterThan(c.transport.output.heldBytes, UpstreamConnection.keptBufferBytes, "sending grew the buffer")
+        pool.put(c)
+        XCTAssertLessThanOrEqual(c.transport.output.heldBytes, UpstreamConnection.keptBufferBytes)
         pool.closeAll()
     }
 }

@@ -38,9 +38,9 @@ SRC=Sources/QuickwayCore
 HTTP_SOURCES=("$SRC/HTTP/HTTPSyntax.swift" "$SRC/HTTP/HTTPRequestHead.swift" "$SRC/HTTP/HTTPRequestParser.swift" "$SRC/HTTP/HTTPBodyDecoder.swift"
               "$SRC/HTTP/RequestTargetNormalizer.swift" "$SRC/Support/ByteArrays.swift")
 # UpstreamResponseHead asks UpstreamRequestHeaders which headers the gateway manages; that
-# file brings the request writer's own types with it.
+# file brings the request writer's own types with it (header rules, the client address).
 UPSTREAM_SOURCES=("$SRC/Upstream/UpstreamResponseHead.swift" "$SRC/Upstream/UpstreamRequestHeaders.swift" "$SRC/Upstream/UpstreamHeaders.swift"
-                  "$SRC/Upstream/RequestFraming.swift" "$SRC/Pipeline/RequestId.swift" "$SRC/Support/BufferWriter.swift"
+                  "$SRC/HTTP/HeaderRules.swift" "$SRC/Policy/ClientAddress.swift" "$SRC/Pipeline/RequestId.swift" "$SRC/Support/BufferWriter.swift"
                   "$SRC/Support/ByteBuffer.swift" "$SRC/Support/BufferPool.swift" "$SRC/Support/DecimalText.swift"
                   "$SRC/Support/TrustedProxies.swift")
 WEBSOCKET_SOURCES=("$SRC/WebSocket/WebSocketFrameParser.swift" "$SRC/WebSocket/WebSocketFrame.swift" "$SRC/WebSocket/UTF8Validator.swift"

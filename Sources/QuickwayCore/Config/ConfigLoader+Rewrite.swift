@@ -16,7 +16,7 @@ extension ConfigLoader {
         guard let pattern, let to else { return nil }
         do {
             return try PathRewrite.compile(pathRegex: pattern, to: to, allowEncodedSlashes: r.allowEncodedSlashes,
-                                           allowPathParams: r.allowPathParams)
+                                           allowPathParams: r.allowPathParams, ignoreCase: r.ignoreCase)
         } catch {
             rw.report(error.key == .pathRegex ? "path_regex" : "to", error.message)
             return nil

@@ -14,8 +14,8 @@ final class SharedStages: @unchecked Sendable {
 /// The proxy's request path for one worker and config snapshot: the stages in order, the
 /// way back, and the one place that decides what a client hang-up does.
 ///
-/// Way in (`order`): route, IP rules (`access`), CORS preflights, rate limits by IP and
-/// route, authenticate (head), rewrite, authenticate (body and nonce), rate limits by key
+/// Way in (`order`): route, IP rules (`access`), rate limits by IP and route, CORS
+/// preflights, authenticate (head), rewrite, authenticate (body and nonce), rate limits by key
 /// and quota, cache lookup, coalesce, shared-tier lookup, forward (the optional stages
 /// only when some route uses them). Stages before the first that `needsBody` run
 /// from `preflight`, before the body is read. The shared tier comes after coalescing so
@@ -95,15 +95,15 @@ final class ProxyPipeline: RequestHandler {
         } else {
             rewriteStage = nil
         }
-        // Rate limits: by IP and route on the head, after IP rules and CORS and before
-        // authentication; by key and the quota after it, before the cache. Left out when
-        // no route has one.
+        // Rate limits: by IP and route on the head, after IP rules and before CORS
+        // preflights (which the limits must cover too) and authentication; by key and the
+        // quota after it, before the cache. Left out when no route has one.
         let limitIndex = RouteLimitsIndex(routes: routes, config: config, registry: shared.rateLimits)
         if limitIndex.any {
             let head = RateLimitHeadStage(index: limitIndex, registry: shared.rateLimits, trusted: config.trustedProxies)
             let key = RateLimitKeyStage(index: limitIndex, registry: shared.rateLimits)
             (rateLimitHeadStage, rateLimitKeyStage) = (head, key)
-            inOrder.insert((.rateLimitHead, head), at: inOrder.firstIndex { $0.0 == .authenticateHead }!)
+            inOrder.insert((.rateLimitHead, head), at: inOrder.firstIndex { $0.0 == .cors || $0.0 == .authenticateHead }!)
             inOrder.insert((.rateLimitKey, key), at: inOrder.firstIndex { $0.0 == .authenticateBody }! + 1)
         } else {
             (rateLimitHeadStage, rateLimitKeyStage) = (nil, nil)

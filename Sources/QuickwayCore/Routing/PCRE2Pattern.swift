@@ -52,12 +52,19 @@ final class PCRE2Pattern: @unchecked Sendable {
 
     /// Compiles `pattern` in byte mode: `(*UTF)` is refused (`PCRE2_NEVER_UTF`), since a
     /// path's bytes need not be UTF-8 and a UTF match would fail on them.
-    init(_ pattern: String) throws(CompileError) {
+    ///
+    /// Anchored at the subject's start (`PCRE2_ANCHORED`, as if the pattern began with
+    /// `^`): the match limit counts per start position, so an unanchored pattern would be
+    /// tried at each of a long path's bytes, the limit times the path's length.
+    /// `caseless`: letters match in any case (a route with `match.ignore_case`, whose
+    /// path is routed case-blind and must be rewritten the same way).
+    init(_ pattern: String, caseless: Bool = false) throws(CompileError) {
         var errorCode: Int32 = 0
         var errorOffset = 0
         let bytes = Array(pattern.utf8)
+        let options = PCRE2_NEVER_UTF | PCRE2_ANCHORED | (caseless ? PCRE2_CASELESS : 0)
         let compiled = bytes.withUnsafeBufferPointer { p in
-            pcre2_compile_8(p.baseAddress, p.count, PCRE2_NEVER_UTF, &errorCode, &errorOffset, nil)
+            pcre2_compile_8(p.baseAddress, p.count, options, &errorCode, &errorOffset, nil)
         }
         guard let compiled else { throw CompileError(message: Self.message(errorCode), offset: errorOffset) }
         guard let context = pcre2_match_context_create_8(nil) else {

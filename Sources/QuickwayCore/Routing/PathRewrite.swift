@@ -53,10 +53,12 @@ final class PathRewrite: Sendable, Equatable {
     }
 
     /// Compiles the pattern and reads `to`.
-    static func compile(pathRegex: String, to: String, allowEncodedSlashes: Bool, allowPathParams: Bool) throws(Problem) -> PathRewrite {
+    /// `ignoreCase`: the route matches its prefix in any case, and so does the pattern.
+    static func compile(pathRegex: String, to: String, allowEncodedSlashes: Bool, allowPathParams: Bool,
+                        ignoreCase: Bool = false) throws(Problem) -> PathRewrite {
         let pattern: PCRE2Pattern
         do {
-            pattern = try PCRE2Pattern(pathRegex)
+            pattern = try PCRE2Pattern(pathRegex, caseless: ignoreCase)
         } catch {
             throw Problem(key: .pathRegex, message: "not a valid regular expression: \(error.message) at offset \(error.offset)")
         }

@@ -102,6 +102,18 @@ final class UpstreamConnection: TransportUser {
     func pauseReading() { transport.disableReading() }
     func resumeReading() { transport.enableReading() }
 
+    /// Back in the pool: a buffer grown past its first block by a large request or a
+    /// read past the bound gives that memory back now (a busy pool hands its connections
+    /// straight on, so the sweep may never see them idle). One compare each otherwise.
+    func trimBuffers() {
+        let input = transport.input, output = transport.output
+        if input.heldBytes > Self.keptBufferBytes { input.releaseStorage() }
+        if output.heldBytes > Self.keptBufferBytes { output.releaseStorage() }
+    }
+
+    /// What a pooled connection's buffer may keep between calls.
+    static let keptBufferBytes = 4096
+
     /// Idle for a while: the buffers' memory and objects go back to the worker (the
     /// stand-in takes their place until the next call writes). Not at every return to
     /// the pool: a busy pool would give them back and take them again per request.
@@ -219,6 +231,7 @@ final class UpstreamPool {
         guard !c.isClosed else { return }
         c.user = nil
         guard !isClosed else { c.close(); return }
+        c.trimBuffers()
         c.resumeReading()
         let idle = idleList(of: c)
         guard idle.value.list.count < Self.maxIdlePerMember else { c.close(); return }

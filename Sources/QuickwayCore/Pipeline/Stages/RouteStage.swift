@@ -11,10 +11,17 @@ final class RouteStage {
     init(routes: RouteSnapshot) { self.routes = routes }
 
     /// `Upgrade: websocket`: only on a route with a `websocket` section, and only a valid
-    /// handshake (RFC 6455 4.2.1; a wrong version is a 426).
+    /// handshake (RFC 6455 4.2.1; a wrong version is a 426). On a route with `cors`, a
+    /// handshake that carries an `Origin` must come from an allowed one: browsers apply no
+    /// CORS to WebSocket, so a page of any site could otherwise open a socket with the
+    /// user's cookies (cross-site WebSocket hijacking; RFC 6455 10.2 leaves the check
+    /// to the server). Non-browser clients send no `Origin` and pass.
     private static func checkWebSocket(_ ctx: ProxyContext, _ route: Route) -> StageResult {
         guard route.config.websocket != nil else {
             return .refuse(.badRequest, "route \(route.config.name) does not accept WebSocket upgrades")
+        }
+        if let cors = route.cors, ctx.exchange.head.value(of: "origin") != nil, cors.allowedOrigin(ctx.exchange.head) == nil {
+            return .refuse(.corsRejected, "the WebSocket handshake's Origin is not allowed on route \(route.config.name)")
         }
         switch WebSocketHandshake.checkClient(ctx.exchange.head) {
         case .valid:
