@@ -15,14 +15,34 @@
 final class LimitTable: @unchecked Sendable {
     static let shardCount = 16
 
-    /// `@unchecked Sendable`: `entries`, `sync` and the counters are only touched under `lock`.
-    private final class Shard: @unchecked Sendable {
-        let lock = Lock()
+    /// One shard's clients, read and written only under its `Shard`'s lock.
+    private struct ShardState {
         var entries: [Fingerprint: Int64] = [:]
         var evictedLive: Int64 = 0
         /// Shared limits only (`rate_limits.store: redis`): what the next sync sends and
         /// what the last one saw, per client (`LimitSync`).
         var sync: [UInt64: LimitSync.Client] = [:]
+    }
+
+    /// `@unchecked Sendable`: the state is only touched under `lock`, by calls that reach
+    /// nothing else (a shared limit's `name` closure builds bytes from the client's
+    /// address), so it skips run-time exclusivity checks (`UncheckedState`, as
+    /// `NonceStore`'s shards do): every limited call decides here.
+    private final class Shard: @unchecked Sendable {
+        let lock = Lock()
+        private let state = UncheckedState(ShardState())
+        var entries: [Fingerprint: Int64] {
+            @inline(__always) _read { yield state.value.entries }
+            @inline(__always) _modify { yield &state.value.entries }
+        }
+        var evictedLive: Int64 {
+            @inline(__always) _read { yield state.value.evictedLive }
+            @inline(__always) _modify { yield &state.value.evictedLive }
+        }
+        var sync: [UInt64: LimitSync.Client] {
+            @inline(__always) _read { yield state.value.sync }
+            @inline(__always) _modify { yield &state.value.sync }
+        }
     }
 
     let gcra: GCRA
@@ -50,10 +70,17 @@ final class LimitTable: @unchecked Sendable {
         let s = shard(fingerprint)
         s.lock.lock()
         defer { s.lock.unlock() }
-        let stored = s.entries[Fingerprint(fingerprint)]
-        let verdict = gcra.decide(tat: stored ?? now, now: now)
+        // A known client: one probe, and the TAT written in place at its index.
+        if let at = s.entries.index(forKey: Fingerprint(fingerprint)) {
+            let verdict = gcra.decide(tat: s.entries.values[at], now: now)
+            guard case .admitted(let tat, _) = verdict else { return verdict }
+            s.entries.values[at] = tat
+            if shared { LimitSync.admitted(&s.sync, fingerprint, name: name, watchUntil: tat + LimitSync.watchNanos, capacity: shardCapacity) }
+            return verdict
+        }
+        let verdict = gcra.decide(tat: now, now: now)
         guard case .admitted(let tat, _) = verdict else { return verdict }
-        if stored == nil && s.entries.count >= shardCapacity { makeRoom(s, now: now) }
+        if s.entries.count >= shardCapacity { makeRoom(s, now: now) }
         s.entries[Fingerprint(fingerprint)] = tat
         if shared { LimitSync.admitted(&s.sync, fingerprint, name: name, watchUntil: tat + LimitSync.watchNanos, capacity: shardCapacity) }
         return verdict
