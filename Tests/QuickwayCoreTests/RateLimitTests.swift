@@ -204,6 +204,29 @@ final class RateLimitTests: XCTestCase {
         XCTAssertNotEqual(ClientAddressKey.fingerprint("192.0.2.7"), ClientAddressKey.fingerprint("192.0.2.8"))
     }
 
+    /// The fast IPv4 reading (`dottedQuad`) must accept exactly what glibc's inet_pton
+    /// accepts among dotted texts, with the same 4 bytes, or the fingerprint of a client
+    /// would change with the path its address took.
+    func testDottedQuadReadsIPv4AsInetPtonDoes() {
+        var texts = ["127.0.0.1", "0.0.0.0", "255.255.255.255", "192.0.2.7", "10.20.30.40",
+                     "01.2.3.4", "1.2.3.04", "1.2.3.00", "256.1.1.1", "1.2.3.256", "1.2.3", "1.2.3.4.",
+                     ".1.2.3.4", "1.2.3.4.5", "1..2.3", "", " 1.2.3.4", "1.2.3.4 ", "1.2.3.a",
+                     "1234.1.1.1", "::1", "::ffff:1.2.3.4", "1.2.3.-4", "9999999999"]
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<2000 {
+            let parts = (0..<Int.random(in: 2...5, using: &rng)).map { _ -> String in
+                Bool.random(using: &rng) ? String(Int.random(in: 0...300, using: &rng)) : "0" + String(Int.random(in: 0...99, using: &rng))
+            }
+            texts.append(parts.joined(separator: "."))
+        }
+        for text in texts {
+            var a4 = in_addr()
+            let byC: [UInt8]? = inet_pton(AF_INET, text, &a4) == 1 ? withUnsafeBytes(of: &a4) { Array($0) } : nil
+            let byUs = ClientAddressKey.dottedQuad(text).map { [$0.0, $0.1, $0.2, $0.3] }
+            XCTAssertEqual(byUs, byC, "\(text.debugDescription)")
+        }
+    }
+
     // MARK: config
 
     private func issues(_ yaml: String) -> [ConfigIssue] {

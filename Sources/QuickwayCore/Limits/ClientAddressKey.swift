@@ -16,7 +16,12 @@ enum ClientAddressKey {
     /// and could otherwise take a fresh allowance per address. Anything else (no address:
     /// an in-memory test peer) by its text.
     static func fingerprint(_ address: String) -> UInt64 {
-        // IPv4 first: the common case, and no scan of the text for a `:`.
+        // IPv4 first: the common case, and no scan of the text for a `:`. Dotted quads
+        // are read here without a C call (`dottedQuad`); anything else goes to inet_pton.
+        if let q = dottedQuad(address) {
+            var bytes = q
+            return withUnsafeBytes(of: &bytes) { hash(tag: 4, $0) }
+        }
         var a4 = in_addr()
         if inet_pton(AF_INET, address, &a4) == 1 {
             return withUnsafeBytes(of: &a4) { hash(tag: 4, $0) }
@@ -30,6 +35,37 @@ enum ClientAddressKey {
         }
         var text = "address " + address
         return text.withUTF8 { SipHash13.hash(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The 4 bytes of an IPv4 address in inet_pton's own form (four decimal parts of
+    /// 0-255 between three dots, no leading zero, nothing else), or nil for any other
+    /// text, which the caller then hands to inet_pton: what this accepts, inet_pton
+    /// accepts with the same bytes, so the fingerprint does not change.
+    static func dottedQuad(_ address: String) -> (UInt8, UInt8, UInt8, UInt8)? {
+        // The text's own bytes (a native string's are contiguous; else inet_pton reads it).
+        address.utf8.withContiguousStorageIfAvailable { dottedQuad($0) } ?? nil
+    }
+
+    private static func dottedQuad(_ text: UnsafeBufferPointer<UInt8>) -> (UInt8, UInt8, UInt8, UInt8)? {
+        guard text.count >= 7, text.count <= 15 else { return nil }
+        var parts: (UInt32, UInt32, UInt32, UInt32) = (0, 0, 0, 0)
+        var part: UInt32 = 0, digits = 0, index = 0
+        for c in text {
+            if c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9") {
+                if digits > 0 && part == 0 { return nil }
+                part = part * 10 + UInt32(c &- UInt8(ascii: "0"))
+                digits += 1
+                if part > 255 { return nil }
+            } else if c == UInt8(ascii: "."), digits > 0, index < 3 {
+                switch index { case 0: parts.0 = part; case 1: parts.1 = part; default: parts.2 = part }
+                index += 1; part = 0; digits = 0
+            } else {
+                return nil
+            }
+        }
+        guard index == 3, digits > 0 else { return nil }
+        parts.3 = part
+        return (UInt8(parts.0), UInt8(parts.1), UInt8(parts.2), UInt8(parts.3))
     }
 
     /// The client's name in a shared limit's Redis key, the same at every gateway:

@@ -23,16 +23,19 @@ final class RateLimitHeadStage: RequestStage {
         // The client's address and fingerprint, worked out once if a limit counts by IP.
         let address = limits.countsByIP ? ClientAddressKey.clientAddress(ctx, trusted: trusted) : ""
         let ip = limits.countsByIP ? ClientAddressKey.fingerprint(address) : 0
-        for (i, l) in limits.head.enumerated() {
-            let byIP = l.rule.by == .ip
-            if l.table.shared, let refusal = SharedLimitCheck.refusal(registry) {
+        // By index, the table read in place: no copy of each limit (its rule and name).
+        for i in limits.head.indices {
+            let table = limits.head[i].table
+            let byIP = limits.head[i].rule.by == .ip
+            if table.shared, let refusal = SharedLimitCheck.refusal(registry) {
                 limits.refundHead(i, ipFingerprint: ip)
                 return refusal
             }
-            let verdict = l.table.admit(byIP ? ip : 0, now: now) {
+            let verdict = table.admit(byIP ? ip : 0, now: now) {
                 byIP ? ClientAddressKey.sharedName(address) : Array("route".utf8)
             }
             if case let .refused(wait, full) = verdict {
+                let l = limits.head[i]
                 limits.refundHead(i, ipFingerprint: ip)
                 registry.countRefusal(route: limits.routeName, code: .rateLimited, byKey: false, keyId: nil)
                 ctx.retryAfterSeconds = Int(RateLimitFields.secondsUp(wait))

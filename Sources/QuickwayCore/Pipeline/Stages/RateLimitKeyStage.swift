@@ -22,14 +22,17 @@ final class RateLimitKeyStage: RequestStage {
         let key = ClientAddressKey.fingerprint(keyId: keyId)
         if !limits.key.isEmpty {
             let now = Int64(Clock.monotonicNanos())
-            for (i, l) in limits.key.enumerated() {
-                if l.table.shared, let refusal = SharedLimitCheck.refusal(registry) {
+            // By index, the table read in place: no copy of each limit (its rule and name).
+            for i in limits.key.indices {
+                let table = limits.key[i].table
+                if table.shared, let refusal = SharedLimitCheck.refusal(registry) {
                     limits.refundKey(i, keyFingerprint: key)
                     limits.refundHead(ctx.limitCharges.head, ipFingerprint: ctx.limitCharges.ipFingerprint)
                     return refusal
                 }
-                let verdict = l.table.admit(key, now: now) { keyId.map { Array($0.utf8) } ?? Array("~anonymous".utf8) }
+                let verdict = table.admit(key, now: now) { keyId.map { Array($0.utf8) } ?? Array("~anonymous".utf8) }
                 guard case let .refused(wait, full) = verdict else { continue }
+                let l = limits.key[i]
                 limits.refundKey(i, keyFingerprint: key)
                 limits.refundHead(ctx.limitCharges.head, ipFingerprint: ctx.limitCharges.ipFingerprint)
                 registry.countRefusal(route: limits.routeName, code: .rateLimited, byKey: true, keyId: keyId)
