@@ -55,24 +55,10 @@ final class HeaderRulesPipelineTests: XCTestCase {
     /// A pipeline for `yaml` on the loop, sharing the cache and flights with any other.
     private func pipeline(_ yaml: String = HeaderRulesPipelineTests.yaml) throws -> ProxyPipeline {
         let c = try ConfigLoader.load(yaml: yaml)
-        let services = Dictionary(uniqueKeysWithValues: c.services.map { ($0.name, ServiceRuntime($0, health: ServiceHealth(config: $0))) })
-        let (worker, upstream, shared) = (loop.worker, upstream!, shared!)
-        return loop.onLoop {
-            ProxyPipeline(worker: worker, config: c, client: upstream, authenticator: nil, statSlots: RouteStatSlots(),
-                          shared: shared, services: services)
-        }
+        return loop.proxyPipeline(c, upstream: upstream!, shared: shared!)
     }
 
-    private func send(_ p: ProxyPipeline, _ head: String) -> (Exchange, RecordingSink) {
-        loop.onLoop {
-            let sink = RecordingSink()
-            let ex = p.makeExchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: RequestId(Array("test".utf8)),
-                                    clientAddress: "127.0.0.9")
-            sink.exchange = ex
-            if let (code, message) = p.preflight(ex) { ex.respondError(code, message) } else { p.handle(ex) }
-            return (ex, sink)
-        }
-    }
+    private func send(_ p: ProxyPipeline, _ head: String) -> (Exchange, RecordingSink) { loop.send(p, head) }
 
     private func calls() -> [FakeCall] { let u = upstream!; return loop.onLoop { u.calls } }
 

@@ -194,3 +194,29 @@ func parsedHead(_ text: String) -> HTTPRequestHead {
     guard case let .head(head, _) = result else { fatalError("incomplete head in test: \(text)") }
     return head
 }
+
+extension LoopHarness {
+    /// A proxy pipeline for `config` on this loop, calling `upstream` and sharing `shared`
+    /// (cache and flights) with any other pipeline made with it; no authenticator.
+    func proxyPipeline(_ config: GatewayConfig, upstream: FakeUpstream, shared: SharedStages) -> ProxyPipeline {
+        let services = Dictionary(uniqueKeysWithValues: config.services.map { ($0.name, ServiceRuntime($0, health: ServiceHealth(config: $0))) })
+        let worker = self.worker
+        return onLoop {
+            ProxyPipeline(worker: worker, config: config, client: upstream, authenticator: nil, statSlots: RouteStatSlots(),
+                          shared: shared, services: services)
+        }
+    }
+
+    /// Starts a request through `pipeline` as the stream layer does: the head stages,
+    /// then (if none answered or refused) the rest.
+    func send(_ pipeline: ProxyPipeline, _ head: String) -> (Exchange, RecordingSink) {
+        onLoop {
+            let sink = RecordingSink()
+            let ex = pipeline.makeExchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: RequestId(Array("test".utf8)),
+                                           clientAddress: "127.0.0.9")
+            sink.exchange = ex
+            if let (code, message) = pipeline.preflight(ex) { ex.respondError(code, message) } else { pipeline.handle(ex) }
+            return (ex, sink)
+        }
+    }
+}

@@ -30,12 +30,7 @@ final class PipelineTests: XCTestCase {
         let c = config!
         upstream = FakeUpstream()
         shared = SharedStages(cache: ResponseCache(maxBytes: c.cache.maxBytes, maxObjectBytes: c.cache.maxObjectBytes))
-        let services = Dictionary(uniqueKeysWithValues: c.services.map { ($0.name, ServiceRuntime($0, health: ServiceHealth(config: $0))) })
-        let (worker, upstream, shared) = (loop.worker, upstream!, shared!)
-        pipeline = loop.onLoop {
-            ProxyPipeline(worker: worker, config: c, client: upstream, authenticator: nil, statSlots: RouteStatSlots(),
-                          shared: shared, services: services)
-        }
+        pipeline = loop.proxyPipeline(c, upstream: upstream!, shared: shared!)
     }
 
     override func tearDown() {
@@ -45,18 +40,8 @@ final class PipelineTests: XCTestCase {
         loop.stop()
     }
 
-    /// Starts a request through the pipeline (on the loop) as the codec would.
-    private func send(_ head: String) -> (Exchange, RecordingSink) {
-        let pipeline = self.pipeline!
-        return loop.onLoop {
-            let sink = RecordingSink()
-            let ex = pipeline.makeExchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: RequestId(Array("test".utf8)),
-                                           clientAddress: "127.0.0.9")
-            sink.exchange = ex
-            if let (code, message) = pipeline.preflight(ex) { ex.respondError(code, message) } else { pipeline.handle(ex) }
-            return (ex, sink)
-        }
-    }
+    /// Starts a request through the pipeline as the stream layer does (`LoopHarness.send`).
+    private func send(_ head: String) -> (Exchange, RecordingSink) { loop.send(pipeline!, head) }
 
     private func calls() -> [FakeCall] { let u = upstream!; return loop.onLoop { u.calls } }
 

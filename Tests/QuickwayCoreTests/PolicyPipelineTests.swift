@@ -38,12 +38,7 @@ final class PolicyPipelineTests: XCTestCase {
         let c = try ConfigLoader.load(yaml: Self.yaml)
         upstream = FakeUpstream()
         shared = SharedStages(cache: ResponseCache(maxBytes: c.cache.maxBytes, maxObjectBytes: c.cache.maxObjectBytes))
-        let services = Dictionary(uniqueKeysWithValues: c.services.map { ($0.name, ServiceRuntime($0, health: ServiceHealth(config: $0))) })
-        let (worker, upstream, shared) = (loop.worker, upstream!, shared!)
-        pipeline = loop.onLoop {
-            ProxyPipeline(worker: worker, config: c, client: upstream, authenticator: nil, statSlots: RouteStatSlots(),
-                          shared: shared, services: services)
-        }
+        pipeline = loop.proxyPipeline(c, upstream: upstream!, shared: shared!)
     }
 
     override func tearDown() {
@@ -53,18 +48,8 @@ final class PolicyPipelineTests: XCTestCase {
         loop.stop()
     }
 
-    /// As the stream layer does: the head stages, then (if nothing answered) the rest.
-    private func send(_ head: String) -> (Exchange, RecordingSink) {
-        let pipeline = self.pipeline!
-        return loop.onLoop {
-            let sink = RecordingSink()
-            let ex = pipeline.makeExchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: RequestId(Array("test".utf8)),
-                                           clientAddress: "127.0.0.9")
-            sink.exchange = ex
-            if let (code, message) = pipeline.preflight(ex) { ex.respondError(code, message) } else { pipeline.handle(ex) }
-            return (ex, sink)
-        }
-    }
+    /// Starts a request through the pipeline as the stream layer does (`LoopHarness.send`).
+    private func send(_ head: String) -> (Exchange, RecordingSink) { loop.send(pipeline!, head) }
 
     private func calls() -> [FakeCall] { let u = upstream!; return loop.onLoop { u.calls } }
     private func lines(_ s: RecordingSink) -> String { loop.onLoop { s.headerLines } }
