@@ -13,8 +13,8 @@ final class HTTP1ConnectionTests: XCTestCase {
         /// Answer each request at once with its path as the body (else the test answers).
         var answerAtOnce = true
 
-        func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) -> Exchange {
-            TrackedExchange(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, handler: self)
+        func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, peer: Peer) -> Exchange {
+            TrackedExchange(head: head, sink: sink, requestId: requestId, peer: peer, handler: self)
         }
 
         func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? { nil }

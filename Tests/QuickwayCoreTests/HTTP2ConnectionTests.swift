@@ -14,8 +14,8 @@ final class HTTP2ConnectionTests: XCTestCase {
         var answerAtOnce = true
         var handled: [Exchange] = []
         var left: [String] = []
-        func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) -> Exchange {
-            Tracked(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, handler: self)
+        func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, peer: Peer) -> Exchange {
+            Tracked(head: head, sink: sink, requestId: requestId, peer: peer, handler: self)
         }
         func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? { nil }
         func handle(_ exchange: Exchange) {

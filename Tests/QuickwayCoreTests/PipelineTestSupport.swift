@@ -213,7 +213,7 @@ extension LoopHarness {
         onLoop {
             let sink = RecordingSink()
             let ex = pipeline.makeExchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: RequestId(Array("test".utf8)),
-                                           clientAddress: "127.0.0.9")
+                                           peer: "127.0.0.9")
             sink.exchange = ex
             if let (code, message) = pipeline.preflight(ex) { ex.respondError(code, message) } else { pipeline.handle(ex) }
             return (ex, sink)

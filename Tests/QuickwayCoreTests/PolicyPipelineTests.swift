@@ -150,7 +150,7 @@ final class PolicyPipelineTests: XCTestCase {
         let pipeline = self.pipeline!
         let refusal = loop.onLoop { () -> GatewayErrorCode? in
             let ex = pipeline.makeExchange(head: parsedHead("POST /ip/x HTTP/1.1\nHost: a\nContent-Length: 100000\nExpect: 100-continue\n\n"),
-                                           sink: RecordingSink(), requestId: RequestId(Array("t".utf8)), clientAddress: "127.0.0.9")
+                                           sink: RecordingSink(), requestId: RequestId(Array("t".utf8)), peer: "127.0.0.9")
             return pipeline.preflight(ex)?.0
         }
         XCTAssertEqual(refusal, .forbiddenIP, "refused by the head stages: the body is never asked for")

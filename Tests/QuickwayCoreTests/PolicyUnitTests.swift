@@ -254,6 +254,14 @@ final class CorsPolicyTests: XCTestCase {
         XCTAssertEqual(none, "Vary: Origin\r\n")
         let already = try XCTUnwrap(edited(p, "vary: origin, accept\r\n", "GET /x HTTP/1.1\nHost: a"))
         XCTAssertEqual(already, "vary: origin, accept\r\n", "Origin named once")
+        // Several Vary lines are one list (RFC 9110 5.3): Origin named in a later line is
+        // not added again to the first, and `*` in any line already covers it.
+        let later = try XCTUnwrap(edited(p, "Vary: Accept-Encoding\r\nVary: Origin\r\n", "GET /x HTTP/1.1\nHost: a"))
+        XCTAssertEqual(later, "Vary: Accept-Encoding\r\nVary: Origin\r\n")
+        let star = try XCTUnwrap(edited(p, "Vary: Accept\r\nVary: *\r\n", "GET /x HTTP/1.1\nHost: a"))
+        XCTAssertEqual(star, "Vary: Accept\r\nVary: *\r\n")
+        let two = try XCTUnwrap(edited(p, "Vary: Accept\r\nVary: Accept-Language\r\n", "GET /x HTTP/1.1\nHost: a"))
+        XCTAssertEqual(two, "Vary: Accept, Origin\r\nVary: Accept-Language\r\n", "Origin added once, to the first line")
         XCTAssertNil(edited(p, "", "OPTIONS /x HTTP/1.1\nHost: a\nOrigin: https://app.example.com\nAccess-Control-Request-Method: GET"),
                      "a preflight's answer is left as the gateway made it")
     }

@@ -317,7 +317,7 @@ final class RateLimitTests: XCTestCase {
         XCTAssertEqual(p.order[1], .rateLimitHead, "right after routing, before authentication")
         func call(_ path: String, from ip: String) -> (GatewayErrorCode, String)? {
             let ctx = p.makeExchange(head: parsedHead("GET \(path) HTTP/1.1\nHost: a\n\n"), sink: RecordingSink(),
-                                     requestId: RequestId(Array("t".utf8)), clientAddress: ip)
+                                     requestId: RequestId(Array("t".utf8)), peer: Peer(ip))
             return p.preflight(ctx).map { r in (r.0, (ctx.rateLimitFields ?? "") + "Retry-After: \(ctx.retryAfterSeconds ?? -1)") }
         }
         XCTAssertNil(call("/l/a", from: "192.0.2.1"))
@@ -327,6 +327,12 @@ final class RateLimitTests: XCTestCase {
         XCTAssertEqual(refused.1, "RateLimit-Policy: \"ip\";q=2;w=120\r\nRateLimit: \"ip\";r=0;t=120\r\nRetry-After: 60")
         XCTAssertNil(call("/l/a", from: "192.0.2.2"), "another IP has its own allowance")
         XCTAssertNil(call("/f/a", from: "192.0.2.1"), "a route without limits")
+        // Each route passes the steps it has nothing for with a bit test (`Route.skips`).
+        XCTAssertFalse(p.routes.routes[0].skips(.rateLimitHead))
+        XCTAssertTrue(p.routes.routes[0].skips(.rateLimitKey), "no key limit, no quota")
+        XCTAssertTrue(p.routes.routes[1].skips(.rateLimitHead))
+        XCTAssertTrue(p.routes.routes[1].skips(.access) && p.routes.routes[1].skips(.cors) && p.routes.routes[1].skips(.rewrite))
+        XCTAssertFalse(p.routes.routes[1].skips(.authenticateHead) || p.routes.routes[1].skips(.forward), "required stages never skipped")
         let f = shared.rateLimits.figures(routeNames: ["limited", "free"])
         XCTAssertEqual(f.routes[0].counts.rateLimited, 1)
         XCTAssertEqual(f.routes[1].counts.rateLimited, 0)
@@ -362,6 +368,38 @@ final class RateLimitTests: XCTestCase {
         let pending = t.withSyncState(1) { $0.map { ($0.pending, String(decoding: $0.name, as: UTF8.self)) } }
         XCTAssertEqual(pending?.0, 2)
         XCTAssertEqual(pending?.1, "c")
+    }
+
+    func testCallsAShardHasNoSyncRoomForAreCountedAsUnshared() {
+        // maxEntries 16 gives shards of 8 (the floor); fingerprints below 2^60 all fall in
+        // shard 0. Eight clients get sync states; the next two are admitted unshared.
+        let t = LimitTable(gcra: GCRA(rate: LimitRate(count: 10, periodSeconds: 1), burst: 5), maxEntries: 16, shared: true)
+        XCTAssertEqual(t.shardCapacity, 8)
+        for fp in UInt64(1)...10 { XCTAssertTrue(isAdmitted(t.admit(fp, now: 0) { Array("c\(fp)".utf8) })) }
+        XCTAssertEqual(t.figures.unshared, 2)
+        XCTAssertNil(t.withSyncState(9) { $0.map(\.pending) }, "no state for a client past the room")
+        XCTAssertEqual(t.withSyncState(8) { $0.map(\.pending) }, 1)
+    }
+
+    func testASyncRoundFreesRoomFromIdleWatchedClientsOldestFirst() {
+        func client(pending: Int64, awaiting: Bool = false, watch: Int64) -> LimitSync.Client {
+            var c = LimitSync.Client(name: [], pending: pending, watchUntil: watch)
+            c.awaiting = awaiting
+            return c
+        }
+        // 8 of capacity 8: over 7/8, so idle clients go, oldest watch first, down to 6.
+        var states: [UInt64: LimitSync.Client] = [:]
+        for fp in UInt64(1)...5 { states[fp] = client(pending: 0, watch: Int64(fp)) }
+        states[6] = client(pending: 3, watch: 0)              // has calls to send: kept
+        states[7] = client(pending: 0, awaiting: true, watch: 0)   // an answer awaited: kept
+        states[8] = client(pending: 0, watch: 100)
+        LimitSync.makeRoom(&states, capacity: 8)
+        XCTAssertEqual(Set(states.keys), [3, 4, 5, 6, 7, 8])
+        // At 7/8 or under, nothing goes.
+        var fewer = states
+        fewer.removeValue(forKey: 8)
+        LimitSync.makeRoom(&fewer, capacity: 8)
+        XCTAssertEqual(fewer.count, 5)
     }
 
     func testSharedNamesAreTheSameAtEveryGateway() {

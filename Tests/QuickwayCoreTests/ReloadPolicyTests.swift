@@ -25,6 +25,21 @@ final class ReloadPolicyTests: XCTestCase {
         XCTAssertEqual(plan.changes, [])
     }
 
+    func testRateLimitChangesAreNamed() throws {
+        let old = try config(routes: "routes:\n  - { name: read, match: { path_prefix: /catalog/ }, service: catalog, rate_limit: [{ by: ip, rate: 20/s, burst: 40 }] }")
+        let new = try config(limits: "rate_limits: { sync_interval: 250ms }",
+                             routes: "routes:\n  - { name: read, match: { path_prefix: /catalog/ }, service: catalog, rate_limit: [{ by: ip, rate: 20/s, burst: 40 }, { by: key, rate: 5/s }], quota: { limit: 1000/d } }")
+        let plan = ReloadPolicy.plan(running: old, loaded: new)
+        XCTAssertEqual(plan.changes, [
+            "route read changed",
+            "route read rate limits: ip 20/s burst 40 -> ip 20/s burst 40, key 5/s burst 5, quota 1000/d (limits left as they were keep their counters)",
+            "rate_limits.sync_interval 100ms -> 250ms",
+        ])
+        let shared = try config(limits: "rate_limits: { max_entries: 5000 }", routes: "routes:\n  - { name: read, match: { path_prefix: /catalog/ }, service: catalog }")
+        XCTAssertEqual(ReloadPolicy.plan(running: try config(), loaded: shared).changes,
+                       ["rate_limits store local -> local, max_entries 100000 -> 5000: every limit's counters restart"])
+    }
+
     func testRoutesServicesKeysTokenAndLogLevelApplyLive() throws {
         let old = try config()
         let new = try config(

@@ -27,7 +27,7 @@ final class StageUnitTests: XCTestCase {
     }
 
     private func context(_ p: ProxyPipeline, _ head: String, _ sink: RecordingSink) -> ProxyContext {
-        p.makeExchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: RequestId(Array("t-1".utf8)), clientAddress: "127.0.0.9") as! ProxyContext
+        p.makeExchange(head: parsedHead(head + "\n\n"), sink: sink, requestId: RequestId(Array("t-1".utf8)), peer: "127.0.0.9") as! ProxyContext
     }
 
     func testTheRouteStageGivesTheMatchedRouteOrRefuses() throws {

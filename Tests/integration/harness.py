@@ -353,6 +353,7 @@ class BackendProcess:
     listening socket and every open connection go at once, as when a machine dies."""
 
     def __init__(self, host, port):
+        self.host, self.port = host, port
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", host, str(port)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until(lambda: _connectable(host, port), what=f"backend process on {host}:{port}")

@@ -65,6 +65,12 @@ routes:
     service: chat
     auth: off
     websocket: { heartbeat: 30s, heartbeat_timeout: 10s, max_message_bytes: MAX_MESSAGE }
+  - name: ws-rewritten
+    match: { path_prefix: /old-ws/ }
+    service: chat
+    auth: off
+    rewrite: { path_regex: "^/old-ws/([a-z0-9]+)/(.*)$", to: "/ws/$1/v2/$2" }
+    websocket: {}
   - name: hb
     match: { path_prefix: /hb/ }
     service: chat
@@ -332,6 +338,18 @@ def test_echo_deflate_end_to_end_and_stats(gw):
     assert 'quickway_websocket_messages_total{direction="in"}' in metrics
     assert 'quickway_websocket_closes_total{code="1000"}' in metrics
     assert "quickway_websocket_heartbeats_missed_total" in metrics
+
+
+def test_a_rewritten_websocket_route_reaches_the_backend_on_the_new_path(gw):
+    # The handshake is forwarded on the rewritten path, query kept (config.md `rewrite`),
+    # and the relay then carries messages both ways as on any route.
+    with connect(url(gw, "/old-ws/room7/x/path?since=5"), open_timeout=5) as ws:
+        assert ws.recv(timeout=5) == "/ws/room7/v2/x/path?since=5"
+        ws.send("after the rewrite")
+        assert ws.recv(timeout=5) == "after the rewrite"
+    # A path the pattern does not match goes upstream as routed.
+    with connect(url(gw, "/old-ws/path"), open_timeout=5) as ws:
+        assert ws.recv(timeout=5) == "/old-ws/path"
 
 
 def test_large_and_fragmented_messages(gw):

@@ -4,7 +4,7 @@ package (PyPI): an implementation independent of the gateway's.
     python3 ws_backend.py HOST PORT
 
 Paths: anything echoes each message back; `/headers` first sends the handshake's
-request headers as JSON; `/ping` first pings the client and sends "pong-ok" once the
+request headers as JSON; `/path` first sends the request target it was asked for; `/ping` first pings the client and sends "pong-ok" once the
 pong is back. Prints "ready" once listening.
 """
 import asyncio
@@ -16,6 +16,8 @@ from websockets.asyncio.server import serve
 
 async def handler(ws):
     path = ws.request.path
+    if path.split("?")[0].endswith("/path"):
+        await ws.send(path)
     if path.endswith("/headers"):
         await ws.send(json.dumps({k.lower(): v for k, v in ws.request.headers.raw_items()}))
     if path.endswith("/ping"):

@@ -13,10 +13,13 @@
 # against nginx `return 200` with the same 1 KB body: the floor for an answer from
 # memory), "h2" (the proxied GET over HTTP/2 and TLS, 8 h2load connections of 1 stream
 # each: Quickway's tls_listen with ALPN h2 against nginx `listen ... ssl http2`, the same
-# ECDSA P-256 certificate). nginx runs with `master_process off` (one process, as
+# ECDSA P-256 certificate), "limits" (the proxied GET with and without a rate limit by
+# client IP that never refuses: Quickway's `rate_limit: [{ by: ip }]` against nginx
+# `limit_req` on `$binary_remote_addr`; prints each server's increment, issue 32's
+# peer). nginx runs with `master_process off` (one process, as
 # Quickway's one worker). The backend is a separate nginx on 127.0.0.2 (not profiled).
 #
-# Usage: scripts/profile/profile-vs-nginx.sh [--case proxy|cache|h2|both|all] [--seconds N]
+# Usage: scripts/profile/profile-vs-nginx.sh [--case proxy|cache|h2|limits|both|all] [--seconds N]
 #   both: proxy and cache; all: proxy, cache and h2
 #   QW_BIN=path  profile another build of quickway
 set -euo pipefail
@@ -26,11 +29,11 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --case) CASE=$2; shift 2 ;;
     --seconds) SECONDS_RUN=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "usage: scripts/profile/profile-vs-nginx.sh [--case proxy|cache|h2|both|all] [--seconds N]" >&2; exit 2 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: scripts/profile/profile-vs-nginx.sh [--case proxy|cache|h2|limits|both|all] [--seconds N]" >&2; exit 2 ;;
   esac
 done
-case "$CASE" in proxy|cache|h2|both|all) ;; *) echo "profile-vs-nginx: --case is proxy, cache, h2, both or all" >&2; exit 2 ;; esac
+case "$CASE" in proxy|cache|h2|limits|both|all) ;; *) echo "profile-vs-nginx: --case is proxy, cache, h2, limits, both or all" >&2; exit 2 ;; esac
 . scripts/bench/bench-common.sh
 need_tools valgrind:valgrind nginx:nginx-light wrk:wrk perf:linux-perf h2load:nghttp2-client openssl:openssl
 BIN=${QW_BIN:-.build/release/quickway}
@@ -50,6 +53,7 @@ tls_listen:
 http2: { max_concurrent_streams: 128 }
 routes:
   - { name: cached, match: { path_prefix: /cached/ }, service: b, cache: { ttl: 1h } }
+  - { name: limited, match: { path_prefix: /limited/ }, service: b, rate_limit: [{ by: ip, rate: 1000000/s, burst: 1000000 }] }
   - { name: all, match: { path_prefix: / }, service: b }
 CONF
 } > "$WORK/q.yaml"
@@ -60,8 +64,11 @@ daemon off; master_process off; worker_processes 1; error_log $WORK/nginx/error.
 events { worker_connections 1024; }
 http { access_log off; keepalive_requests 1000000;
   upstream backend { server 127.0.0.2:$BPORT; keepalive 64; }
+  limit_req_zone \$binary_remote_addr zone=perip:10m rate=1000000r/s;
   server { listen 127.0.0.1:$NPORT;
     location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    location /limited/ { limit_req zone=perip burst=1000000 nodelay;
+      proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }
     location /cached/ { default_type application/json; return 200 '$BODY'; } }
   server { listen 127.0.0.1:$NTLS ssl http2;
     ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem;
@@ -98,7 +105,7 @@ stop_server() {
   wait "$SRV" 2>/dev/null || true
 }
 url_for() {   # url_for CASE: the URL the case loads on the started server
-  case "$1" in cache) echo "$BASE/cached/item" ;; h2) echo "$TLSBASE/item" ;; *) echo "$BASE/item" ;; esac
+  case "$1" in cache) echo "$BASE/cached/item" ;; h2) echo "$TLSBASE/item" ;; limited) echo "$BASE/limited/item" ;; *) echo "$BASE/item" ;; esac
 }
 # load CASE URL SECONDS [OUT]: wrk with 8 connections, or for h2 h2load with 8
 # connections of 1 stream each; the report goes to OUT (default: discarded).
@@ -157,6 +164,17 @@ print(f"{sum(calls.values()) / n:.2f} {n} {top}")
 PY
 }
 
+if [ "$CASE" = limits ]; then
+  # Interleaved (proxy, limited) per server, instructions only: the increment each
+  # server pays for its per-IP limit on the same load.
+  printf '%-9s %18s %18s %18s\n' server proxy limited increment
+  for who in quickway nginx; do
+    read -r plain _ <<<"$(instructions "$who" proxy)"
+    read -r limited _ <<<"$(instructions "$who" limited)"
+    awk -v w="$who" -v p="$plain" -v l="$limited" 'BEGIN { printf "%-9s %18d %18d %+10d (%+.1f%%)\n", w, p, l, l - p, (l - p) * 100 / p }'
+  done
+  exit 0
+fi
 case "$CASE" in both) cases=(proxy cache) ;; all) cases=(proxy cache h2) ;; *) cases=("$CASE") ;; esac
 printf '%-7s %-9s %16s %12s   %s\n' case server instr/request syscalls/req "syscalls by name (per request)"
 for c in "${cases[@]}"; do

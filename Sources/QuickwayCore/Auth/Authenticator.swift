@@ -21,6 +21,9 @@ public final class Authenticator: @unchecked Sendable {
         let qw1: HMACKey
         /// SigV4: the secret access key.
         let secret: String
+        /// `ClientAddressKey.fingerprint(keyId:)`, worked out once: what limits `by: key`
+        /// count the key by.
+        let fingerprint: UInt64
 
         init(id: String, disabled: Bool, qw1: HMACKey, secret: String) {
             self.id = id
@@ -28,6 +31,7 @@ public final class Authenticator: @unchecked Sendable {
             self.disabled = disabled
             self.qw1 = qw1
             self.secret = secret
+            fingerprint = ClientAddressKey.fingerprint(keyId: id)
         }
     }
 
@@ -135,7 +139,7 @@ public final class Authenticator: @unchecked Sendable {
     }
 
     public enum Verdict: Equatable {
-        case accepted(keyId: String)
+        case accepted(keyId: String, fingerprint: UInt64)
         case rejected(AuthRejection, String)
         /// The nonce store is full of live nonces: refuse rather than forget one.
         case overloaded
@@ -218,7 +222,7 @@ public final class Authenticator: @unchecked Sendable {
             nonce.withBytes(head: head) { self.nonces.check(scope: scope, nonce: $0, nowMillis: nowMillis) }
         }
         switch outcome {
-        case .accepted: return .accepted(keyId: p.key.id)
+        case .accepted: return .accepted(keyId: p.key.id, fingerprint: p.key.fingerprint)
         case .replayed: return .rejected(.replayed, "this signed request was already used")
         case .full: return .overloaded
         case .keyOverShare(let ms): return .keyOverShare(retryAfterSeconds: Int((ms + 999) / 1000))

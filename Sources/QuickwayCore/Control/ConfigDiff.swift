@@ -7,7 +7,12 @@ enum ConfigDiff {
         let newRoutes = Dictionary(new.routes.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         for r in new.routes where oldRoutes[r.name] == nil { out.append("route \(r.name) added") }
         for r in old.routes where newRoutes[r.name] == nil { out.append("route \(r.name) removed") }
-        for r in new.routes { if let o = oldRoutes[r.name], o != r { out.append("route \(r.name) changed") } }
+        for r in new.routes {
+            guard let o = oldRoutes[r.name], o != r else { continue }
+            out.append("route \(r.name) changed")
+            let (was, now) = (limitsText(o), limitsText(r))
+            if was != now { out.append("route \(r.name) rate limits: \(was) -> \(now) (limits left as they were keep their counters)") }
+        }
         if old.routes.map(\.name) != new.routes.map(\.name) && out.isEmpty { out.append("route order changed") }
         let oldServices = Dictionary(old.services.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         for s in new.services {
@@ -27,7 +32,21 @@ enum ConfigDiff {
         if old.admin.tokenDigest != new.admin.tokenDigest {
             out.append(new.admin.tokenDigest == nil ? "admin token removed" : old.admin.tokenDigest == nil ? "admin token set" : "admin token changed")
         }
+        let (a, b) = (old.rateLimits, new.rateLimits)
+        if a.store != b.store || a.maxEntries != b.maxEntries {
+            out.append("rate_limits store \(a.store.rawValue) -> \(b.store.rawValue), max_entries \(a.maxEntries) -> \(b.maxEntries): every limit's counters restart")
+        }
+        if a.syncIntervalMillis != b.syncIntervalMillis {
+            out.append("rate_limits.sync_interval \(Units.formatMillis(a.syncIntervalMillis)) -> \(Units.formatMillis(b.syncIntervalMillis))")
+        }
         if old.log.level != new.log.level { out.append("log.level \(old.log.level.rawValue) -> \(new.log.level.rawValue)") }
         return out
+    }
+
+    /// A route's limits in words: "ip 20/s burst 40, key 5/s burst 5, quota 1000/d".
+    static func limitsText(_ r: RouteConfig) -> String {
+        var parts = r.rateLimits.map { "\($0.by.rawValue) \($0.rate) burst \($0.burst)" }
+        if let q = r.quota { parts.append("quota \(q.limit)") }
+        return parts.isEmpty ? "none" : parts.joined(separator: ", ")
     }
 }

@@ -94,7 +94,7 @@ final class Listener {
             }
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-            let peer = ListeningSocket.peerAddress(&storage)
+            let peer = Peer(ListeningSocket.peerAddress(&storage))
             worker.stats.connectionAccepted()
             let readAhead = HTTPReadAhead.limit(worker.limits)
             let c: ClientConnection

@@ -8,7 +8,7 @@
 final class HTTP2StreamTransport: ByteTransport {
     let input = ByteBuffer(capacity: 4096, lazy: true)
     let output: ByteBuffer
-    let peer: String
+    let peer: Peer
     let isTLS: Bool
     /// Not retained (the relay's endpoint owns the transport).
     private var userRef: Uncounted<TransportUser>?
@@ -25,7 +25,7 @@ final class HTTP2StreamTransport: ByteTransport {
     /// (the stream's window is refilled as DATA arrives, so this is the bound).
     static let inputLimit = 1 << 20
 
-    init(stream: HTTP2Stream, peer: String, isTLS: Bool) {
+    init(stream: HTTP2Stream, peer: Peer, isTLS: Bool) {
         self.stream = stream
         output = stream.pending
         self.peer = peer

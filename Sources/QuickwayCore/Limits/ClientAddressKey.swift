@@ -1,16 +1,10 @@
 import Glibc
 
 /// Who a `by: ip` limit counts: the client's address as every other part of the gateway
-/// reads it (`TrustedProxies.clientAddress(peer:head:)`, the reading behind `X-Real-IP`
-/// upstream and route `access` rules), and its fingerprint for `LimitTable`.
+/// reads it (`TrustedProxies.client(of:head:)`, the reading behind `X-Real-IP` upstream
+/// and route `access` rules), by its fingerprint for `LimitTable`, worked out once per
+/// connection (`Peer`).
 enum ClientAddressKey {
-    /// The client's address. Costs one test when no proxy is trusted.
-    static func clientAddress(_ exchange: Exchange, trusted: TrustedProxies) -> String {
-        let peer = exchange.clientAddress
-        guard !trusted.isEmpty else { return peer }
-        return exchange.withHead { trusted.clientAddress(peer: peer, head: $0) }
-    }
-
     /// The seeded hash of the address: IPv4 (also written IPv4-mapped, `::ffff:a.b.c.d`)
     /// by its 4 bytes, IPv6 by its /64, since one IPv6 host is usually given a whole /64
     /// and could otherwise take a fresh allowance per address. Anything else (no address:

@@ -10,8 +10,14 @@
 ///
 /// Clients are read back for a while after their last call here (`watchUntil`), so a
 /// client busy at other gateways is charged here too. At most `maxClientsPerRound`
-/// clients per round, and per shard no more sync states than the table's entries; past
-/// those bounds a client is limited by this gateway alone until room frees up.
+/// clients per round, and per shard no more sync states than the table's entries. Many
+/// clients each calling once would fill the states with watched clients that have
+/// nothing to send, so a round that finds a shard's states over 7/8 full forgets the
+/// idle ones watched longest ago down to 3/4 (`makeRoom`): a forgotten client is read
+/// again from its next call here, and what other gateways admit for it meanwhile is not
+/// charged here (at most what they admit in one watch). A call admitted while a shard has
+/// no room is limited by this gateway alone, and counted (`/stats`
+/// `rate_limits.unshared_calls`).
 ///
 /// Redis down (a sync without a usable answer): the calls stay counted locally and are
 /// sent when Redis answers again; meanwhile `redis.on_failure` decides: `fail_open`
@@ -45,15 +51,28 @@ final class LimitSync {
     /// watch of one tolerance (100 ms) admitted 20% over the rate).
     static let watchNanos: Int64 = 5_000_000_000
 
-    /// Records a call admitted here (`LimitTable.admit`, under the shard's lock).
-    static func admitted(_ states: inout [UInt64: Client], _ fingerprint: UInt64, name: () -> [UInt8], watchUntil: Int64, capacity: Int) {
+    /// Records a call admitted here (`LimitTable.admit`, under the shard's lock). False
+    /// when the shard had no room for a new client (the call is not shared).
+    static func admitted(_ states: inout [UInt64: Client], _ fingerprint: UInt64, name: () -> [UInt8], watchUntil: Int64, capacity: Int) -> Bool {
         if var c = states[fingerprint] {
             c.pending += 1
             c.watchUntil = max(c.watchUntil, watchUntil)
             states[fingerprint] = c
-        } else if states.count < capacity {
-            states[fingerprint] = Client(name: name(), pending: 1, watchUntil: watchUntil)
+            return true
         }
+        guard states.count < capacity else { return false }
+        states[fingerprint] = Client(name: name(), pending: 1, watchUntil: watchUntil)
+        return true
+    }
+
+    /// Frees room in one shard's states once they pass 7/8 of `capacity`: the clients
+    /// with nothing to send and no answer awaited, those watched longest ago first, down
+    /// to 3/4 (caller holds the shard's lock).
+    static func makeRoom(_ states: inout [UInt64: Client], capacity: Int) {
+        guard states.count > capacity - capacity / 8 else { return }
+        let target = capacity - capacity / 4
+        let idle = states.filter { $0.value.pending == 0 && !$0.value.awaiting }.sorted { $0.value.watchUntil < $1.value.watchUntil }
+        for (fp, _) in idle.prefix(max(0, states.count - target)) { states.removeValue(forKey: fp) }
     }
 
     private let registry: RateLimitRegistry
@@ -103,6 +122,7 @@ final class LimitSync {
                     states[fp] = c
                     batch.append((fp, c.name, c.inFlight))
                 }
+                Self.makeRoom(&states, capacity: table.shardCapacity)
             }
             for (fp, name, delta) in batch {
                 let key = prefix + name

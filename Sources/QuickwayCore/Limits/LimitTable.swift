@@ -24,6 +24,9 @@ final class LimitTable: @unchecked Sendable {
         /// Shared limits only (`rate_limits.store: redis`): what the next sync sends and
         /// what the last one saw, per client (`LimitSync`).
         var sync: [UInt64: LimitSync.Client] = [:]
+        /// Calls admitted under a shared limit for a client the sync had no room for:
+        /// limited by this gateway alone (`/stats` `rate_limits.unshared_calls`).
+        var unshared: Int64 = 0
     }
 
     /// A shard: its state inside a `Mutex` (the standard library's: an atomic on its own
@@ -63,14 +66,14 @@ final class LimitTable: @unchecked Sendable {
                 let verdict = gcra.decide(tat: s.entries.values[at], now: now)
                 guard case .admitted(let tat, _) = verdict else { return verdict }
                 s.entries.values[at] = tat
-                if shared { LimitSync.admitted(&s.sync, fingerprint, name: name, watchUntil: tat + LimitSync.watchNanos, capacity: shardCapacity) }
+                if shared && !LimitSync.admitted(&s.sync, fingerprint, name: name, watchUntil: tat + LimitSync.watchNanos, capacity: shardCapacity) { s.unshared += 1 }
                 return verdict
             }
             let verdict = gcra.decide(tat: now, now: now)
             guard case .admitted(let tat, _) = verdict else { return verdict }
             if s.entries.count >= shardCapacity { makeRoom(&s, now: now) }
             s.entries[Fingerprint(fingerprint)] = tat
-            if shared { LimitSync.admitted(&s.sync, fingerprint, name: name, watchUntil: tat + LimitSync.watchNanos, capacity: shardCapacity) }
+            if shared && !LimitSync.admitted(&s.sync, fingerprint, name: name, watchUntil: tat + LimitSync.watchNanos, capacity: shardCapacity) { s.unshared += 1 }
             return verdict
         }
     }
@@ -124,16 +127,18 @@ final class LimitTable: @unchecked Sendable {
         s.evictedLive += Int64(excess)
     }
 
-    /// Clients remembered now, and live entries forgotten for room so far (any thread).
-    var figures: (entries: Int, evictedLive: Int64) {
-        var n = 0, lost: Int64 = 0
+    /// Clients remembered now, live entries forgotten for room so far, and calls a
+    /// shared limit admitted without a sync state (any thread).
+    var figures: (entries: Int, evictedLive: Int64, unshared: Int64) {
+        var n = 0, lost: Int64 = 0, unshared: Int64 = 0
         for shard in shards {
             shard.state.withLock { s in
                 n += s.entries.count
                 lost += s.evictedLive
+                unshared += s.unshared
             }
         }
-        return (n, lost)
+        return (n, lost, unshared)
     }
 }
 

@@ -144,9 +144,10 @@ final class RateLimitRegistry: @unchecked Sendable {
         lock.unlock()
         var f = RateLimitFigures()
         for t in limitTables {
-            let (n, lost) = t.figures
+            let (n, lost, unshared) = t.figures
             f.entries += n
             f.evictedLive += lost
+            f.unshared += unshared
         }
         for q in quotaTables { f.entries += q.entries }
         f.routes = routeNames.map { ($0, c[$0] ?? RouteCounts()) }
@@ -161,10 +162,13 @@ struct RateLimitFigures {
     /// Live entries forgotten to make room (`LimitTable`): each such client could get up
     /// to `burst` calls more than its limit.
     var evictedLive: Int64 = 0
+    /// Calls admitted under a shared limit while the sync had no room for their client
+    /// (`LimitSync.makeRoom`): limited by this gateway alone.
+    var unshared: Int64 = 0
     var routes: [(name: String, counts: RateLimitRegistry.RouteCounts)] = []
 
     func json() -> String {
-        var s = "{\"entries\":\(entries),\"evicted_live\":\(evictedLive),\"routes\":{"
+        var s = "{\"entries\":\(entries),\"evicted_live\":\(evictedLive),\"unshared_calls\":\(unshared),\"routes\":{"
         s += routes.map { name, c in
             var o = "\(JSONText.quoted(name)):{\"rate_limited\":\(c.rateLimited),\"quota_exceeded\":\(c.quotaExceeded),\"by_key\":{"
             o += c.byKey.sorted { $0.key < $1.key }.map { k, v in

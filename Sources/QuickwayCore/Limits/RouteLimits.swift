@@ -19,6 +19,12 @@ final class RouteLimits {
     let quota: (rule: QuotaRule, table: QuotaTable)?
     /// Some head limit counts by IP (the client's address is then worked out once).
     let countsByIP: Bool
+    /// Some head (key) limit is shared with other gateways (`rate_limits.store: redis`).
+    let headShared: Bool, keyShared: Bool
+    /// The head limits' tables and which of them count by IP, and the key limits'
+    /// tables, apart from `head` and `key` so that deciding a call reads no `Limit` (a
+    /// copy of one retains its table and its name).
+    private let headTables: [LimitTable], headByIP: [Bool], keyTables: [LimitTable]
 
     init(route: RouteConfig, registry: RateLimitRegistry, settings: RateLimitSettings) {
         routeName = route.name
@@ -34,21 +40,56 @@ final class RouteLimits {
         self.head = head
         self.key = key
         countsByIP = head.contains { $0.rule.by == .ip }
+        headTables = head.map(\.table)
+        headByIP = head.map { $0.rule.by == .ip }
+        keyTables = key.map(\.table)
+        headShared = head.contains { $0.table.shared }
+        keyShared = key.contains { $0.table.shared }
         quota = route.quota.map { ($0, registry.quota(route: route.name, rule: $0, maxEntries: settings.maxEntries)) }
     }
 
     /// Whether the route has any limit or quota.
     var isEmpty: Bool { head.isEmpty && key.isEmpty && quota == nil }
 
+    /// Charges a call against every head limit at `now` (monotonic nanoseconds): `ip` is
+    /// the client's fingerprint for `by: ip`, and `name(byIP)` its name in a shared
+    /// limit's Redis key. On the first refusal, gives back what the limits before it
+    /// charged and returns that limit's index and verdict; nil when all admitted.
+    @inline(__always)
+    func admitHead(ip: UInt64, now: Int64, name: (Bool) -> [UInt8]) -> (Int, GCRA.Verdict)? {
+        for i in 0..<headTables.count {
+            let byIP = headByIP[i]
+            let verdict = headTables[i].admit(byIP ? ip : 0, now: now) { name(byIP) }
+            if case .refused = verdict {
+                refundHead(i, ipFingerprint: ip)
+                return (i, verdict)
+            }
+        }
+        return nil
+    }
+
+    /// The same for the key limits, with the key's fingerprint.
+    @inline(__always)
+    func admitKey(_ key: UInt64, now: Int64, name: () -> [UInt8]) -> (Int, GCRA.Verdict)? {
+        for i in 0..<keyTables.count {
+            let verdict = keyTables[i].admit(key, now: now, name: name)
+            if case .refused = verdict {
+                refundKey(i, keyFingerprint: key)
+                return (i, verdict)
+            }
+        }
+        return nil
+    }
+
     /// Gives back the charges of the first `count` head limits (`by: route` has the one
     /// fingerprint 0; `by: ip` the client's).
     func refundHead(_ count: Int, ipFingerprint: UInt64) {
-        for l in head.prefix(count) { l.table.refund(l.rule.by == .ip ? ipFingerprint : 0) }
+        for i in 0..<min(count, headTables.count) { headTables[i].refund(headByIP[i] ? ipFingerprint : 0) }
     }
 
     /// Gives back the charges of the first `count` key limits.
     func refundKey(_ count: Int, keyFingerprint: UInt64) {
-        for l in key.prefix(count) { l.table.refund(keyFingerprint) }
+        for i in 0..<min(count, keyTables.count) { keyTables[i].refund(keyFingerprint) }
     }
 
     /// Words for a refused call's message: "20 calls per second per IP (burst 40)".

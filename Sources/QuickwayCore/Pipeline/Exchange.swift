@@ -20,7 +20,10 @@ class Exchange {
     var body: [UInt8] = []
     let requestId: RequestId
     let startNanos: UInt64
-    let clientAddress: String
+    /// The connection's peer, read once per connection (`Peer`).
+    let peer: Peer
+    /// The peer's address as text.
+    var clientAddress: String { peer.text }
     /// The client came over TLS: `X-Forwarded-Proto: https`, and its cached answers are
     /// kept apart from plain-HTTP ones (a backend may write the scheme into them).
     var overTLS = false
@@ -57,6 +60,9 @@ class Exchange {
     var upstreamAddress: String?
     /// The key id of a verified signature, sent upstream as `X-Quickway-Key`.
     var authKeyId: String?
+    /// The verified key's fingerprint for limits `by: key`, when the verifier had it
+    /// worked out (configured keys); else the limit stage hashes `authKeyId`.
+    var authKeyFingerprint: UInt64?
     /// Scheme named in `WWW-Authenticate` on 401 answers.
     var authChallenge: String?
     /// The `Allow` value of a 405 answer (the methods the path answers).
@@ -81,13 +87,13 @@ class Exchange {
     func withHead<R>(_ body: (borrowing HTTPRequestHead) -> R) -> R { body(head) }
 
     /// `head` is moved in, not copied (a copy retained its array).
-    init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String, handler: RequestHandler) {
+    init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, peer: Peer, handler: RequestHandler) {
         self.handler = handler
         isHeadRequest = head.methodIs("HEAD")
         self.head = head
         self.sink = sink
         self.requestId = requestId
-        self.clientAddress = clientAddress
+        self.peer = peer
         self.startNanos = Clock.monotonicNanos()
     }
 

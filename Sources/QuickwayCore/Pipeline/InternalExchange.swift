@@ -70,7 +70,7 @@ extension StreamLayer {
     /// exchange is answered the same way. Returns the exchange (nil if refused that
     /// early), which the caller may `cancel()` if it stops waiting. Loop thread.
     @discardableResult
-    func runInternal(head: [UInt8], body: [UInt8] = [], peer: String = "internal",
+    func runInternal(head: [UInt8], body: [UInt8] = [], peer: Peer = "internal",
                      completion: @escaping (InternalResponse) -> Void) -> Exchange? {
         let sink = InternalSink(maxBodyBytes: limits.maxBodyBytes, completion)
         var parser = HTTPRequestParser(maxHeadBytes: limits.maxHeaderBytes, maxBodyBytes: limits.maxBodyBytes,

@@ -65,8 +65,8 @@ final class ProxyContext: Exchange {
 
     override func clientLeft() { pipeline.clientLeft(self) }
 
-    init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String, pipeline: ProxyPipeline) {
-        super.init(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, handler: pipeline)
+    init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, peer: Peer, pipeline: ProxyPipeline) {
+        super.init(head: head, sink: sink, requestId: requestId, peer: peer, handler: pipeline)
     }
 }
 

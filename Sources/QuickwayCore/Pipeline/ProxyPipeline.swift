@@ -157,8 +157,8 @@ final class ProxyPipeline: RequestHandler {
 
     // MARK: RequestHandler (called by the codec)
 
-    func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) -> Exchange {
-        ProxyContext(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, pipeline: self)
+    func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, peer: Peer) -> Exchange {
+        ProxyContext(head: head, sink: sink, requestId: requestId, peer: peer, pipeline: self)
     }
 
     /// The exchange as this pipeline made it (`makeExchange`).
@@ -173,7 +173,7 @@ final class ProxyPipeline: RequestHandler {
         ctx.setOwned()
         if case let .refuse(code, message) = routeStage.run(ctx) { return (code, message) }
         guard let route = ctx.route else { preconditionFailure("the route stage went on without a route") }
-        for i in 1..<firstBodyStage {
+        for i in 1..<firstBodyStage where !route.skips(order[i]) {
             switch run(order[i], ctx, route) {
             case .next: continue
             case let .refuse(code, message): return (code, message)
@@ -203,6 +203,7 @@ final class ProxyPipeline: RequestHandler {
         while ctx.nextStage < order.count {
             let kind = order[ctx.nextStage]
             ctx.nextStage += 1
+            if route.skips(kind) { continue }
             switch run(kind, ctx, route) {
             case .next: continue
             case let .refuse(code, message): ctx.exchange.respondError(code, message); return

@@ -3,7 +3,7 @@ import Glibc
 /// or the demo backends. Called on the connection's event-loop thread only.
 protocol RequestHandler: AnyObject {
     /// Makes the exchange for a parsed head (the proxy's carries its stages' state).
-    func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) -> Exchange
+    func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, peer: Peer) -> Exchange
     /// Called once the head is parsed, before the body is read. Return an error to
     /// refuse the request early (no route, method not allowed, ...): the gateway then
     /// answers it without reading the body, so `Expect: 100-continue` clients never
@@ -16,7 +16,7 @@ protocol RequestHandler: AnyObject {
 
 extension RequestHandler {
     /// A plain exchange, for handlers that keep no state of their own per request.
-    func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, clientAddress: String) -> Exchange {
-        Exchange(head: head, sink: sink, requestId: requestId, clientAddress: clientAddress, handler: self)
+    func makeExchange(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, peer: Peer) -> Exchange {
+        Exchange(head: head, sink: sink, requestId: requestId, peer: peer, handler: self)
     }
 }

@@ -43,6 +43,14 @@ final class Route {
     /// (`ResponseHeadEdit`): its steps in order (CORS last, so the gateway's CORS fields
     /// are what the client gets), nil when none.
     let responseHeadEdit: ResponseHeadEdit?
+    /// The optional stages with nothing to do on this route, one bit per `StageKind`:
+    /// the pipeline's order is shared by every route (nginx's phase array), and a route
+    /// without IP rules, CORS, a rewrite or limits passes those steps with a bit test
+    /// instead of a call that would only continue.
+    private let skipped: UInt32
+
+    /// Whether `kind` has nothing to do on this route.
+    @inline(__always) func skips(_ kind: StageKind) -> Bool { skipped & (1 << UInt32(kind.rawValue)) != 0 }
 
     init(_ entry: RouteTable.Entry, statSlot: Int, service: ServiceRuntime) {
         config = entry.config
@@ -58,5 +66,13 @@ final class Route {
         if let rules = entry.config.responseHeaders { edits.append(rules) }
         if let cors { edits.append(cors) }
         responseHeadEdit = ResponseHeadEditChain.of(edits)
+        let c = entry.config
+        var idle: [StageKind] = []
+        if c.access == nil { idle.append(.access) }
+        if c.cors == nil { idle.append(.cors) }
+        if c.rewrite == nil { idle.append(.rewrite) }
+        if !c.rateLimits.contains(where: { $0.by != .key }) { idle.append(.rateLimitHead) }
+        if !c.rateLimits.contains(where: { $0.by == .key }) && c.quota == nil { idle.append(.rateLimitKey) }
+        skipped = idle.reduce(0) { $0 | (1 << UInt32($1.rawValue)) }
     }
 }

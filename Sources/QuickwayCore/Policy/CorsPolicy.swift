@@ -169,7 +169,14 @@ final class CorsPolicy: ResponseHeadEdit {
         let origin = allowedOrigin(request)
         var out: [UInt8] = []
         out.reserveCapacity(lines.count + 128 + actualTail.count)
+        // The backend's `Vary` may come in several lines (one list, RFC 9110 5.3): Origin
+        // is added once, to the first, unless some line already names it or `*`.
         var varied = false
+        HeaderLines.forEach(lines) { name, value, _ in
+            let n = UnsafeRawBufferPointer(rebasing: lines[name])
+            if n.count == 4 && HostPattern.equalIgnoringCase(n, from: 0, Self.varyName)
+                && Self.listsOriginOrStar(UnsafeRawBufferPointer(rebasing: lines[value])) { varied = true }
+        }
         HeaderLines.forEach(lines) { name, value, line in
             let n = UnsafeRawBufferPointer(rebasing: lines[name])
             // The gateway owns the CORS fields of a cors route.
@@ -177,14 +184,10 @@ final class CorsPolicy: ResponseHeadEdit {
             if !varied && n.count == 4 && HostPattern.equalIgnoringCase(n, from: 0, Self.varyName) {
                 varied = true
                 let v = UnsafeRawBufferPointer(rebasing: lines[value])
-                if Self.listsOriginOrStar(v) {
-                    out += UnsafeRawBufferPointer(rebasing: lines[line])
-                } else {
-                    out += UnsafeRawBufferPointer(rebasing: lines[name])
-                    out += ": ".utf8
-                    out += v
-                    out += (v.isEmpty ? "Origin\r\n" : ", Origin\r\n").utf8
-                }
+                out += UnsafeRawBufferPointer(rebasing: lines[name])
+                out += ": ".utf8
+                out += v
+                out += (v.isEmpty ? "Origin\r\n" : ", Origin\r\n").utf8
                 return
             }
             out += UnsafeRawBufferPointer(rebasing: lines[line])

@@ -181,6 +181,8 @@ public enum PrometheusText {
         w.sample("quickway_rate_limit_entries", [], Double(f.entries))
         w.family("quickway_rate_limit_evicted_live_total", "counter", "Live rate-limit entries forgotten to stay within rate_limits.max_entries.")
         w.sample("quickway_rate_limit_evicted_live_total", [], Double(f.evictedLive))
+        w.family("quickway_rate_limit_unshared_calls_total", "counter", "Calls a shared (Redis) rate limit admitted while its sync had no room for the client: limited by this gateway alone.")
+        w.sample("quickway_rate_limit_unshared_calls_total", [], Double(f.unshared))
     }
 
     /// The shared Redis tier (only when `redis` is configured).

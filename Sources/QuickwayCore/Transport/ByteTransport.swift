@@ -5,7 +5,7 @@
 protocol ByteTransport: AnyObject {
     var input: ByteBuffer { get }
     var output: ByteBuffer { get }
-    var peer: String { get }
+    var peer: Peer { get }
     var closed: Bool { get }
     /// Whether `input` is at its read-ahead limit (reading would stop).
     var inputIsFull: Bool { get }

@@ -7,7 +7,7 @@
 final class MemoryTransport: ByteTransport {
     let input = ByteBuffer(capacity: 4096, lazy: true)
     let output = ByteBuffer(capacity: 4096, lazy: true)
-    let peer: String
+    let peer: Peer
     let isTLS: Bool
     let negotiatedH2: Bool
     var isReady: Bool { true }
@@ -29,7 +29,7 @@ final class MemoryTransport: ByteTransport {
         }
     }
 
-    init(peer: String = "127.0.0.9", isTLS: Bool = false, negotiatedH2: Bool = false) {
+    init(peer: Peer = "127.0.0.9", isTLS: Bool = false, negotiatedH2: Bool = false) {
         self.peer = peer
         self.isTLS = isTLS
         self.negotiatedH2 = negotiatedH2

@@ -41,7 +41,7 @@ class TransportUser {
 /// `EndOfTurnRelease`). Thread rule: everything runs on the owning worker's loop.
 final class TCPTransport {
     let fd: Int32
-    let peer: String
+    let peer: Peer
     let isEdgeTriggered: Bool
     /// Storage taken on the first byte and given back while idle (`releaseIdleBuffers`);
     /// the objects themselves dropped by the HTTP/1.1 codec between requests
@@ -92,7 +92,7 @@ final class TCPTransport {
     /// together read as "socket empty" and the reset is never reported again; the call
     /// would wait for its response timeout. A client that does this has left anyway.
     /// Level-triggered, whatever is left is reported at the next loop turn.
-    init(fd: Int32, peer: String, base: OpaquePointer, readAheadLimit: Int, pool: BufferPool? = nil, edgeTriggered: Bool = true) {
+    init(fd: Int32, peer: Peer, base: OpaquePointer, readAheadLimit: Int, pool: BufferPool? = nil, edgeTriggered: Bool = true) {
         self.fd = fd
         isEdgeTriggered = edgeTriggered
         // With a pool, no buffer objects until bytes arrive (`takeOwnBuffers` in `readNow`).

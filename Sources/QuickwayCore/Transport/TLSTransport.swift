@@ -19,7 +19,7 @@ import CQuickwayShims
 /// still uses. Thread rule: the owning worker's loop only.
 final class TLSTransport: ByteTransport {
     let fd: Int32
-    let peer: String
+    let peer: Peer
     /// As `TCPTransport`'s: storage given back while idle, objects dropped between requests.
     @exclusivity(unchecked) private(set) var input: ByteBuffer
     @exclusivity(unchecked) private(set) var output: ByteBuffer
@@ -47,7 +47,7 @@ final class TLSTransport: ByteTransport {
     private var discarding = false
     private(set) var closed = false
 
-    init(fd: Int32, peer: String, base: OpaquePointer, context: TLSContext, stats: WorkerStats, readAheadLimit: Int, pool: BufferPool? = nil) {
+    init(fd: Int32, peer: Peer, base: OpaquePointer, context: TLSContext, stats: WorkerStats, readAheadLimit: Int, pool: BufferPool? = nil) {
         // With a pool, no buffer objects until bytes arrive (`takeOwnBuffers` in `readNow`).
         input = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)
         output = pool?.idleStandIn ?? ByteBuffer(capacity: 4096, lazy: true)

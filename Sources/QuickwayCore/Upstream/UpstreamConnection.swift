@@ -52,7 +52,7 @@ final class UpstreamConnection: TransportUser {
     static let edgeTriggered = false
 
     init(fd: Int32, peer: String, memberKey: ObjectIdentifier, pool: UpstreamPool) {
-        transport = TCPTransport(fd: fd, peer: peer, base: pool.base, readAheadLimit: Self.readAheadLimit, pool: pool.buffers,
+        transport = TCPTransport(fd: fd, peer: Peer(label: peer), base: pool.base, readAheadLimit: Self.readAheadLimit, pool: pool.buffers,
                                  edgeTriggered: Self.edgeTriggered)
         self.memberKey = memberKey
         self.pool = pool

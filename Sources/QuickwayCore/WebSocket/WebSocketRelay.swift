@@ -91,7 +91,7 @@ final class WebSocketRelay: ClientConnection {
         let max = h.config.maxMessageBytes
         client = WebSocketEndpoint(transport: clientTransport, isClient: true,
                                    parser: WebSocketFrameParser(expectMasked: true, compressionNegotiated: h.deflate, maxMessageBytes: max))
-        let up = TCPTransport(fd: h.upstreamFD, peer: h.upstreamPeer, base: worker.base, readAheadLimit: WebSocketRelayLimits.upstreamReadAhead,
+        let up = TCPTransport(fd: h.upstreamFD, peer: Peer(label: h.upstreamPeer), base: worker.base, readAheadLimit: WebSocketRelayLimits.upstreamReadAhead,
                               pool: worker.bufferPool)
         up.takeOwnBuffers()
         if !h.upstreamLeftover.isEmpty { up.input.append(h.upstreamLeftover) }

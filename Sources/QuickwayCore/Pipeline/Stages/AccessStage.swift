@@ -11,11 +11,12 @@ final class AccessStage: RequestStage {
 
     func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
         guard let rules = route.access else { return .next }
-        let client = ctx.withHead { trusted.clientAddress(peer: ctx.clientAddress, head: $0) }
+        // The connection's address, parsed when it was accepted (or the trusted chain's).
+        let client = ctx.withHead { trusted.client(of: ctx.peer, head: $0) }
         // An address that does not parse (it cannot, from a socket or a trusted chain)
         // is refused rather than let through.
-        guard let address = IPAddress.parse(client), rules.permits(address) else {
-            return .refuse(.forbiddenIP, "client address \(client) may not use route \(route.config.name)")
+        guard let address = client.address, rules.permits(address) else {
+            return .refuse(.forbiddenIP, "client address \(client.text) may not use route \(route.config.name)")
         }
         return .next
     }

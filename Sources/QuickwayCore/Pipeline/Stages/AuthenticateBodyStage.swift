@@ -49,7 +49,7 @@ final class AuthenticateBodyStage: RequestStage {
                 let local = auth.rememberNonce(p, nonce: nonce, head: head, nowMillis: now)
                 // Redis holds the claim: a local store that cannot keep a copy is no refusal.
                 switch local {
-                case .overloaded, .keyOverShare: verdict = .accepted(keyId: p.key.id)
+                case .overloaded, .keyOverShare: verdict = .accepted(keyId: p.key.id, fingerprint: p.key.fingerprint)
                 default: verdict = local
                 }
             case .replayed:
@@ -72,9 +72,10 @@ final class AuthenticateBodyStage: RequestStage {
     /// Counts the verdict and answers a refused call.
     private func conclude(_ exchange: Exchange, _ verdict: Authenticator.Verdict) -> StageResult {
         switch verdict {
-        case .accepted(let keyId):
+        case let .accepted(keyId, fingerprint):
             stats.authAccepted()
             exchange.authKeyId = keyId
+            exchange.authKeyFingerprint = fingerprint
             return .next
         case let .rejected(r, message):
             stats.authRejected(r)

@@ -19,29 +19,34 @@ final class RateLimitHeadStage: RequestStage {
 
     func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
         guard let limits = index.limits(route), !limits.head.isEmpty else { return .next }
-        let now = Int64(Clock.monotonicNanos())
-        // The client's address and fingerprint, worked out once if a limit counts by IP.
-        let address = limits.countsByIP ? ClientAddressKey.clientAddress(ctx, trusted: trusted) : ""
-        let ip = limits.countsByIP ? ClientAddressKey.fingerprint(address) : 0
-        // By index, the table read in place: no copy of each limit (its rule and name).
-        for i in limits.head.indices {
-            let table = limits.head[i].table
-            let byIP = limits.head[i].rule.by == .ip
-            if table.shared, let refusal = SharedLimitCheck.refusal(registry) {
-                limits.refundHead(i, ipFingerprint: ip)
-                return refusal
+        // Redis down with `fail_closed`: refused before anything is charged.
+        if limits.headShared, let refusal = SharedLimitCheck.refusal(registry) { return refusal }
+        // The client's fingerprint: the connection's, worked out when it was accepted,
+        // unless a trusted proxy names the client (read from this request's head then).
+        var ip: UInt64 = 0
+        var named: Peer? = nil
+        if limits.countsByIP {
+            if trusted.isEmpty {
+                ip = ctx.peer.fingerprint
+            } else {
+                let client = ctx.withHead { trusted.client(of: ctx.peer, head: $0) }
+                ip = client.fingerprint
+                named = client
             }
-            let verdict = table.admit(byIP ? ip : 0, now: now) {
-                byIP ? ClientAddressKey.sharedName(address) : Array("route".utf8)
-            }
-            if case let .refused(wait, full) = verdict {
-                let l = limits.head[i]
-                limits.refundHead(i, ipFingerprint: ip)
-                registry.countRefusal(route: limits.routeName, code: .rateLimited, byKey: false, keyId: nil)
-                ctx.retryAfterSeconds = Int(RateLimitFields.secondsUp(wait))
-                ctx.rateLimitFields = RateLimitFields.rateLimit(name: l.name, gcra: l.table.gcra, fullNanos: full)
-                return .refuse(.rateLimited, "route \(limits.routeName) allows \(RouteLimits.describe(l.rule)); retry in \(ctx.retryAfterSeconds ?? 1)s")
-            }
+        }
+        // The call counts at its arrival: the head has just been read (no second clock read).
+        let now = Int64(ctx.startNanos)
+        // A shared limit names the client for Redis; a local one needs no name (and no
+        // closure holding the context).
+        let refused = !limits.headShared ? limits.admitHead(ip: ip, now: now) { _ in [] } : limits.admitHead(ip: ip, now: now) { byIP in
+            byIP ? ClientAddressKey.sharedName((named ?? ctx.peer).text) : Array("route".utf8)
+        }
+        if let (i, verdict) = refused, case let .refused(wait, full) = verdict {
+            let l = limits.head[i]
+            registry.countRefusal(route: limits.routeName, code: .rateLimited, byKey: false, keyId: nil)
+            ctx.retryAfterSeconds = Int(RateLimitFields.secondsUp(wait))
+            ctx.rateLimitFields = RateLimitFields.rateLimit(name: l.name, gcra: l.table.gcra, fullNanos: full)
+            return .refuse(.rateLimited, "route \(limits.routeName) allows \(RouteLimits.describe(l.rule)); retry in \(ctx.retryAfterSeconds ?? 1)s")
         }
         ctx.limitCharges = LimitCharges(head: limits.head.count, ipFingerprint: ip)
         return .next

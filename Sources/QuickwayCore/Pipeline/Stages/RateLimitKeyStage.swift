@@ -18,24 +18,21 @@ final class RateLimitKeyStage: RequestStage {
 
     func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
         guard let limits = index.limits(route), !limits.key.isEmpty || limits.quota != nil else { return .next }
-        let keyId = ctx.authKeyId
-        let key = ClientAddressKey.fingerprint(keyId: keyId)
+        // The fingerprint worked out when the key was configured; the key id itself (a
+        // string) is read only for a shared limit's name or a refusal.
+        let key = ctx.authKeyFingerprint ?? ClientAddressKey.fingerprint(keyId: ctx.authKeyId)
         if !limits.key.isEmpty {
-            let now = Int64(Clock.monotonicNanos())
-            // By index, the table read in place: no copy of each limit (its rule and name).
-            for i in limits.key.indices {
-                let table = limits.key[i].table
-                if table.shared, let refusal = SharedLimitCheck.refusal(registry) {
-                    limits.refundKey(i, keyFingerprint: key)
-                    limits.refundHead(ctx.limitCharges.head, ipFingerprint: ctx.limitCharges.ipFingerprint)
-                    return refusal
-                }
-                let verdict = table.admit(key, now: now) { keyId.map { Array($0.utf8) } ?? Array("~anonymous".utf8) }
-                guard case let .refused(wait, full) = verdict else { continue }
-                let l = limits.key[i]
-                limits.refundKey(i, keyFingerprint: key)
+            if limits.keyShared, let refusal = SharedLimitCheck.refusal(registry) {
                 limits.refundHead(ctx.limitCharges.head, ipFingerprint: ctx.limitCharges.ipFingerprint)
-                registry.countRefusal(route: limits.routeName, code: .rateLimited, byKey: true, keyId: keyId)
+                return refusal
+            }
+            let now = Int64(Clock.monotonicNanos())
+            let refused = !limits.keyShared ? limits.admitKey(key, now: now) { [] }
+                : limits.admitKey(key, now: now) { ctx.authKeyId.map { Array($0.utf8) } ?? Array("~anonymous".utf8) }
+            if let (i, verdict) = refused, case let .refused(wait, full) = verdict {
+                let l = limits.key[i]
+                limits.refundHead(ctx.limitCharges.head, ipFingerprint: ctx.limitCharges.ipFingerprint)
+                registry.countRefusal(route: limits.routeName, code: .rateLimited, byKey: true, keyId: ctx.authKeyId)
                 ctx.retryAfterSeconds = Int(RateLimitFields.secondsUp(wait))
                 ctx.rateLimitFields = RateLimitFields.rateLimit(name: l.name, gcra: l.table.gcra, fullNanos: full)
                 return .refuse(.rateLimited, "route \(limits.routeName) allows \(RouteLimits.describe(l.rule)); retry in \(ctx.retryAfterSeconds ?? 1)s")
@@ -46,7 +43,7 @@ final class RateLimitKeyStage: RequestStage {
             if case .refused(let reset) = table.admit(key, unixSeconds: unix) {
                 limits.refundKey(limits.key.count, keyFingerprint: key)
                 limits.refundHead(ctx.limitCharges.head, ipFingerprint: ctx.limitCharges.ipFingerprint)
-                registry.countRefusal(route: limits.routeName, code: .quotaExceeded, byKey: true, keyId: keyId)
+                registry.countRefusal(route: limits.routeName, code: .quotaExceeded, byKey: true, keyId: ctx.authKeyId)
                 ctx.retryAfterSeconds = Int(reset)
                 ctx.rateLimitFields = RateLimitFields.quota(name: "quota", limit: table.limit, windowSeconds: table.windowSeconds, resetSeconds: reset)
                 let window = rule.limit.periodSeconds == 3600 ? "hour" : "day"
