@@ -28,7 +28,7 @@ final class ReloadPolicyTests: XCTestCase {
     func testRateLimitChangesAreNamed() throws {
         let old = try config(routes: "routes:\n  - { name: read, match: { path_prefix: /catalog/ }, service: catalog, rate_limit: [{ by: ip, rate: 20/s, burst: 40 }] }")
         let new = try config(limits: "rate_limits: { sync_interval: 250ms }",
-                             routes: "routes:\n  - { name: read, match: { path_prefix: /catalog/ }, service: catalog, rate_limit: [{ by: ip, rate: 20/s, burst: 40 }, { by: key, rate: 5/s }], quota: { limit: 1000/d } }")
+                             routes: "routes:\n  - { name: read, match: { path_prefix: /catalog/ }, service: catalog, rate_limit: [{ by: ip, rate: 20/s, burst: 40 }, { by: key, rate: 5/s }], quota: { by: key, limit: 1000/d } }")
         let plan = ReloadPolicy.plan(running: old, loaded: new)
         XCTAssertEqual(plan.changes, [
             "route read changed",
