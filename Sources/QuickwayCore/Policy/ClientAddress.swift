@@ -19,13 +19,4 @@ extension TrustedProxies {
         let sent = Self.forwardedFor(head)
         return clientAddress(peer: peer, forwardedFor: sent.isEmpty ? nil : sent)
     }
-
-    /// The client of a request received from `peer`: the peer itself (no work) unless it
-    /// is a trusted proxy; then the address its `X-Forwarded-For` names, read and
-    /// fingerprinted for this request.
-    func client(of peer: Peer, head: borrowing HTTPRequestHead) -> Peer {
-        guard !isEmpty, contains(peer.text) else { return peer }
-        let sent = Self.forwardedFor(head)
-        return Peer(clientAddress(peer: peer.text, forwardedFor: sent.isEmpty ? nil : sent))
-    }
 }

@@ -29,3 +29,15 @@ public struct Peer: Sendable, ExpressibleByStringLiteral, CustomStringConvertibl
 
     public var description: String { text }
 }
+
+/// The one reading of the client (`Policy/ClientAddress.swift`), for a `Peer`.
+extension TrustedProxies {
+    /// The client of a request received from `peer`: the peer itself (no work) unless it
+    /// is a trusted proxy; then the address its `X-Forwarded-For` names, read and
+    /// fingerprinted for this request.
+    func client(of peer: Peer, head: borrowing HTTPRequestHead) -> Peer {
+        guard !isEmpty, contains(peer.text) else { return peer }
+        let sent = Self.forwardedFor(head)
+        return Peer(clientAddress(peer: peer.text, forwardedFor: sent.isEmpty ? nil : sent))
+    }
+}
