@@ -47,6 +47,10 @@ class FaultyBackend(socketserver.ThreadingTCPServer):
     a truncated chunked body, or a large body for slow readers."""
     allow_reuse_address = True
     daemon_threads = True
+    # socketserver's default backlog of 5 drops SYNs when 8 calls connect at once on a
+    # busy machine; the retransmit comes after the 300 ms connect timeout, and the call
+    # fails as unreachable instead of on the fault it is meant to meet.
+    request_queue_size = 128
 
 
 class FaultyHandler(socketserver.BaseRequestHandler):
