@@ -53,6 +53,10 @@ routes:
   - name: off
     match: { path_prefix: /off/ }
     service: api
+  - name: inflate
+    match: { path_prefix: /z/ }
+    service: api
+    decompress_requests: true
 """
 
 
@@ -148,6 +152,17 @@ class CompressingBackend(BaseHTTPRequestHandler):
         return self.send(404, b'{"missing": true}', j)
 
     do_HEAD = do_GET
+
+    def do_POST(self):
+        """Echoes what arrived: the body's length and hash, and its Content-Encoding."""
+        srv = self.server
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        with srv.lock:
+            srv.calls[self.path] = srv.calls.get(self.path, 0) + 1
+        out = json.dumps({"length": len(body), "sha": hashlib.sha256(body).hexdigest(),
+                          "content_encoding": self.headers.get("Content-Encoding")}).encode()
+        self.send(200, out, {"Content-Type": "application/json"})
 
 
 @pytest.fixture(scope="module")
@@ -405,3 +420,70 @@ def test_100_mib_streamed_with_flat_memory(gw, coding):
     assert wire < total / 4
     print(f"\n{coding}: 100 MiB -> {wire} bytes on the wire; RSS {before // 1024} MiB before, peak {peak // 1024} MiB")
     assert peak - before < 32 * 1024, f"RSS grew by {(peak - before) // 1024} MiB while streaming 100 MiB"
+
+
+def post(g, path, body, encoding):
+    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=20)
+    try:
+        headers = {"Content-Type": "application/json"}
+        if encoding:
+            headers["Content-Encoding"] = encoding
+        conn.request("POST", path, body=body, headers=headers)
+        r = conn.getresponse()
+        return r.status, json.loads(r.read() or b"{}")
+    finally:
+        conn.close()
+
+
+REQUEST = json_body(300_000, seed=9)
+
+
+@pytest.mark.parametrize("coding,encode", [
+    ("gzip", gzip.compress),
+    ("deflate", zlib.compress),   # RFC 9110 8.4.1.2: the zlib format
+    ("br", brotli.compress),
+    ("zstd", lambda b: zstandard.ZstdCompressor().compress(b)),
+])
+def test_request_bodies_decoded_on_routes_that_ask(gw, coding, encode):
+    status, seen = post(gw, f"/z/{coding}", encode(REQUEST), coding)
+    assert status == 200
+    assert seen == {"length": len(REQUEST), "sha": hashlib.sha256(REQUEST).hexdigest(), "content_encoding": None}
+
+
+def test_request_bodies_pass_as_sent_elsewhere(gw):
+    sent = gzip.compress(REQUEST)
+    status, seen = post(gw, "/off/gz", sent, "gzip")
+    assert status == 200 and seen["length"] == len(sent) and seen["content_encoding"] == "gzip"
+    # Two codings: not decoded (half-decoding would change what the header says).
+    twice = gzip.compress(brotli.compress(REQUEST))
+    status, seen = post(gw, "/z/twice", twice, "br, gzip")
+    assert status == 200 and seen["length"] == len(twice) and seen["content_encoding"] == "br, gzip"
+
+
+@pytest.mark.parametrize("coding,encode", [
+    ("gzip", gzip.compress),
+    ("br", brotli.compress),
+    ("zstd", lambda b: zstandard.ZstdCompressor().compress(b)),
+])
+def test_a_compressed_bomb_is_refused_within_the_limit(gw, backend, coding, encode):
+    """64 MiB of zeros in a few KiB: past limits.max_body_bytes (10 MiB), 413, and the
+    backend never sees it; the gateway's memory does not grow by the bomb's size."""
+    bomb = encode(b"\0" * (64 << 20))
+    assert len(bomb) < 1 << 20
+    before = rss_kb(gw.proc.pid)
+    path = f"/z/bomb-{coding}"
+    status, err = post(gw, path, bomb, coding)
+    assert status == 413 and err["error"]["code"] == "body_too_large"
+    assert backend.calls.get(path) is None
+    assert rss_kb(gw.proc.pid) - before < 32 * 1024
+
+
+def test_a_ratio_past_100_is_refused_under_the_size_limit(gw):
+    status, err = post(gw, "/z/ratio", gzip.compress(b"\0" * (4 << 20)), "gzip")
+    assert status == 413 and err["error"]["code"] == "body_too_large"
+
+
+def test_a_body_that_does_not_decode_is_a_bad_request(gw, backend):
+    status, err = post(gw, "/z/broken", b"this is not gzip", "gzip")
+    assert status == 400 and err["error"]["code"] == "bad_request"
+    assert backend.calls.get("/z/broken") is None

@@ -468,6 +468,7 @@ public enum ConfigLoader {
         }
         if let v = m.bool("coalesce") { r.coalesce = v }
         if let v = m.bool("compression") { r.compression = v }
+        if let v = m.bool("decompress_requests") { r.decompressRequests = v }
         if let v = m.int("coalesce_max_waiters", in: 1...1_000_000) { r.coalesceMaxWaiters = v }
         if let v = positive(m, "coalesce_wait") { r.coalesceWaitMillis = v }
         if m.node("websocket") != nil {

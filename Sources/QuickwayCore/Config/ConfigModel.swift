@@ -368,4 +368,7 @@ public struct RouteConfig: Sendable, Equatable {
     public var quota: QuotaRule?
     /// `compression`: answers are compressed as the `compression` section says.
     public var compression = false
+    /// `decompress_requests`: request bodies sent with a `Content-Encoding` are decoded
+    /// (bounded) before they go upstream.
+    public var decompressRequests = false
 }

@@ -51,6 +51,8 @@ final class ProxyPipeline: RequestHandler {
     let rateLimitKeyStage: RateLimitKeyStage?
     /// Nil when no route has `compression: true`.
     let compressionStage: CompressionStage?
+    /// Nil when no route has `decompress_requests: true`.
+    let decompressRequestStage: DecompressRequestStage?
     let answerStages: [AnswerStage]
     /// Index in `order` of the first stage that needs the body.
     private let firstBodyStage: Int
@@ -127,6 +129,15 @@ final class ProxyPipeline: RequestHandler {
         } else {
             compressionStage = nil
         }
+        // Request bodies decoded (`decompress_requests`): after authentication (the
+        // signature covers the bytes as sent), just before forwarding.
+        if config.routes.contains(where: { $0.decompressRequests }) {
+            let decompress = DecompressRequestStage(config: config, routes: routes)
+            decompressRequestStage = decompress
+            inOrder.insert((.decompressRequest, decompress), at: inOrder.count - 1)
+        } else {
+            decompressRequestStage = nil
+        }
         order = [.route] + inOrder.map(\.0)
         firstBodyStage = 1 + (inOrder.firstIndex { $0.1.needsBody } ?? inOrder.count)
         // Each says when it applies: an upstream answer none applies to goes straight
@@ -156,6 +167,7 @@ final class ProxyPipeline: RequestHandler {
         case .rateLimitHead: return rateLimitHeadStage?.run(ctx, route) ?? .next
         case .rateLimitKey: return rateLimitKeyStage?.run(ctx, route) ?? .next
         case .compression: return compressionStage?.run(ctx, route) ?? .next
+        case .decompressRequest: return decompressRequestStage?.run(ctx, route) ?? .next
         }
     }
 
