@@ -26,6 +26,14 @@ let package = Package(
         // Route path rewrites (`rewrite.path_regex`): PCRE2 with its JIT, as nginx uses.
         .systemLibrary(name: "CPCRE2", pkgConfig: "libpcre2-8",
                        providers: [.apt(["libpcre2-dev"])]),
+        // Answer compression (`compression`): gzip (zlib), brotli and zstd, each through
+        // its streaming API.
+        .systemLibrary(name: "CZlib", pkgConfig: "zlib",
+                       providers: [.apt(["zlib1g-dev"])]),
+        .systemLibrary(name: "CBrotli", pkgConfig: "libbrotlienc",
+                       providers: [.apt(["libbrotli-dev"])]),
+        .systemLibrary(name: "CZstd", pkgConfig: "libzstd",
+                       providers: [.apt(["libzstd-dev"])]),
         // Typed C wrappers for libcurl's variadic calls, which Swift cannot call, and
         // hiredis (libhiredis-dev) with its libevent adapter for the shared Redis tier.
         .target(name: "CQuickwayShims", dependencies: ["CCurl", "COpenSSL", "CLibevent"],
@@ -34,6 +42,7 @@ let package = Package(
         .target(
             name: "QuickwayCore",
             dependencies: ["CLibevent", "CCurl", "COpenSSL", "CNghttp2", "CPCRE2", "CQuickwayShims",
+                           "CZlib", "CBrotli", "CZstd",
                            .product(name: "Yams", package: "Yams"),
                            .product(name: "Logging", package: "swift-log")]
             // Release builds use SwiftPM's -O: bounds and overflow checks stay on in the
@@ -44,7 +53,7 @@ let package = Package(
         // Config-loader fuzz harness (scripts/dev/fuzz.sh builds it with libFuzzer).
         .executableTarget(name: "quickway-fuzz-config", dependencies: ["QuickwayCore"],
                           swiftSettings: [.unsafeFlags(["-parse-as-library"])]),
-        .testTarget(name: "QuickwayCoreTests", dependencies: ["QuickwayCore", "CNghttp2"]),
+        .testTarget(name: "QuickwayCoreTests", dependencies: ["QuickwayCore", "CNghttp2", "CZlib", "CBrotli", "CZstd"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -43,7 +43,11 @@
 # Case "cors": a CORS preflight answered by a route's `cors` against nginx answering the
 # same preflight with add_header and return 204 (scripts/bench/bench-cors.sh).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|cors|all]
+# Case "gzip": compressed answers of a 20 KB JSON: Quickway's compressed cache hits against
+# nginx `gzip on` and `gzip_static`, an uncached compressed proxy against nginx proxy_pass
+# with gzip, and bytes on the wire per coding and level (scripts/bench/bench-gzip.sh).
+#
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|cors|gzip|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -99,6 +103,9 @@ if [ "$CASE" = http2 ]; then
 fi
 if [ "$CASE" = cors ]; then
   exec scripts/bench/bench-cors.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
+fi
+if [ "$CASE" = gzip ]; then
+  exec scripts/bench/bench-gzip.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi
 if [ "$CASE" = redis ]; then
   exec scripts/bench/bench-redis.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in libevent-dev libcurl4-openssl-dev libssl-dev libhiredis-dev libnghttp2-dev libpcre2-dev zlib1g-dev pkg-config curl; do
+for pkg in libevent-dev libcurl4-openssl-dev libssl-dev libhiredis-dev libnghttp2-dev libpcre2-dev zlib1g-dev libbrotli-dev libzstd-dev pkg-config curl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -17,6 +17,9 @@ public final class CachedResponse: @unchecked Sendable {
     /// The answer's `Content-Encoding` (lower case) when it has one other than identity:
     /// only callers whose `Accept-Encoding` accepts it are given it.
     let contentEncoding: [UInt8]?
+    /// Compressed encodings of the body made for clients (`compression`), kept with the
+    /// entry while it is stored.
+    let encodings = EncodedVariants()
 
     /// `encodingNegotiated` false: the request this answer was fetched for did not accept
     /// its `Content-Encoding`, so the backend sends that coding to anyone (pre-compressed
@@ -75,7 +78,8 @@ public final class ResponseCache: @unchecked Sendable {
         let key: HashedKey
         let response: CachedResponse
         let expiresAt: Int64
-        let size: Int
+        /// Grows when an encoding of the answer is kept with it (`attachEncoding`).
+        var size: Int
         /// Not counted: the list holds each node through its predecessor's `next` (and
         /// the map), so `prev` must not form a cycle with it; a node's predecessor is
         /// alive while the node is in the list, and `unlink` clears it.
@@ -243,7 +247,31 @@ public final class ResponseCache: @unchecked Sendable {
             s.bytes += node.size
             s.stores += 1
         }
+        response.encodings.key = key
         return true
+    }
+
+    /// Keeps a compressed encoding of a stored answer with its entry, counted against the
+    /// entry's share of the budget (least recently used entries make room, as for a
+    /// store). Nothing is kept if the entry was replaced or dropped meanwhile (the answer
+    /// is no longer what the key holds) or the entry would outgrow its shard's budget.
+    func attachEncoding(_ bytes: [UInt8], coding: ContentCoding, to response: CachedResponse) {
+        guard let key = response.encodings.key, bytes.count <= maxObjectBytes else { return }
+        let budget = shardBudget
+        withShard(key) { s in
+            s.lock.lock()
+            defer { s.lock.unlock() }
+            guard let n = s.map.value[key], n.response === response else { return }
+            let extra = bytes.count + EncodedVariants.overhead
+            guard n.size + extra <= budget, response.encodings.add(coding, bytes) else { return }
+            n.size += extra
+            s.bytes += extra
+            if s.head !== n { s.unlink(n); s.pushFront(n) }
+            while s.bytes > budget, let victim = s.tail, victim !== n {
+                s.remove(victim)
+                s.evictions += 1
+            }
+        }
     }
 
     public enum Purge {

@@ -178,12 +178,14 @@ public enum ConfigLoader {
             c.finish()
         }
         let rateLimits = top.map("rate_limits").map { readRateLimitSettings($0) }
+        let compression = top.map("compression").map { readCompression($0) }
         top.finish()
         var config = GatewayConfig(listen: listen, workers: workers, admin: admin, tlsListen: tlsListen, http2: http2, limits: limits, log: log, auth: auth,
                                    cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
         config.workersPrivateFDTables = privateTables
         config.trustedProxies = trusted
         config.rateLimits = rateLimits ?? RateLimitSettings()
+        config.compression = compression
         if config.rateLimits.store == .redis && redis == nil { top.report("rate_limits", "store: redis needs a redis section") }
         return config
     }
@@ -465,6 +467,8 @@ public enum ConfigLoader {
             c.finish()
         }
         if let v = m.bool("coalesce") { r.coalesce = v }
+        if let v = m.bool("compression") { r.compression = v }
+        if let v = m.bool("decompress_requests") { r.decompressRequests = v }
         if let v = m.int("coalesce_max_waiters", in: 1...1_000_000) { r.coalesceMaxWaiters = v }
         if let v = positive(m, "coalesce_wait") { r.coalesceWaitMillis = v }
         if m.node("websocket") != nil {

@@ -24,6 +24,9 @@ public struct GatewayConfig: Sendable {
     public var auth: AuthConfig?
     public var cache: CacheConfig
     public var redis: RedisConfig?
+    /// `compression`: how routes with `compression: true` compress answers (nil: no
+    /// section; such routes then use the defaults).
+    public var compression: CompressionConfig?
     /// Services in file order.
     public var services: [ServiceConfig]
     /// Routes in file order; the first match wins.
@@ -363,4 +366,9 @@ public struct RouteConfig: Sendable, Equatable {
     public var rateLimits: [RateLimitRule] = []
     /// `quota`: calls per key per UTC hour or day.
     public var quota: QuotaRule?
+    /// `compression`: answers are compressed as the `compression` section says.
+    public var compression = false
+    /// `decompress_requests`: request bodies sent with a `Content-Encoding` are decoded
+    /// (bounded) before they go upstream.
+    public var decompressRequests = false
 }

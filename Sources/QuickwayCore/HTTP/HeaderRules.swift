@@ -42,6 +42,17 @@ final class HeaderRules: Sendable, Equatable {
         setCount = set.count
     }
 
+    private init(dropped: [[UInt8]], setLines: [UInt8], setCount: Int) {
+        (self.dropped, self.setLines, self.setCount) = (dropped, setLines, setCount)
+    }
+
+    /// The same rules, also leaving out fields named `name` (a request body the gateway
+    /// decoded goes without its `Content-Encoding`).
+    func alsoDropping(_ name: String) -> HeaderRules {
+        let c = Self.comparable(Array(name.utf8))
+        return HeaderRules(dropped: dropped.contains(c) ? dropped : dropped + [c], setLines: setLines, setCount: setCount)
+    }
+
     static func == (a: HeaderRules, b: HeaderRules) -> Bool {
         a.dropped == b.dropped && a.setLines == b.setLines
     }

@@ -167,9 +167,7 @@ class Exchange {
     /// Sends a head through the body filter: it may change the length and add lines.
     private func sendFiltered(_ head: ResponseHead, _ filter: ResponseBodyFilter, _ sink: ResponseSink) {
         var head = head
-        guard let extra = filter.willSend(&head), !extra.isEmpty else { return sink.sendHead(head) }
-        var lines = head.headerLines.map { Array($0) } ?? []
-        lines.append(contentsOf: extra)
+        guard let lines = filter.headLines(&head) else { return sink.sendHead(head) }
         lines.withUnsafeBytes { l in
             head.headerLines = l
             sink.sendHead(head)

@@ -28,6 +28,10 @@ final class ProxyContext: Exchange {
     /// upstream (the rewritten path, then the query as `signedTarget` or the head has it).
     var rewrittenTarget: [UInt8]?
 
+    /// Set by `DecompressRequestStage` when it decoded the body: the request rules to
+    /// forward with (the route's, and `Content-Encoding` left out). Nil: the route's.
+    var inflatedRequestRules: HeaderRules?
+
     /// What the rate-limit head stage charged, given back if a later limit refuses.
     var limitCharges = LimitCharges()
 

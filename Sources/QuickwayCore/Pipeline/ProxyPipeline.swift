@@ -49,6 +49,10 @@ final class ProxyPipeline: RequestHandler {
     /// Nil when no route has a limit or a quota (the stages are then left out).
     let rateLimitHeadStage: RateLimitHeadStage?
     let rateLimitKeyStage: RateLimitKeyStage?
+    /// Nil when no route has `compression: true`.
+    let compressionStage: CompressionStage?
+    /// Nil when no route has `decompress_requests: true`.
+    let decompressRequestStage: DecompressRequestStage?
     let answerStages: [AnswerStage]
     /// Index in `order` of the first stage that needs the body.
     private let firstBodyStage: Int
@@ -117,6 +121,23 @@ final class ProxyPipeline: RequestHandler {
             sharedTierLookupStage = nil
         }
         inOrder.append((.forward, forward))
+        // Compression: first after the route, so every answer after routing passes it.
+        if config.routes.contains(where: { $0.compression }) {
+            let compression = CompressionStage(config: config.compression ?? CompressionConfig(), cache: shared.cache)
+            compressionStage = compression
+            inOrder.insert((.compression, compression), at: 0)
+        } else {
+            compressionStage = nil
+        }
+        // Request bodies decoded (`decompress_requests`): after authentication (the
+        // signature covers the bytes as sent), just before forwarding.
+        if config.routes.contains(where: { $0.decompressRequests }) {
+            let decompress = DecompressRequestStage(config: config, routes: routes)
+            decompressRequestStage = decompress
+            inOrder.insert((.decompressRequest, decompress), at: inOrder.count - 1)
+        } else {
+            decompressRequestStage = nil
+        }
         order = [.route] + inOrder.map(\.0)
         firstBodyStage = 1 + (inOrder.firstIndex { $0.1.needsBody } ?? inOrder.count)
         // Each says when it applies: an upstream answer none applies to goes straight
@@ -145,6 +166,8 @@ final class ProxyPipeline: RequestHandler {
         case .rewrite: return rewriteStage?.run(ctx, route) ?? .next
         case .rateLimitHead: return rateLimitHeadStage?.run(ctx, route) ?? .next
         case .rateLimitKey: return rateLimitKeyStage?.run(ctx, route) ?? .next
+        case .compression: return compressionStage?.run(ctx, route) ?? .next
+        case .decompressRequest: return decompressRequestStage?.run(ctx, route) ?? .next
         }
     }
 
@@ -220,6 +243,8 @@ final class ProxyPipeline: RequestHandler {
         guard exchange.isOpen else { return }
         switch consume answer {
         case .upstream(let r):
+            // A compressed answer made from a stored one is kept with it (`respondStored`).
+            if let filter = exchange.bodyFilter as? CompressionFilter, filter.respondStored(exchange, r) { return }
             r.reason.withUnsafeBytes { reason in
                 r.headerLines.withUnsafeBytes { lines in
                     r.body.withUnsafeBytes { b in exchange.respond(status: r.status, reason: reason, headerLines: lines, body: b) }
@@ -237,6 +262,8 @@ final class ProxyPipeline: RequestHandler {
     static func respondCached(_ exchange: Exchange, _ r: CachedResponse, _ status: StaticString) {
         exchange.cacheStatus = status
         exchange.age = max(0, Int(Clock.wallSeconds() - r.receivedAt))
+        // Served in the client's coding from the entry's encodings (`CompressionFilter`).
+        if let filter = exchange.bodyFilter as? CompressionFilter, filter.respondStored(exchange, r) { return }
         r.reason.withUnsafeBytes { reason in
             r.headerLines.withUnsafeBytes { lines in
                 r.body.withUnsafeBytes { b in exchange.respond(status: r.status, reason: reason, headerLines: lines, body: b) }

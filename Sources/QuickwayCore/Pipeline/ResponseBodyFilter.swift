@@ -13,8 +13,22 @@ protocol ResponseBodyFilter: AnyObject {
     /// or by its own DATA frames). Returns complete `Name: value\r\n` lines to add (a
     /// `Content-Encoding`), or nil.
     func willSend(_ head: inout ResponseHead) -> [UInt8]?
+    /// Called once, before the head is sent, in place of `willSend` when a filter must
+    /// change or drop lines, not only add (compression: `Vary` merged, the `ETag` made
+    /// weak, `Content-Length` dropped). Returns the complete lines to send instead of the
+    /// head's, or nil for no change. The default adds `willSend`'s lines.
+    func headLines(_ head: inout ResponseHead) -> [UInt8]?
     /// A piece of the body.
     func filter(_ bytes: UnsafeRawBufferPointer, emit: (UnsafeRawBufferPointer) -> BodyWrite) -> BodyWrite
     /// The body is complete: the filter passes on what it still holds.
     func finish(emit: (UnsafeRawBufferPointer) -> BodyWrite)
+}
+
+extension ResponseBodyFilter {
+    func headLines(_ head: inout ResponseHead) -> [UInt8]? {
+        guard let extra = willSend(&head), !extra.isEmpty else { return nil }
+        var lines = head.headerLines.map { Array($0) } ?? []
+        lines.append(contentsOf: extra)
+        return lines
+    }
 }
