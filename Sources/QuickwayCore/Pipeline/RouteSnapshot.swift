@@ -45,7 +45,7 @@ final class Route {
     let responseHeadEdit: ResponseHeadEdit?
     /// The optional stages with nothing to do on this route, one bit per `StageKind`:
     /// the pipeline's order is shared by every route (nginx's phase array), and a route
-    /// without IP rules, CORS, a rewrite or limits passes those steps with a bit test
+    /// without IP rules, CORS, a rewrite, limits or compression passes those steps with a bit test
     /// instead of a call that would only continue.
     private let skipped: UInt32
 
@@ -73,6 +73,8 @@ final class Route {
         if c.rewrite == nil { idle.append(.rewrite) }
         if !c.rateLimits.contains(where: { $0.by != .key }) { idle.append(.rateLimitHead) }
         if !c.rateLimits.contains(where: { $0.by == .key }) && c.quota == nil { idle.append(.rateLimitKey) }
+        if !c.compression { idle.append(.compression) }
+        if !c.decompressRequests { idle.append(.decompressRequest) }
         skipped = idle.reduce(0) { $0 | (1 << UInt32($1.rawValue)) }
     }
 }
