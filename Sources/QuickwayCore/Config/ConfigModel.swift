@@ -363,4 +363,7 @@ public struct RouteConfig: Sendable, Equatable {
     public var rateLimits: [RateLimitRule] = []
     /// `quota`: calls per key per UTC hour or day.
     public var quota: QuotaRule?
+    /// `batch`: the route takes batch envelopes of calls (`spec/batch.md`) and answers
+    /// them itself; nil: an ordinary route.
+    public var batch: BatchConfig?
 }

@@ -49,6 +49,8 @@ final class ProxyPipeline: RequestHandler {
     /// Nil when no route has a limit or a quota (the stages are then left out).
     let rateLimitHeadStage: RateLimitHeadStage?
     let rateLimitKeyStage: RateLimitKeyStage?
+    /// Nil unless some route has `batch`.
+    let batchStage: BatchStage?
     let answerStages: [AnswerStage]
     /// Index in `order` of the first stage that needs the body.
     private let firstBodyStage: Int
@@ -108,6 +110,15 @@ final class ProxyPipeline: RequestHandler {
         } else {
             (rateLimitHeadStage, rateLimitKeyStage) = (nil, nil)
         }
+        // Batch envelopes: once the envelope is verified and its key's limits charged,
+        // before the cache (a batch is never cached); left out when no route has one.
+        if config.routes.contains(where: { $0.batch != nil }) {
+            let batch = BatchStage(worker: worker)
+            batchStage = batch
+            inOrder.insert((.batch, batch), at: inOrder.firstIndex { $0.0 == .cacheLookup }!)
+        } else {
+            batchStage = nil
+        }
         // Left out when there is no shared cache to look in (it would only continue).
         if let tier = sharedTier, tier.config.cache {
             let lookup = SharedTierLookupStage(sharedTier: tier)
@@ -145,6 +156,7 @@ final class ProxyPipeline: RequestHandler {
         case .rewrite: return rewriteStage?.run(ctx, route) ?? .next
         case .rateLimitHead: return rateLimitHeadStage?.run(ctx, route) ?? .next
         case .rateLimitKey: return rateLimitKeyStage?.run(ctx, route) ?? .next
+        case .batch: return batchStage?.run(ctx, route) ?? .next
         }
     }
 
@@ -271,6 +283,8 @@ final class ProxyPipeline: RequestHandler {
             }
             ctx.flight = nil
             relay.cancel()
+        case .batch(let run):
+            run.cancel()
         }
     }
 }

@@ -12,7 +12,9 @@ final class RouteSnapshot {
 
     init(config: GatewayConfig, statSlots: RouteStatSlots, services: [String: ServiceRuntime]) {
         table = RouteTable(config.routes)
-        routes = table.entries.map { Route($0, statSlot: statSlots.slot(for: $0.config.name), service: services[$0.config.service]!) }
+        // A batch route names no service and never forwards: it gets an empty stand-in.
+        routes = table.entries.map { Route($0, statSlot: statSlots.slot(for: $0.config.name),
+                                           service: services[$0.config.service] ?? ServiceRuntime.none(for: $0.config)) }
         hostRouting = config.routes.contains { $0.host != nil }
         answersPreflights = config.routes.contains { $0.cors != nil }
     }
