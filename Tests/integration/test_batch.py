@@ -343,3 +343,24 @@ def test_batches_over_http2(env):
         assert json.loads(bytes(r["data"]))["error"]["code"] == "bad_batch"
     finally:
         c.close()
+
+
+def test_the_example_client_signs_and_reads_both_forms(env):
+    import batch_client
+    g, _ = env
+    client = batch_client.BatchClient(g.url("/batch"), key="app-a", secret="sa", salt=SALT)
+    calls = [{"id": "x", "method": "GET", "path": "/delay/200/example"}, {"id": "y", "method": "GET", "path": "/open/example?b=2&a=1"}]
+    res = client.send(calls)
+    assert [(r["id"], r["status"]) for r in res] == [("x", 200), ("y", 200)]
+    assert batch_client.body_of(res[1]).startswith(b"{")
+    streamed = list(client.stream(calls))
+    assert [r["id"] for r in streamed] == ["y", "x"]
+    # The command line, as the README shows it.
+    import subprocess
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "batch_client.py"), "--url", g.url("/batch"),
+                          "--key", "app-a", "--salt", SALT, "GET /open/cli-1", 'POST /open/cli-2 {"item": 42}'],
+                         capture_output=True, text=True, timeout=20, env={**os.environ, "QW_SECRET": "sa"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("c0 (0): 200 ") and lines[1].startswith("c1 (1): 200 ")
+    assert '\\"item\\": 42' in lines[1] or '"item": 42' in lines[1]

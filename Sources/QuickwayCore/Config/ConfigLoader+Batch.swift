@@ -15,7 +15,9 @@ extension ConfigLoader {
         if !r.methods.isEmpty && !r.methods.contains("POST") {
             m.report("batch", "a batch envelope is a POST, and this route does not allow POST")
         }
-        for key in ["service", "cache", "coalesce", "websocket", "rewrite", "strip_prefix"] where m.node(key) != nil {
+        let upstreamOnly = [("service", m.node("service")), ("cache", m.node("cache")), ("coalesce", m.node("coalesce")),
+                            ("websocket", m.node("websocket")), ("rewrite", m.node("rewrite")), ("strip_prefix", m.node("strip_prefix"))]
+        for (key, node) in upstreamOnly where node != nil {
             m.report(key, "has no effect on a batch route, which sends nothing upstream (each call goes through its own route)")
         }
         return c

@@ -16,7 +16,7 @@ final class SharedStages: @unchecked Sendable {
 ///
 /// Way in (`order`): route, IP rules (`access`), rate limits by IP and route, CORS
 /// preflights, authenticate (head), rewrite, authenticate (body and nonce), rate limits by key
-/// and quota, cache lookup, coalesce, shared-tier lookup, forward (the optional stages
+/// and quota, batch envelopes, cache lookup, coalesce, shared-tier lookup, forward (the optional stages
 /// only when some route uses them). Stages before the first that `needsBody` run
 /// from `preflight`, before the body is read. The shared tier comes after coalescing so
 /// that merged requests cost one Redis read (the leader's).
