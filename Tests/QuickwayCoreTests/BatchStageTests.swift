@@ -124,6 +124,30 @@ final class BatchStageTests: XCTestCase {
         XCTAssertEqual(lines.map { $0["index"] as? Int }, [1, 0])
     }
 
+    func testNDJSONLinesWaitWhileTheClientTakesNothing() throws {
+        try start()
+        let layer = layer!
+        let body = Array(#"{"calls": [{"method":"GET","path":"/open/p1"},{"method":"GET","path":"/open/p2"}]}"#.utf8)
+        let sink: RecordingSink = loop.onLoop {
+            let sink = RecordingSink()
+            sink.pauseAfterBytes = 1   // the client's buffer is full after any byte
+            let head = "POST /batch HTTP/1.1\nHost: a\nContent-Type: application/json\nAccept: application/x-ndjson\nContent-Length: \(body.count)\n\n"
+            let (ex, _) = layer.open(parsedHead(head), sink: sink, peer: "127.0.0.9", overTLS: false)
+            sink.exchange = ex
+            layer.appendBody(ex) { $0.append(contentsOf: body) }
+            layer.dispatch(ex)
+            return sink
+        }
+        let (p1, p2) = (call("/open/p1"), call("/open/p2"))
+        loop.onLoop { p1.answer(200, body: "one") }
+        loop.onLoop { p2.answer(200, body: "two") }
+        XCTAssertEqual(loop.onLoop { sink.bodyString.split(separator: "\n").count }, 1, "the second line waits for the sink")
+        XCTAssertFalse(loop.onLoop { sink.ended })
+        loop.onLoop { sink.pauseAfterBytes = Int.max; sink.onWritable?() }
+        loop.wait("the second line and the end") { sink.ended }
+        XCTAssertEqual(loop.onLoop { sink.bodyString.split(separator: "\n").count }, 2)
+    }
+
     func testAnUnsignedEnvelopesCallToARequiredRouteIsRefusedAloneWith401() throws {
         try start()
         let sink = send(#"[{"method":"GET","path":"/locked/x"},{"method":"GET","path":"/open/y"}]"#)

@@ -127,11 +127,13 @@ final class BatchRun {
         done = true
         timer?.cancel()
         timer = nil
-        if case .batch = ctx.waiting { ctx.waiting = .nothing }
         if streaming {
+            // Lines may still wait for the client: the context keeps holding this run
+            // (`waiting`) until the last one is out, or the client leaves.
             if queued.isEmpty && !paused { end() }
             return
         }
+        if case .batch = ctx.waiting { ctx.waiting = .nothing }
         var body: [UInt8] = []
         body.reserveCapacity(answerBytes + calls.count + 16)
         body.append(contentsOf: "{\"results\":[".utf8)
@@ -146,9 +148,10 @@ final class BatchRun {
     }
 
     private func end() {
-        let c = ctx
+        guard let c = ctx else { return }
         ctx = nil
-        c?.endStream()
+        if case .batch = c.waiting { c.waiting = .nothing }
+        c.endStream()
     }
 
     // MARK: ndjson, with the sink's backpressure
