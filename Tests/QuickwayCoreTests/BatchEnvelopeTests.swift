@@ -205,6 +205,19 @@ final class BatchEnvelopeTests: XCTestCase {
         XCTAssertEqual(Data(base64Encoded: o["body_base64"] as? String ?? ""), Data([0x89, 0x50, 0x4E, 0x47, 0xFF]))
     }
 
+    func testAResultIsOneLineWhateverLineBreaksItsJSONAnswerHas() throws {
+        // ndjson (one result per line): a backend's pretty-printed JSON must not break it.
+        var r = InternalResponse()
+        r.status = 200
+        r.headerLines = Array("Content-Type: application/json\r\n".utf8)
+        r.body = Array("{\r\n  \"a\": \"x\\ny\",\n  \"b\": [1,\n 2]\n}\n".utf8)
+        let bytes = BatchResult.json(index: 0, id: nil, r)
+        XCTAssertFalse(bytes.contains(0x0A) || bytes.contains(0x0D))
+        let o = try object(bytes)
+        XCTAssertEqual((o["body"] as? [String: Any])?["a"] as? String, "x\ny", "an escaped newline in a string stays one")
+        XCTAssertEqual((o["body"] as? [String: Any])?["b"] as? [Int], [1, 2])
+    }
+
     func testAnErrorResultIsTheGatewaysJSONError() throws {
         let o = try object(BatchResult.error(index: 2, id: "slow", .upstreamTimeout, "too slow", requestId: RequestId(Array("r-9".utf8))))
         XCTAssertEqual(o["status"] as? Int, 504)

@@ -9,7 +9,8 @@ import Foundation
 ///   `, ` (RFC 9110 5.3), except `set-cookie`, which cannot be joined (RFC 6265 3) and
 ///   is then a list of strings.
 /// - `body`: the answer's JSON itself when its type is `application/json` or `+json` and
-///   it is one JSON value (passed on as its bytes, not re-encoded); a string when it is
+///   it is one JSON value (passed on as its bytes, not re-encoded, line breaks between
+///   tokens made spaces so that a result is one line); a string when it is
 ///   other UTF-8 text; otherwise `body_base64`.
 enum BatchResult {
     static func json(index: Int, id: String?, _ r: InternalResponse) -> [UInt8] {
@@ -40,7 +41,10 @@ enum BatchResult {
             let type = mediaType(fields.first { $0.name == "content-type" }?.values.first)
             if isJSONType(type), StrictJSON.validate(body) {
                 out.append(contentsOf: ",\"body\":".utf8)
-                out.append(contentsOf: body)
+                // A CR or LF in valid JSON is whitespace between tokens (never inside a
+                // string, where it must be escaped): made a space, so an ndjson result
+                // stays one line.
+                for b in body { out.append(b == 0x0A || b == 0x0D ? 0x20 : b) }
             } else if UTF8Validator.isValid(body) {
                 out.append(contentsOf: ",\"body\":".utf8)
                 JSONWriter.appendString(body, to: &out)
