@@ -137,6 +137,44 @@ final class BatchEnvelopeTests: XCTestCase {
         XCTAssertEqual(refusal(json, c)?.field, "headers")
     }
 
+    /// Bounded random mutations of a good envelope (seeded, so a failure repeats): the
+    /// reader never traps, and every call it accepts is one head the request parser reads
+    /// whole, with the envelope's host and no field the gateway owns.
+    func testMutatedEnvelopesNeverCrashAndWhatIsAcceptedIsOneCleanHead() throws {
+        let good = Array(#"{"calls":[{"id":"a","method":"GET","path":"/x/y?q=1","headers":{"Accept":"a/b","X-N":"1"}},{"method":"POST","path":"/p","body":"hi\n","headers":{"Content-Type":"text/plain"}},{"method":"PUT","path":"/b","body_base64":"AAEC"}]}"#.utf8)
+        let alphabet = Array("{}[]\":,\\/ \r\n\tuU0aZ%#?.;_-+HostAuthorizationContent-Length\u{0}\u{7f}é".utf8)
+        var rng = BatchTestRandom(seed: 34)
+        var accepted = 0
+        for _ in 0..<4000 {
+            var b = good
+            for _ in 0..<(1 + Int(rng.next() % 4)) {
+                let at = Int(rng.next() % UInt64(b.count))
+                switch rng.next() % 3 {
+                case 0: b[at] = alphabet[Int(rng.next() % UInt64(alphabet.count))]
+                case 1: b.insert(alphabet[Int(rng.next() % UInt64(alphabet.count))], at: at)
+                default: b.remove(at: at)
+                }
+            }
+            guard case .success(let calls) = BatchEnvelope.parse(b, context()) else { continue }
+            accepted += 1
+            for call in calls {
+                var p = HTTPRequestParser(maxHeadBytes: 16384, maxBodyBytes: 1 << 20)
+                guard case let .head(h, consumed) = try p.parseHead(whole: call.head) else { return XCTFail("incomplete head") }
+                XCTAssertEqual(consumed, call.head.count)
+                XCTAssertEqual(h.string(h.hostValue!), "api.example.com")
+                h.withBytes { raw in
+                    for f in h.fields {
+                        let name = String(decoding: raw[f.name], as: UTF8.self)
+                        if ["host", "content-length"].contains(name.lowercased()) { continue }   // written by the reader itself
+                        XCTAssertNil(HeaderRules.ownedRequestHeader(name, routeHasAuth: true), name)
+                    }
+                }
+                if case .contentLength(let n) = h.body { XCTAssertEqual(n, call.body.count) } else { XCTAssertTrue(call.body.isEmpty) }
+            }
+        }
+        XCTAssertGreaterThan(accepted, 0, "some mutations keep the envelope valid")
+    }
+
     // MARK: the strict JSON reader (RFC 8259)
 
     private func json(_ s: String) -> Bool {
@@ -236,5 +274,18 @@ final class BatchEnvelopeTests: XCTestCase {
         XCTAssertTrue(wants("application/json;q=0.5, application/x-ndjson"))
         XCTAssertFalse(wants("application/json, application/x-ndjson;q=0.5"))
         XCTAssertFalse(wants("application/x-ndjson;q=0"))
+    }
+}
+
+/// A small seeded generator (SplitMix64), so a random test repeats exactly.
+struct BatchTestRandom {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
