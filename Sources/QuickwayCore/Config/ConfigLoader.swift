@@ -440,9 +440,11 @@ public enum ConfigLoader {
             m.report("match", "is required (match: { path_prefix: /... })")
         }
         let serviceName = m.string("service")
+        // A batch route answers itself (`readBatch`): it names no service.
+        let isBatch = m.node("batch") != nil
         if let s = serviceName, !services.contains(where: { $0.name == s }) {
             m.report("service", "no service named \"\(s)\"")
-        } else if serviceName == nil { m.report("service", "is required") }
+        } else if serviceName == nil && !isBatch { m.report("service", "is required") }
         var r = RouteConfig(name: name ?? "", pathPrefix: prefix ?? "/", methods: methods, service: serviceName ?? "")
         if let v = m.bool("strip_prefix") { r.stripPrefix = v }
         if let v = m.bool("allow_encoded_slashes") { r.allowEncodedSlashes = v }
@@ -479,10 +481,11 @@ public enum ConfigLoader {
         (r.requestHeaders, r.responseHeaders) = readHeaders(m, routeHasAuth: r.auth != .off)
         r.rewrite = readRewrite(m, route: r)
         readRouteLimits(m, route: &r)
+        r.batch = readBatch(m, route: r)
         if (r.cacheTTLMillis > 0 || r.coalesce) && !r.methods.isEmpty && !r.methods.contains("GET") && !r.methods.contains("HEAD") {
             m.report("cache", "caching and merging apply to GET and HEAD only, and this route allows neither")
         }
         m.finish()
-        return name == nil || serviceName == nil ? nil : r
+        return name == nil || (serviceName == nil && !isBatch) ? nil : r
     }
 }

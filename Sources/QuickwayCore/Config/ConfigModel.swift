@@ -371,4 +371,7 @@ public struct RouteConfig: Sendable, Equatable {
     /// `decompress_requests`: request bodies sent with a `Content-Encoding` are decoded
     /// (bounded) before they go upstream.
     public var decompressRequests = false
+    /// `batch`: the route takes batch envelopes of calls (`spec/batch.md`) and answers
+    /// them itself; nil: an ordinary route.
+    public var batch: BatchConfig?
 }

@@ -11,7 +11,9 @@ enum ConfigDiff {
             guard let o = oldRoutes[r.name], o != r else { continue }
             out.append("route \(r.name) changed")
             let (was, now) = (limitsText(o), limitsText(r))
-            if was != now { out.append("route \(r.name) rate limits: \(was) -> \(now) (limits left as they were keep their counters)") }
+            // A new store or table size restarts every limit (said below), kept ones too.
+            let restart = old.rateLimits.store != new.rateLimits.store || old.rateLimits.maxEntries != new.rateLimits.maxEntries
+            if was != now { out.append("route \(r.name) rate limits: \(was) -> \(now)" + (restart ? "" : " (limits left as they were keep their counters)")) }
         }
         if old.routes.map(\.name) != new.routes.map(\.name) && out.isEmpty { out.append("route order changed") }
         let oldServices = Dictionary(old.services.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })

@@ -39,10 +39,13 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
     /// A CORS preflight from an origin, or asking a method or header, the route's `cors`
     /// does not allow.
     case corsRejected = "cors_rejected"
+    /// A batch envelope (`spec/batch.md`) that is not what the route takes; the message
+    /// names the call's index and field.
+    case badBatch = "bad_batch"
 
     public var status: Int {
         switch self {
-        case .badRequest: return 400
+        case .badRequest, .badBatch: return 400
         case .authMissing, .authMalformed, .authUnknownKey, .authExpired, .authReplayed, .authBadSignature, .adminUnauthorized: return 401
         case .forbidden, .forbiddenIP, .corsRejected: return 403
         case .noRoute, .notFound: return 404

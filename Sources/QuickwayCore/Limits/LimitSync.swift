@@ -14,8 +14,9 @@
 /// clients each calling once would fill the states with watched clients that have
 /// nothing to send, so a round that finds a shard's states over 7/8 full forgets the
 /// idle ones watched longest ago down to 3/4 (`makeRoom`): a forgotten client is read
-/// again from its next call here, and what other gateways admit for it meanwhile is not
-/// charged here (at most what they admit in one watch). A call admitted while a shard has
+/// again from its next call here, and what other gateways admitted for it before that
+/// is not charged here. A caller rotating many addresses (IPv6 /64s) can cause this for
+/// a client busy elsewhere; the bound is then that of `fail_open`, N times the rate. A call admitted while a shard has
 /// no room is limited by this gateway alone, and counted (`/stats`
 /// `rate_limits.unshared_calls`).
 ///

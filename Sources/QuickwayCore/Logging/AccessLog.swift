@@ -193,6 +193,11 @@ struct AccessLogEntry {
         if let c = exchange?.cacheStatus { out.append("\""); out.append(c); out.append("\"") } else { out.append("null") }
         out.append(",\"key\":")
         if var k = exchange?.authKeyId { k.withUTF8 { Self.appendJSONString(UnsafeRawBufferPointer($0), out) } } else { out.append("null") }
+        // A batch call's line names its envelope's request (only on those lines).
+        if let parent = exchange?.batchOrigin?.parentRequestId {
+            out.append(",\"parent\":")
+            parent.withBytes { Self.appendJSONString($0, out) }
+        }
         out.append("}\n")
     }
 

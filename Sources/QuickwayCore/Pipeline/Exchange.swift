@@ -71,6 +71,10 @@ class Exchange {
     var retryAfterSeconds: Int?
     /// `RateLimit-Policy` and `RateLimit` lines of a 429 (`RateLimitFields`).
     var rateLimitFields: String?
+    /// Set when the exchange is a call of a batch (`StreamLayer.runInternal`): the
+    /// envelope's verified identity, which the call carries instead of credentials of its
+    /// own, and its request id (the access log's `parent`).
+    var batchOrigin: BatchCallOrigin?
 
     private(set) var status = 0
     private(set) var bytesSent = 0

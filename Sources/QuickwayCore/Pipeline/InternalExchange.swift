@@ -11,6 +11,23 @@ struct InternalResponse {
     /// The answer could not be completed (the upstream failed mid-body, or it was larger
     /// than the caller takes): `body` is partial.
     var aborted = false
+    /// The answer was larger than the caller takes (`maxBodyBytes` or the shared budget):
+    /// the reason `aborted` is set, when it is.
+    var cut = false
+}
+
+/// Answer bytes several internal exchanges may keep between them (a batch's calls: the
+/// batch answer's size bound), taken as their bodies arrive. Loop thread only.
+final class InternalAnswerBudget {
+    private(set) var remaining: Int
+    init(bytes: Int) { remaining = bytes }
+
+    /// Takes `n` bytes if that many remain.
+    func take(_ n: Int) -> Bool {
+        guard n <= remaining else { return false }
+        remaining -= n
+        return true
+    }
 }
 
 /// The sink of an internal exchange: collects the answer whole and hands it on once it
@@ -21,9 +38,12 @@ final class InternalSink: ResponseSink {
     /// The most body bytes kept; past it the rest is dropped and the answer is `aborted`
     /// (a streamed answer has no length bound of its own).
     private let maxBodyBytes: Int
+    /// Shared with other internal exchanges (nil: only `maxBodyBytes` bounds the answer).
+    private let budget: InternalAnswerBudget?
 
-    init(maxBodyBytes: Int, _ completion: @escaping (InternalResponse) -> Void) {
+    init(maxBodyBytes: Int, budget: InternalAnswerBudget? = nil, _ completion: @escaping (InternalResponse) -> Void) {
         self.maxBodyBytes = maxBodyBytes
+        self.budget = budget
         self.completion = completion
     }
 
@@ -36,8 +56,9 @@ final class InternalSink: ResponseSink {
     }
 
     func sendBody(_ bytes: UnsafeRawBufferPointer) -> BodyWrite {
-        if response.body.count + bytes.count > maxBodyBytes {
+        if response.cut || response.body.count + bytes.count > maxBodyBytes || !(budget?.take(bytes.count) ?? true) {
             response.aborted = true
+            response.cut = true
         } else {
             response.body.append(contentsOf: bytes)
         }
@@ -69,10 +90,15 @@ extension StreamLayer {
     /// once, on this loop, with the whole answer; a request refused before it became an
     /// exchange is answered the same way. Returns the exchange (nil if refused that
     /// early), which the caller may `cancel()` if it stops waiting. Loop thread.
+    ///
+    /// `overTLS`: the request that made this one came over TLS. `origin`: a batch call's
+    /// envelope (its verified identity and request id), set on the exchange before any
+    /// stage runs. `budget`: answer bytes shared with other internal exchanges.
     @discardableResult
-    func runInternal(head: [UInt8], body: [UInt8] = [], peer: Peer = "internal",
+    func runInternal(head: [UInt8], body: [UInt8] = [], peer: Peer = "internal", overTLS: Bool = false,
+                     origin: BatchCallOrigin? = nil, budget: InternalAnswerBudget? = nil,
                      completion: @escaping (InternalResponse) -> Void) -> Exchange? {
-        let sink = InternalSink(maxBodyBytes: limits.maxBodyBytes, completion)
+        let sink = InternalSink(maxBodyBytes: limits.maxBodyBytes, budget: budget, completion)
         var parser = HTTPRequestParser(maxHeadBytes: limits.maxHeaderBytes, maxBodyBytes: limits.maxBodyBytes,
                                        allowUnderscoresInHeaders: limits.underscoresInHeaders)
         let parsed: HTTPRequestHead
@@ -100,7 +126,7 @@ extension StreamLayer {
             refuseUnparsed(.parse(error), sink: sink)
             return nil
         }
-        let (ex, opened) = open(parsed, sink: sink, peer: peer, overTLS: false)
+        let (ex, opened) = open(parsed, sink: sink, peer: peer, overTLS: overTLS, origin: origin)
         switch opened {
         case .refused:
             return ex
@@ -113,4 +139,10 @@ extension StreamLayer {
         }
         return ex
     }
+}
+
+extension Exchange {
+    /// The stream layer that opened this exchange (nil for one a test made without one):
+    /// a batch stage runs its calls through it, on the same loop.
+    var streamLayer: StreamLayer? { layer?.object }
 }

@@ -61,6 +61,8 @@ final class ProxyContext: Exchange {
         case flight(FlightTable.Flight, id: Int, timer: LoopTimer?)
         /// An upstream call.
         case upstream(UpstreamRelay)
+        /// A batch envelope's calls (`BatchRun`), cancelled if the client leaves.
+        case batch(BatchRun)
     }
 
     /// The leader's client left and nobody waits for the flight: its Redis lookup

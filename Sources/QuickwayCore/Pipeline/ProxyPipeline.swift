@@ -16,7 +16,7 @@ final class SharedStages: @unchecked Sendable {
 ///
 /// Way in (`order`): route, IP rules (`access`), rate limits by IP and route, CORS
 /// preflights, authenticate (head), rewrite, authenticate (body and nonce), rate limits by key
-/// and quota, cache lookup, coalesce, shared-tier lookup, forward (the optional stages
+/// and quota, batch envelopes, cache lookup, coalesce, shared-tier lookup, forward (the optional stages
 /// only when some route uses them). Stages before the first that `needsBody` run
 /// from `preflight`, before the body is read. The shared tier comes after coalescing so
 /// that merged requests cost one Redis read (the leader's).
@@ -53,6 +53,8 @@ final class ProxyPipeline: RequestHandler {
     let compressionStage: CompressionStage?
     /// Nil when no route has `decompress_requests: true`.
     let decompressRequestStage: DecompressRequestStage?
+    /// Nil unless some route has `batch`.
+    let batchStage: BatchStage?
     let answerStages: [AnswerStage]
     /// Index in `order` of the first stage that needs the body.
     private let firstBodyStage: Int
@@ -112,6 +114,15 @@ final class ProxyPipeline: RequestHandler {
         } else {
             (rateLimitHeadStage, rateLimitKeyStage) = (nil, nil)
         }
+        // Batch envelopes: once the envelope is verified and its key's limits charged,
+        // before the cache (a batch is never cached); left out when no route has one.
+        if config.routes.contains(where: { $0.batch != nil }) {
+            let batch = BatchStage(worker: worker)
+            batchStage = batch
+            inOrder.insert((.batch, batch), at: inOrder.firstIndex { $0.0 == .cacheLookup }!)
+        } else {
+            batchStage = nil
+        }
         // Left out when there is no shared cache to look in (it would only continue).
         if let tier = sharedTier, tier.config.cache {
             let lookup = SharedTierLookupStage(sharedTier: tier)
@@ -168,6 +179,7 @@ final class ProxyPipeline: RequestHandler {
         case .rateLimitKey: return rateLimitKeyStage?.run(ctx, route) ?? .next
         case .compression: return compressionStage?.run(ctx, route) ?? .next
         case .decompressRequest: return decompressRequestStage?.run(ctx, route) ?? .next
+        case .batch: return batchStage?.run(ctx, route) ?? .next
         }
     }
 
@@ -299,6 +311,8 @@ final class ProxyPipeline: RequestHandler {
             }
             ctx.flight = nil
             relay.cancel()
+        case .batch(let run):
+            run.cancel()
         }
     }
 }

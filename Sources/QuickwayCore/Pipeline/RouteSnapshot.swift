@@ -12,7 +12,9 @@ final class RouteSnapshot {
 
     init(config: GatewayConfig, statSlots: RouteStatSlots, services: [String: ServiceRuntime]) {
         table = RouteTable(config.routes)
-        routes = table.entries.map { Route($0, statSlot: statSlots.slot(for: $0.config.name), service: services[$0.config.service]!) }
+        // A batch route names no service and never forwards: it gets an empty stand-in.
+        routes = table.entries.map { Route($0, statSlot: statSlots.slot(for: $0.config.name),
+                                           service: services[$0.config.service] ?? ServiceRuntime.none(for: $0.config)) }
         hostRouting = config.routes.contains { $0.host != nil }
         answersPreflights = config.routes.contains { $0.cors != nil }
     }
@@ -75,6 +77,7 @@ final class Route {
         if !c.rateLimits.contains(where: { $0.by == .key }) && c.quota == nil { idle.append(.rateLimitKey) }
         if !c.compression { idle.append(.compression) }
         if !c.decompressRequests { idle.append(.decompressRequest) }
+        if c.batch == nil { idle.append(.batch) }
         skipped = idle.reduce(0) { $0 | (1 << UInt32($1.rawValue)) }
     }
 }

@@ -15,7 +15,7 @@ enum StageResult {
 
 /// The request path's stages, in the order `ProxyPipeline.order` runs them.
 enum StageKind: UInt8 {
-    case route, access, rateLimitHead, cors, authenticateHead, rewrite, authenticateBody, rateLimitKey, cacheLookup, coalesce, sharedTierLookup, forward
+    case route, access, rateLimitHead, cors, authenticateHead, rewrite, authenticateBody, rateLimitKey, batch, cacheLookup, coalesce, sharedTierLookup, forward
     case compression, decompressRequest
 }
 

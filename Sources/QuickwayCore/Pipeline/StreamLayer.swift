@@ -48,13 +48,16 @@ final class StreamLayer {
 
     /// A request's head is parsed: makes its exchange (answering through `sink`), with
     /// the request id and the handler snapshot it keeps, counts it, and runs the head
-    /// stages. `head` is moved into the exchange, not copied.
-    func open(_ head: consuming HTTPRequestHead, sink: ResponseSink, peer: Peer, overTLS: Bool) -> (Exchange, Opened) {
+    /// stages. `head` is moved into the exchange, not copied. `origin`: the batch envelope
+    /// an internal call comes from (`runInternal`), nil for a client's request.
+    func open(_ head: consuming HTTPRequestHead, sink: ResponseSink, peer: Peer, overTLS: Bool,
+              origin: BatchCallOrigin? = nil) -> (Exchange, Opened) {
         let id = requestId(from: head)
         let dropped = head.droppedUnderscoreFields
         let handler = self.handler
         let ex = handler.makeExchange(head: consume head, sink: sink, requestId: id, peer: peer)
         ex.overTLS = overTLS
+        ex.batchOrigin = origin
         ex.layer = Uncounted(self)
         stats.requestStarted()
         if dropped > 0 { stats.underscoreHeadersDropped(dropped) }

@@ -4,7 +4,8 @@
 /// `ClientAddressKey`). A connection's requests all share it, so a keep-alive client's
 /// address is parsed and hashed once. When the peer is a trusted proxy, the client is
 /// read from each request's `X-Forwarded-For` instead (`TrustedProxies.client(of:head:)`).
-/// A value (an IPv4 text is inline in its `String`): copying it retains nothing.
+/// A value: copying an IPv4 peer retains nothing (its text is inline in the `String`);
+/// a long IPv6 text is one shared buffer.
 public struct Peer: Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
     public let text: String
     /// The address, or nil for text that is not one (an in-memory test peer).

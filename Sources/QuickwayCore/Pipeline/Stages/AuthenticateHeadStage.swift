@@ -4,7 +4,7 @@ import Glibc
 /// unknown key, expired; a raw `+` in a signed query), before the body is read. A call
 /// that passes waits for its body hash (`AuthenticateBodyStage`).
 final class AuthenticateHeadStage: RequestStage {
-    private let authenticator: Authenticator?
+    let authenticator: Authenticator?
     private let stats: WorkerStats
     var needsBody: Bool { false }
 
@@ -14,6 +14,8 @@ final class AuthenticateHeadStage: RequestStage {
     }
 
     func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
+        // A batch call carries its envelope's verified identity (`+Batch`).
+        if let origin = ctx.batchOrigin { return runBatchCall(ctx, route, origin) }
         let mode = route.config.auth
         guard mode != .off, let auth = authenticator else { return .next }
         let exchange = ctx.exchange
@@ -42,7 +44,7 @@ final class AuthenticateHeadStage: RequestStage {
     /// (`?a` arrives as `a=`, empty pieces are gone, names in canonical order), and a
     /// query whose repeated names are out of canonical order is refused, since reordering
     /// them would keep the signature while changing what a "first one wins" backend reads.
-    private static func canonicalTarget(_ ctx: ProxyContext) -> StageResult? {
+    static func canonicalTarget(_ ctx: ProxyContext) -> StageResult? {
         ctx.withHead { head in
             head.withBytes { raw in
                 let path = head.path, target = head.target

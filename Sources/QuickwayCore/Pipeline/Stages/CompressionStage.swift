@@ -20,7 +20,9 @@ final class CompressionStage: RequestStage {
     private static let acceptEncoding = Array("accept-encoding".utf8)
 
     func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
-        guard route.config.compression, !ctx.withHead({ $0.upgradeWebSocket }) else { return .next }
+        // A batch call's answer goes into the envelope's JSON, not to a client that
+        // decodes it: never compressed (the envelope's own answer may be).
+        guard route.config.compression, ctx.batchOrigin == nil, !ctx.withHead({ $0.upgradeWebSocket }) else { return .next }
         var value: [UInt8] = []
         ctx.withHead { $0.appendValues(ofLowercaseName: Self.acceptEncoding, to: &value) }
         let coding = EncodingNegotiation.choose(value.isEmpty ? nil : value, order: config.encodings)
