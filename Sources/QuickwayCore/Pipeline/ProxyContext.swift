@@ -28,6 +28,11 @@ final class ProxyContext: Exchange {
     /// upstream (the rewritten path, then the query as `signedTarget` or the head has it).
     var rewrittenTarget: [UInt8]?
 
+    /// The headers a verified identity sends upstream (JWT `forward_claims`, the client
+    /// certificate's), with the names whose client copies are dropped; nil: the
+    /// pipeline's default (`ForwardStage`).
+    var identityHeaders: HeaderRules?
+
     /// What the rate-limit head stage charged, given back if a later limit refuses.
     var limitCharges = LimitCharges()
 

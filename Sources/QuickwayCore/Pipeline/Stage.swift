@@ -16,6 +16,8 @@ enum StageResult {
 /// The request path's stages, in the order `ProxyPipeline.order` runs them.
 enum StageKind: UInt8 {
     case route, access, rateLimitHead, cors, authenticateHead, rewrite, authenticateBody, rateLimitKey, cacheLookup, coalesce, sharedTierLookup, forward
+    /// Bearer tokens (`auth: jwt`) and client certificates (`auth: mtls`), on the head.
+    case jwt, clientCertificate
 }
 
 /// One step of the request path after routing (`ProxyPipeline.order` lists them in

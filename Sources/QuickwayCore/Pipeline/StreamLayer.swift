@@ -49,12 +49,14 @@ final class StreamLayer {
     /// A request's head is parsed: makes its exchange (answering through `sink`), with
     /// the request id and the handler snapshot it keeps, counts it, and runs the head
     /// stages. `head` is moved into the exchange, not copied.
-    func open(_ head: consuming HTTPRequestHead, sink: ResponseSink, peer: String, overTLS: Bool) -> (Exchange, Opened) {
+    func open(_ head: consuming HTTPRequestHead, sink: ResponseSink, peer: String, overTLS: Bool,
+              clientCertificate: ClientCertificate? = nil) -> (Exchange, Opened) {
         let id = requestId(from: head)
         let dropped = head.droppedUnderscoreFields
         let handler = self.handler
         let ex = handler.makeExchange(head: consume head, sink: sink, requestId: id, clientAddress: peer)
         ex.overTLS = overTLS
+        ex.clientCertificate = clientCertificate
         ex.layer = Uncounted(self)
         stats.requestStarted()
         if dropped > 0 { stats.underscoreHeadersDropped(dropped) }
