@@ -12,6 +12,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import signal
 import socket
 import ssl
 import tempfile
@@ -22,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from harness import Backend, Gateway, free_port, read_response
+from harness import Backend, Gateway, free_port, read_response, wait_until
 from test_tls_listener import CertAuthority
 
 
@@ -192,6 +193,43 @@ def test_required_refuses_the_handshake_without_a_certificate(pki):
         with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
             get(g, pki, "/open")
         assert get(g, pki, "/open", client="a")[0] == 200
+    finally:
+        g.stop()
+        backend.stop()
+
+
+def test_a_session_from_before_client_certificates_were_required_is_not_resumed(pki):
+    """A TLS session made without a client certificate, resumed after a reload turned
+    `required` on, would skip the certificate check (resumption verifies nothing): the
+    session id context names the client-certificate rules, so it is not resumed."""
+    g, backend = start(pki, required=False)
+    try:
+        ctx = ssl.create_default_context(cafile=pki["server_ca"].ca_file)
+        ctx.set_alpn_protocols(["http/1.1"])
+        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", g.tls_port), timeout=5), server_hostname="api.test") as s:
+            s.sendall(b"GET /open-1 HTTP/1.1\r\nHost: api.test\r\n\r\n")
+            assert read_response(s.makefile("rb"))[0] == 200   # TLS 1.3 tickets arrive after the handshake
+            session = s.session
+        text = open(g.config_path).read().replace("required: false", "required: true")
+        with open(g.config_path, "w") as f:
+            f.write(text)
+        g.signal(signal.SIGHUP)
+
+        def refused_without_certificate():
+            try:
+                get(g, pki, "/open-2")
+                return False
+            except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+                return True
+        wait_until(refused_without_certificate, timeout=10, what="the reload to require client certificates")
+        with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+            raw = socket.create_connection(("127.0.0.1", g.tls_port), timeout=5)
+            with ctx.wrap_socket(raw, server_hostname="api.test", session=session) as s:
+                s.sendall(b"GET /open-3 HTTP/1.1\r\nHost: api.test\r\n\r\n")
+                answer = read_response(s.makefile("rb"))
+                if answer is None:
+                    raise ConnectionResetError("closed")
+        assert backend.path_hits("/open-3") == 0
     finally:
         g.stop()
         backend.stop()

@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 import COpenSSL
 import CQuickwayShims
@@ -78,8 +79,11 @@ final class TLSContext: @unchecked Sendable {
             // Ticket keys from the process-wide ring that rotates (`session_ticket_rotation`).
             qw_ssl_ctx_set_ticket_keys(ctx)
         }
-        // Sessions resume across the SNI contexts: they share one session id context.
-        let sid = Array("quickway".utf8)
+        // Sessions resume across the SNI contexts: they share one session id context. With
+        // client certificates it names the CA file's contents and `required`, so a session
+        // made under other client-certificate rules (before a reload) is not resumed: it
+        // would skip the certificate check.
+        let sid = clients.map { Self.sessionContext($0) } ?? Array("quickway".utf8)
         sid.withUnsafeBufferPointer { _ = SSL_CTX_set_session_id_context(ctx, $0.baseAddress, UInt32($0.count)) }
         guard SSL_CTX_use_certificate_chain_file(ctx, certFile) == 1 else {
             SSL_CTX_free(ctx)
@@ -111,6 +115,14 @@ final class TLSContext: @unchecked Sendable {
         } catch {
             return "\(error)"
         }
+    }
+
+    /// The session id context of a listener verifying client certificates: at most 32
+    /// bytes, different for every CA file content and `required` setting.
+    static func sessionContext(_ clients: TLSListenConfig.ClientCertificates) -> [UInt8] {
+        let ca = FileManager.default.contents(atPath: clients.caFile).map { Array($0) } ?? []
+        let digest = Crypto.hexString(Crypto.sha256(ca)).prefix(24)
+        return Array("qwm\(clients.required ? "r" : "o")\(digest)".utf8)
     }
 
     /// Why `caFile` cannot serve as the client CA (nil: it can): for the config loader.
