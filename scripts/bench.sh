@@ -43,7 +43,7 @@
 # Case "cors": a CORS preflight answered by a route's `cors` against nginx answering the
 # same preflight with add_header and return 204 (scripts/bench/bench-cors.sh).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|cors|all]
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|cors|jwt|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -96,6 +96,9 @@ if [ "$CASE" = tls ]; then
 fi
 if [ "$CASE" = http2 ]; then
   exec scripts/bench/bench-http2.sh --rounds "$ROUNDS" --duration "$DURATION"
+fi
+if [ "$CASE" = jwt ]; then
+  exec scripts/bench/bench-jwt.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi
 if [ "$CASE" = cors ]; then
   exec scripts/bench/bench-cors.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"

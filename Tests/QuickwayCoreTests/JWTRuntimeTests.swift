@@ -25,6 +25,13 @@ final class JWTRuntimeTests: XCTestCase {
             cache.remember(di, c, provider: provider, generation: 1, now: 900)
             XCTAssertLessThanOrEqual(cache.count, 4)
         }
+        // Bounded in bytes too: 30-byte tokens in 100 bytes.
+        let small = JWTTokenCache(capacity: 1000, maxBytes: 100)
+        for i in 0..<50 {
+            let di = Array(String(format: "%030d", i).utf8).withUnsafeBytes { JWTTokenCache.Digest($0) }
+            small.remember(di, c, provider: provider, generation: 1, now: 900)
+            XCTAssertLessThanOrEqual(small.count, 3)
+        }
     }
 
     func testEarlyFetchesAreRateLimitedPerProvider() {

@@ -71,9 +71,10 @@ final class JWTStage: RequestStage {
     /// The token of an `Authorization: Bearer <token>` value (RFC 6750 2.1: the scheme
     /// in any case, one or more spaces); nil for another scheme or an empty token.
     static func bearerToken(_ v: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
-        let scheme = "bearer"
-        guard v.count > 7 else { return nil }
-        for (i, c) in scheme.utf8.enumerated() where HTTPSyntax.lower(v[i]) != c { return nil }
+        // "bearer" in any case, by bytes (an enumerated string view cost 450 instructions).
+        guard v.count > 7, HTTPSyntax.lower(v[0]) == UInt8(ascii: "b"), HTTPSyntax.lower(v[1]) == UInt8(ascii: "e"),
+              HTTPSyntax.lower(v[2]) == UInt8(ascii: "a"), HTTPSyntax.lower(v[3]) == UInt8(ascii: "r"),
+              HTTPSyntax.lower(v[4]) == UInt8(ascii: "e"), HTTPSyntax.lower(v[5]) == UInt8(ascii: "r") else { return nil }
         var i = 6
         guard v[i] == 0x20 else { return nil }
         while i < v.count, v[i] == 0x20 { i += 1 }
