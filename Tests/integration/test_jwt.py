@@ -169,7 +169,10 @@ def env():
     tmp = tempfile.mkdtemp(prefix="qw-jwt-")
     g = start(idp, backend.server.server_address[1], os.path.join(tmp, "jwks-cache.json"))
     try:
-        # The first fetch happens on the control loop after start.
+        # The first fetch happens on the control loop after start; the cache file is
+        # written once its keys are in. (A token sent before would ask for an early
+        # fetch, and the next unknown kid would then wait 10 s for its own.)
+        wait_until(lambda: os.path.exists(os.path.join(tmp, "jwks-cache.json")), timeout=10, what="the first JWKS fetch")
         wait_until(lambda: call(g, "/orders/1", token())[0] == 200, timeout=10, what="the gateway to have the JWKS")
         yield g, backend, idp, tmp
     finally:
@@ -400,7 +403,9 @@ def test_key_rotation_while_traffic_runs_and_idp_down():
     g = start(idp, backend.server.server_address[1], cache)
     try:
         old = token("RS256", "rsa1")
-        wait_until(lambda: call(g, "/orders/a", old)[0] == 200, timeout=10, what="first JWKS fetch")
+        # Keys in before the first token (see the env fixture).
+        wait_until(lambda: os.path.exists(cache), timeout=10, what="the first JWKS fetch")
+        assert call(g, "/orders/a", old)[0] == 200
         stop = threading.Event()
         failures = []
 
@@ -428,12 +433,13 @@ def test_key_rotation_while_traffic_runs_and_idp_down():
         # The IdP goes down: the keys survive failed fetches (an unknown kid asks again
         # after 10 s; the refresh also fails), and the gateway keeps verifying.
         idp.down = True
-        time.sleep(0)  # no wait needed: the next fetch is what fails
         assert call(g, "/orders/c", old)[0] == 200
         assert call(g, "/orders/c", new)[0] == 200
         # A restart while the IdP is down starts with the last good keys (cache_file).
         g.stop()
         g = start(idp, backend.server.server_address[1], cache)
+        # Its first fetch fails (503): the keys from the cache file stay.
+        wait_until(lambda: "keeping the last good keys" in g.logs(), timeout=10, what="the failed fetch")
         assert call(g, "/orders/d", new)[0] == 200
         assert call(g, "/orders/d", old)[0] == 200
         # The IdP comes back without rsa1: after the next (early) fetch rsa1 stops working.
