@@ -47,7 +47,7 @@
 # nginx `gzip on` and `gzip_static`, an uncached compressed proxy against nginx proxy_pass
 # with gzip, and bytes on the wire per coding and level (scripts/bench/bench-gzip.sh).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|cors|gzip|all]
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|cors|gzip|jwt|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -100,6 +100,9 @@ if [ "$CASE" = tls ]; then
 fi
 if [ "$CASE" = http2 ]; then
   exec scripts/bench/bench-http2.sh --rounds "$ROUNDS" --duration "$DURATION"
+fi
+if [ "$CASE" = jwt ]; then
+  exec scripts/bench/bench-jwt.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi
 if [ "$CASE" = cors ]; then
   exec scripts/bench/bench-cors.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"

@@ -14,10 +14,12 @@
 # and a rewrite that does not match (the cost of the policy on every request).
 # With --limits the routes carry rate limits that never refuse (issue 32's cost): the
 # signed route one by key and one by IP, the plain route one by IP.
-# Usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy] [--limits]
+# With --jwt every request goes to an auth: jwt route with one reused RS256 token (minted
+# by PyJWT; a token-cache hit after the first), to compare against the plain profile.
+# Usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy | --jwt] [--limits]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECONDS_RUN=8; SIGNED=0; CACHE=0; POLICY=0; LIMITS=0
+SECONDS_RUN=8; SIGNED=0; CACHE=0; POLICY=0; LIMITS=0; JWT=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) SECONDS_RUN=$2; shift 2 ;;
@@ -25,7 +27,8 @@ while [ $# -gt 0 ]; do
     --cache) CACHE=1; shift ;;
     --policy) POLICY=1; shift ;;
     --limits) LIMITS=1; shift ;;
-    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy] [--limits]" >&2; exit 2 ;;
+    --jwt) JWT=1; shift ;;
+    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy | --jwt] [--limits]" >&2; exit 2 ;;
   esac
 done
 for tool in valgrind nginx wrk; do
@@ -62,12 +65,34 @@ if [ "$POLICY" = 1 ]; then cat <<'CONF'
 CONF
 else echo "  - { name: all, match: { path_prefix: / }, service: b, auth: off }"; fi
 } > "$WORK/q.yaml"
+if [ "$JWT" = 1 ]; then
+  TOKEN=$(python3 - "$WORK" <<'PY'
+import json, sys, time
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+d = RSAAlgorithm.to_jwk(key.public_key(), as_dict=True)
+d["kid"] = "prof"
+json.dump({"keys": [d]}, open(f"{sys.argv[1]}/jwks.json", "w"))
+print(jwt.encode({"iss": "https://idp.prof/", "aud": "api", "sub": "user-1", "exp": int(time.time()) + 7200},
+                 key, algorithm="RS256", headers={"kid": "prof"}))
+PY
+)
+  sed -i "s|^routes:|routes:\n  - { name: jwt, match: { path_prefix: /jwt/ }, service: b, auth: jwt }|" "$WORK/q.yaml"
+  cat >> "$WORK/q.yaml" <<CONF
+jwt:
+  providers:
+    prof: { issuer: "https://idp.prof/", audiences: [api], jwks_file: $WORK/jwks.json, forward_claims: { sub: X-User-Id } }
+CONF
+fi
 if [ "$LIMITS" = 1 ]; then
   NEVER="rate: 1000000/s, burst: 1000000"
   sed -i "s|auth: required }|auth: required, rate_limit: [{ by: key, $NEVER }, { by: ip, $NEVER }] }|; s|service: b, auth: off }|service: b, auth: off, rate_limit: [{ by: ip, $NEVER }] }|" "$WORK/q.yaml"
 fi
 WRK_ARGS=("http://127.0.0.1:$QPORT/")
 [ "$CACHE" = 1 ] && WRK_ARGS=("http://127.0.0.1:$QPORT/cached/item")
+[ "$JWT" = 1 ] && WRK_ARGS=(-H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$QPORT/jwt/item")
 if [ "$SIGNED" = 1 ]; then
   python3 - "$WORK/signed.txt" <<'PY'
 import os, sys, time, secrets

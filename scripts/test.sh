@@ -18,8 +18,9 @@ fi
 # cryptography (test CA), prometheus_client (reference /metrics parser), PyYAML (deploy files),
 # h2 (an independent HTTP/2 client that also writes raw frames for the attack tests),
 # websockets (WebSocket client and backend), http_sf (an RFC 8941 Structured Fields parser,
-# for the RateLimit fields), brotli and zstandard (independent decoders of compressed answers).
-for pair in pytest:pytest botocore:botocore cryptography:cryptography prometheus_client:prometheus_client yaml:PyYAML h2:h2 websockets:websockets http_sf:http-sf brotli:brotli zstandard:zstandard; do
+# for the RateLimit fields), brotli and zstandard (independent decoders of compressed answers),
+# PyJWT (mints the JWT tests' tokens, independently of the gateway).
+for pair in pytest:pytest botocore:botocore cryptography:cryptography prometheus_client:prometheus_client yaml:PyYAML h2:h2 websockets:websockets http_sf:http-sf brotli:brotli zstandard:zstandard jwt:PyJWT; do
   if ! python3 -c "import ${pair%%:*}" >/dev/null 2>&1; then
     echo "test: installing ${pair#*:}"
     python3 -m pip install -q "${pair#*:}" || { echo "test: cannot install ${pair#*:}" >&2; exit 1; }

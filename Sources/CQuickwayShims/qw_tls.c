@@ -7,6 +7,7 @@
 #include <openssl/params.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -263,4 +264,88 @@ unsigned long qw_tls_ticket_rotations(void) {
     unsigned long n = qw_ticket_rotations;
     pthread_mutex_unlock(&qw_ticket_lock);
     return n;
+}
+
+
+int qw_ssl_ctx_set_client_ca(SSL_CTX *ctx, const char *ca_file, int required) {
+    if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) return 0;
+    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca_file);
+    if (!names) return 0;
+    SSL_CTX_set_client_CA_list(ctx, names);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (required ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
+    SSL_CTX_set_verify_depth(ctx, 8);
+    return 1;
+}
+
+/// Appends `len` bytes to out (at *at, within cap, always NUL-terminated), printable
+/// ASCII as is and every other byte as \xNN.
+static void put_escaped(char *out, size_t cap, size_t *at, const unsigned char *p, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = p[i];
+        if (c >= 0x20 && c < 0x7F && c != '\\') {
+            if (*at + 1 >= cap) break;
+            out[(*at)++] = (char)c;
+        } else {
+            if (*at + 4 >= cap) break;
+            snprintf(out + *at, 5, "\\x%02X", c);
+            *at += 4;
+        }
+    }
+    out[*at < cap ? *at : cap - 1] = 0;
+}
+
+static void put_text(char *out, size_t cap, size_t *at, const char *t) {
+    put_escaped(out, cap, at, (const unsigned char *)t, strlen(t));
+}
+
+int qw_tls_peer_certificate(SSL *ssl, char *subject, size_t slen, char *sans, size_t sanslen, uint8_t fingerprint[32]) {
+    if (slen == 0 || sanslen == 0) return 0;
+    subject[0] = 0; sans[0] = 0;
+    X509 *cert = SSL_get0_peer_certificate(ssl);
+    if (!cert || SSL_get_verify_result(ssl) != X509_V_OK) return 0;
+    unsigned int n = 0;
+    if (X509_digest(cert, EVP_sha256(), fingerprint, &n) != 1 || n != 32) return 0;
+    BIO *bio = BIO_new(BIO_s_mem());
+    if (bio) {
+        X509_NAME_print_ex(bio, X509_get_subject_name(cert), 0, XN_FLAG_RFC2253);
+        char *data = NULL;
+        long len = BIO_get_mem_data(bio, &data);
+        size_t at = 0;
+        if (len > 0) put_escaped(subject, slen, &at, (const unsigned char *)data, (size_t)len);
+        BIO_free(bio);
+    }
+    GENERAL_NAMES *names = X509_get_ext_d2i(cert, NID_subject_alt_name, NULL, NULL);
+    size_t at = 0;
+    for (int i = 0; names && i < sk_GENERAL_NAME_num(names); i++) {
+        const GENERAL_NAME *g = sk_GENERAL_NAME_value(names, i);
+        const char *label = NULL;
+        const ASN1_STRING *str = NULL;
+        switch (g->type) {
+        case GEN_DNS: label = "DNS:"; str = g->d.dNSName; break;
+        case GEN_EMAIL: label = "email:"; str = g->d.rfc822Name; break;
+        case GEN_URI: label = "URI:"; str = g->d.uniformResourceIdentifier; break;
+        case GEN_IPADD: label = "IP:"; break;
+        default: continue;
+        }
+        if (at > 0) put_text(sans, sanslen, &at, ", ");
+        put_text(sans, sanslen, &at, label);
+        if (g->type == GEN_IPADD) {
+            const unsigned char *ip = ASN1_STRING_get0_data(g->d.iPAddress);
+            int iplen = ASN1_STRING_length(g->d.iPAddress);
+            char buf[64];
+            if (iplen == 4) {
+                snprintf(buf, sizeof buf, "%u.%u.%u.%u", ip[0], ip[1], ip[2], ip[3]);
+            } else if (iplen == 16) {
+                int o = 0;
+                for (int k = 0; k < 16; k += 2) o += snprintf(buf + o, sizeof buf - (size_t)o, k ? ":%x" : "%x", (ip[k] << 8) | ip[k + 1]);
+            } else {
+                snprintf(buf, sizeof buf, "?");
+            }
+            put_text(sans, sanslen, &at, buf);
+        } else {
+            put_escaped(sans, sanslen, &at, ASN1_STRING_get0_data(str), (size_t)ASN1_STRING_length(str));
+        }
+    }
+    GENERAL_NAMES_free(names);
+    return 1;
 }

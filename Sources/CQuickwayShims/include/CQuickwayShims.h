@@ -6,3 +6,4 @@
 #include "qw_tls.h"
 #include "qw_idle_pages.h"
 #include "qw_inflate.h"
+#include "qw_jws.h"

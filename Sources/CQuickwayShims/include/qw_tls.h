@@ -47,6 +47,16 @@ int qw_tls_cert_info(SSL_CTX *ctx, long long *not_after, char *names, size_t len
 // `qw_tls_set_ticket_rotation` seconds (default 3600); the previous key still decrypts.
 void qw_ssl_ctx_set_ticket_keys(SSL_CTX *ctx);
 void qw_tls_set_ticket_rotation(long seconds);
+
+// Mutual TLS: client certificates verified against the PEM CAs in `ca_file` (also sent
+// as the acceptable CA names); `required`: a handshake without one fails. A presented
+// certificate that does not verify fails the handshake either way. 1 on success.
+int qw_ssl_ctx_set_client_ca(SSL_CTX *ctx, const char *ca_file, int required);
+// The verified client certificate of a finished handshake: its subject (RFC 2253), its
+// subjectAltNames ("DNS:a, IP:10.0.0.1, email:x@y, URI:..."), both printable ASCII with
+// other bytes escaped as \xNN, and the SHA-256 of its DER. 0 when there is none (or
+// it did not verify).
+int qw_tls_peer_certificate(SSL *ssl, char *subject, size_t slen, char *sans, size_t sanslen, uint8_t fingerprint[32]);
 // How many times the keys have rotated (for /stats).
 unsigned long qw_tls_ticket_rotations(void);
 #endif

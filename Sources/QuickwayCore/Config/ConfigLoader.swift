@@ -131,6 +131,7 @@ public enum ConfigLoader {
         }
 
         let auth = top.map("auth").map { readAuth($0, environment: environment) }
+        let jwt = top.map("jwt").map { readJWT($0) }
 
         var cache = CacheConfig()
         if let c = top.map("cache") {
@@ -158,7 +159,8 @@ public enum ConfigLoader {
         if let list = top.list("routes") {
             for (i, node) in list.enumerated() {
                 guard let m = YAMLMapReader(node, path: "routes[\(i)]", sink: sink) else { continue }
-                if let r = readRoute(m, services: services, authConfigured: auth != nil, sink: sink) {
+                if let r = readRoute(m, services: services, authConfigured: auth != nil, sink: sink,
+                                     jwt: jwt, mtls: tlsListen?.clientCertificates != nil) {
                     if routes.contains(where: { $0.name == r.name }) {
                         m.report("name", "another route is already named \"\(r.name)\"")
                     }
@@ -184,6 +186,7 @@ public enum ConfigLoader {
                                    cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
         config.workersPrivateFDTables = privateTables
         config.trustedProxies = trusted
+        config.jwt = jwt
         config.rateLimits = rateLimits ?? RateLimitSettings()
         config.compression = compression
         if config.rateLimits.store == .redis && redis == nil { top.report("rate_limits", "store: redis needs a redis section") }
@@ -228,6 +231,7 @@ public enum ConfigLoader {
             default: t.report("min_version", "expected TLS1.2 or TLS1.3, got \"\(v)\"")
             }
         }
+        let clientCertificates = readClientCertificates(t)
         let tickets = t.bool("session_tickets") ?? true
         var rotation: Int64 = 3600
         if let v = positive(t, "session_ticket_rotation") {
@@ -236,7 +240,7 @@ public enum ConfigLoader {
         t.finish()
         guard let listen, !certificates.isEmpty else { return nil }
         return TLSListenConfig(listen: listen, certificates: certificates, alpn: alpn, minVersion: minVersion, sessionTickets: tickets,
-                               ticketRotationSeconds: rotation)
+                               ticketRotationSeconds: rotation, clientCertificates: clientCertificates)
     }
 
     static func positive(_ m: YAMLMapReader, _ key: String) -> Int64? {
@@ -398,7 +402,8 @@ public enum ConfigLoader {
         return s
     }
 
-    static func readRoute(_ m: YAMLMapReader, services: [ServiceConfig], authConfigured: Bool, sink: ConfigIssueSink) -> RouteConfig? {
+    static func readRoute(_ m: YAMLMapReader, services: [ServiceConfig], authConfigured: Bool, sink: ConfigIssueSink,
+                          jwt: JWTConfig? = nil, mtls: Bool = false) -> RouteConfig? {
         let name = m.string("name")
         if name == nil { m.report("name", "is required") }
         var prefix: String?
@@ -452,9 +457,9 @@ public enum ConfigLoader {
         r.allowPathParams = allowPathParams
         r.host = host
         r.auth = authConfigured ? .required : .off
-        if let v = m.choice("auth", RouteAuth.self, ["required", "optional", "off"]) {
+        if let v = m.choice("auth", RouteAuth.self, ["required", "optional", "off", "jwt", "mtls"]) {
             r.auth = v
-            if v != .off && !authConfigured { m.report("auth", "needs an auth section with keys") }
+            if (v == .required || v == .optional) && !authConfigured { m.report("auth", "needs an auth section with keys") }
         }
         if let c = m.map("cache") {
             if let v = c.duration("ttl") { r.cacheTTLMillis = v }
@@ -480,6 +485,7 @@ public enum ConfigLoader {
         r.cors = readCors(m, routeMethods: r.methods)
         (r.requestHeaders, r.responseHeaders) = readHeaders(m, routeHasAuth: r.auth != .off)
         r.rewrite = readRewrite(m, route: r)
+        readRouteIdentity(m, route: &r, jwt: jwt, mtls: mtls)
         readRouteLimits(m, route: &r)
         r.batch = readBatch(m, route: r)
         if (r.cacheTTLMillis > 0 || r.coalesce) && !r.methods.isEmpty && !r.methods.contains("GET") && !r.methods.contains("HEAD") {

@@ -22,6 +22,8 @@ public struct GatewayConfig: Sendable {
     public var limits: LimitsConfig
     public var log: LogConfig
     public var auth: AuthConfig?
+    /// `jwt`: identity providers for routes with `auth: jwt` (nil: none).
+    public var jwt: JWTConfig?
     public var cache: CacheConfig
     public var redis: RedisConfig?
     /// `compression`: how routes with `compression: true` compress answers (nil: no
@@ -63,6 +65,16 @@ public struct TLSListenConfig: Sendable, Equatable {
     /// Added field (`session_ticket_rotation`): how often the ticket keys change; a
     /// ticket stays valid for one to two periods.
     public var ticketRotationSeconds: Int64 = 3600
+    /// `client_certificates`: mutual TLS (nil: no client certificate is asked for).
+    public var clientCertificates: ClientCertificates?
+
+    /// `tls_listen.client_certificates`: client certificates verified against `caFile`.
+    public struct ClientCertificates: Sendable, Equatable {
+        public var caFile: String
+        /// True: a client without a valid certificate is refused in the handshake.
+        /// False: it connects, and routes with `auth: mtls` answer it 401.
+        public var required = false
+    }
 }
 
 /// `http2`: what the HTTP/2 codec announces in its SETTINGS and enforces
@@ -316,7 +328,9 @@ public struct ServiceConfig: Sendable, Equatable {
     public var tls: TLSConfig?
 }
 
-public enum RouteAuth: String, Sendable { case required, optional, off }
+/// `required`/`optional`: a QW1 or SigV4 signature (`auth`); `jwt`: a bearer token of
+/// the route's `jwt.provider`; `mtls`: a verified client certificate.
+public enum RouteAuth: String, Sendable { case required, optional, off, jwt, mtls }
 
 public struct RouteConfig: Sendable, Equatable {
     public var name: String
@@ -374,4 +388,6 @@ public struct RouteConfig: Sendable, Equatable {
     /// `batch`: the route takes batch envelopes of calls (`spec/batch.md`) and answers
     /// them itself; nil: an ordinary route.
     public var batch: BatchConfig?
+    /// `jwt`: the provider and required claims of a route with `auth: jwt`.
+    public var jwt: RouteJWTConfig?
 }

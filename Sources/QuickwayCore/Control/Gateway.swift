@@ -44,6 +44,8 @@ public final class Gateway {
     private var services: [String: ServiceRuntime] = [:]
     /// Probes and IP-list refreshes, on the admin loop.
     private var controlPlane: ControlPlane!
+    /// JWT providers' key refreshes, on the admin loop (`jwt`).
+    private var jwksRefresher: JWKSRefresher!
     private var accessLog: AccessLog?
     /// The shared Redis tier (nil without `redis`), one link per worker plus the admin
     /// loop's (used for purges). Bound to the loops, so a `redis` change needs a restart.
@@ -118,6 +120,8 @@ public final class Gateway {
         try Codecs.serve(admin, handler: AdminHandler(gateway: self), listen: config.admin.listen, shared: false)
         let cp = ControlPlane(worker: admin)
         controlPlane = cp
+        let jwks = JWKSRefresher(worker: admin, client: cp.client)
+        jwksRefresher = jwks
         let aTier = redisTier?.makeTier(base: admin.base)
         adminTier = aTier
         let sync = aTier.map { LimitSync(registry: shared.rateLimits, link: $0.link, base: admin.base) }
@@ -128,7 +132,7 @@ public final class Gateway {
         admin.onLoopExit = { [unowned self] in
             historyTimer?.cancel()
             historyTimer = nil
-            sync?.stop(); aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); cp.client.shutdown()
+            sync?.stop(); aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); jwks.stop(); cp.client.shutdown()
         }
     }
 
@@ -162,6 +166,13 @@ public final class Gateway {
         let current = Array(services.values)
         let cp = LoopBound(controlPlane!)
         admin.post { cp.value.run(current) }
+    }
+
+    /// (Re)starts the JWT providers' key refreshes, on the admin loop.
+    private func restartJWKS(_ jwt: JWTConfig?) {
+        let providers = Array(shared.jwtProviders.providers(for: jwt).values)
+        let refresher = LoopBound(jwksRefresher!)
+        admin.post { refresher.value.run(providers) }
     }
 
     // MARK: admin API
@@ -267,6 +278,7 @@ public final class Gateway {
         let authenticator = makeAuthenticator(applied)
         services = Self.buildServices(applied, previous: services)
         restartControlPlane()
+        restartJWKS(applied.jwt)
         for p in proxyWorkers {
             let install = LoopBound(InstallHandler(layer: p.layer, handler: makePipeline(p, config: applied, authenticator: authenticator)))
             p.worker.post { install.value.run() }
@@ -302,6 +314,7 @@ public final class Gateway {
         if let sub = purgeSubscriber.map(LoopBound.init) { admin.post { sub.value.start() } }
         if let sync = limitSync.map(LoopBound.init) { admin.post { sync.value.start() } }
         restartControlPlane()
+        restartJWKS(config.jwt)
         let me = LoopBound(self)
         admin.post { me.value.recordHistory() }
         logStartup()

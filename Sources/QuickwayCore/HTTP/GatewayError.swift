@@ -42,11 +42,20 @@ public enum GatewayErrorCode: String, Sendable, CaseIterable {
     /// A batch envelope (`spec/batch.md`) that is not what the route takes; the message
     /// names the call's index and field.
     case badBatch = "bad_batch"
+    /// Bearer tokens (`auth: jwt`): none sent, not valid, expired, without the route's
+    /// `required_claims`; and `auth: mtls` without a verified client certificate
+    /// (`jwtMissing`'s twin, `clientCertificateMissing`).
+    case jwtMissing = "jwt_missing"
+    case jwtInvalid = "jwt_invalid"
+    case jwtExpired = "jwt_expired"
+    case jwtClaims = "jwt_claims"
+    case clientCertificateMissing = "client_certificate_missing"
 
     public var status: Int {
         switch self {
         case .badRequest, .badBatch: return 400
         case .authMissing, .authMalformed, .authUnknownKey, .authExpired, .authReplayed, .authBadSignature, .adminUnauthorized: return 401
+        case .jwtMissing, .jwtInvalid, .jwtExpired, .jwtClaims, .clientCertificateMissing: return 401
         case .forbidden, .forbiddenIP, .corsRejected: return 403
         case .noRoute, .notFound: return 404
         case .methodNotAllowed: return 405

@@ -222,7 +222,8 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         if !head.keepAlive || workerRef.with({ $0.isDraining }) { closeAfterResponse = true }
         phase = .responding
         deadline = 0
-        let (ex, opened) = layerRef.object.open(head, sink: self, peer: transport.peer, overTLS: transport.isTLS)
+        let (ex, opened) = layerRef.object.open(head, sink: self, peer: transport.peer, overTLS: transport.isTLS,
+                                                          clientCertificate: transport.clientCertificate)
         switch opened {
         case .refused:
             return

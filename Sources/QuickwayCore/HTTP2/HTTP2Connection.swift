@@ -310,7 +310,8 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             return refuse(s, .parse(error))
         }
         let body = head.body
-        let (ex, opened) = layer.open(head, sink: s, peer: transport.peer, overTLS: transport.isTLS)
+        let (ex, opened) = layer.open(head, sink: s, peer: transport.peer, overTLS: transport.isTLS,
+                                     clientCertificate: transport.clientCertificate)
         switch opened {
         case .refused:
             s.phase = .refused

@@ -27,6 +27,8 @@ class Exchange {
     /// The client came over TLS: `X-Forwarded-Proto: https`, and its cached answers are
     /// kept apart from plain-HTTP ones (a backend may write the scheme into them).
     var overTLS = false
+    /// The TLS client's verified certificate (mutual TLS), for `auth: mtls` routes.
+    var clientCertificate: ClientCertificate?
     private(set) var sink: ResponseSink?
     /// The handler (config snapshot) that made the exchange and runs it; a reload in the
     /// middle of its body does not move it to another snapshot.

@@ -31,6 +31,10 @@ final class ProxyContext: Exchange {
     /// Set by `DecompressRequestStage` when it decoded the body: the request rules to
     /// forward with (the route's, and `Content-Encoding` left out). Nil: the route's.
     var inflatedRequestRules: HeaderRules?
+    /// The headers a verified identity sends upstream (JWT `forward_claims`, the client
+    /// certificate's), with the names whose client copies are dropped; nil: the
+    /// pipeline's default (`ForwardStage`).
+    var identityHeaders: HeaderRules?
 
     /// What the rate-limit head stage charged, given back if a later limit refuses.
     var limitCharges = LimitCharges()

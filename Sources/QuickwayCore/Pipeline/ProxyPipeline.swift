@@ -8,6 +8,8 @@ final class SharedStages: @unchecked Sendable {
     let flights = FlightTable()
     /// The rate limits' and quotas' tables, kept across reloads per unchanged limit.
     let rateLimits = RateLimitRegistry()
+    /// The JWT providers and their keys, kept across reloads per unchanged provider.
+    let jwtProviders = JWTProviderRegistry()
     init(cache: ResponseCache) { self.cache = cache }
 }
 
@@ -55,6 +57,9 @@ final class ProxyPipeline: RequestHandler {
     let decompressRequestStage: DecompressRequestStage?
     /// Nil unless some route has `batch`.
     let batchStage: BatchStage?
+    /// Nil when no route has `auth: jwt` / `auth: mtls`.
+    let jwtStage: JWTStage?
+    let clientCertificateStage: ClientCertificateStage?
     let answerStages: [AnswerStage]
     /// Index in `order` of the first stage that needs the body.
     private let firstBodyStage: Int
@@ -79,7 +84,7 @@ final class ProxyPipeline: RequestHandler {
         let cacheLookup = CacheLookupStage(cache: shared.cache, cacheConfig: config.cache)
         let coalesce = CoalesceStage(flights: shared.flights, worker: worker)
         let forward = ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes,
-                                   trusted: config.trustedProxies)
+                                   trusted: config.trustedProxies, identityDefault: Self.identityDefault(config))
         (routeStage, authenticateHeadStage, authenticateBodyStage) = (route, authenticateHead, authenticateBody)
         (cacheLookupStage, coalesceStage, forwardStage) = (cacheLookup, coalesce, forward)
         // After the route stage (which reads the head alone), the stages in order.
@@ -101,6 +106,8 @@ final class ProxyPipeline: RequestHandler {
         } else {
             rewriteStage = nil
         }
+        // Identities beyond signatures: beside the signature's head check, on the head.
+        (jwtStage, clientCertificateStage) = Self.identityStages(config, shared: shared, into: &inOrder)
         // Rate limits: by IP and route on the head, after IP rules and before CORS
         // preflights (which the limits must cover too) and authentication; by key and the
         // quota after it, before the cache. Left out when no route has one.
@@ -180,6 +187,8 @@ final class ProxyPipeline: RequestHandler {
         case .compression: return compressionStage?.run(ctx, route) ?? .next
         case .decompressRequest: return decompressRequestStage?.run(ctx, route) ?? .next
         case .batch: return batchStage?.run(ctx, route) ?? .next
+        case .jwt: return jwtStage?.run(ctx, route) ?? .next
+        case .clientCertificate: return clientCertificateStage?.run(ctx, route) ?? .next
         }
     }
 

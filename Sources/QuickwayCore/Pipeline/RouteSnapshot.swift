@@ -78,6 +78,8 @@ final class Route {
         if !c.compression { idle.append(.compression) }
         if !c.decompressRequests { idle.append(.decompressRequest) }
         if c.batch == nil { idle.append(.batch) }
+        if c.auth != .jwt { idle.append(.jwt) }
+        if c.auth != .mtls { idle.append(.clientCertificate) }
         skipped = idle.reduce(0) { $0 | (1 << UInt32($1.rawValue)) }
     }
 }

@@ -17,6 +17,8 @@ enum StageResult {
 enum StageKind: UInt8 {
     case route, access, rateLimitHead, cors, authenticateHead, rewrite, authenticateBody, rateLimitKey, batch, cacheLookup, coalesce, sharedTierLookup, forward
     case compression, decompressRequest
+    /// Bearer tokens (`auth: jwt`) and client certificates (`auth: mtls`), on the head.
+    case jwt, clientCertificate
 }
 
 /// One step of the request path after routing (`ProxyPipeline.order` lists them in

@@ -51,13 +51,14 @@ final class StreamLayer {
     /// stages. `head` is moved into the exchange, not copied. `origin`: the batch envelope
     /// an internal call comes from (`runInternal`), nil for a client's request.
     func open(_ head: consuming HTTPRequestHead, sink: ResponseSink, peer: Peer, overTLS: Bool,
-              origin: BatchCallOrigin? = nil) -> (Exchange, Opened) {
+              origin: BatchCallOrigin? = nil, clientCertificate: ClientCertificate? = nil) -> (Exchange, Opened) {
         let id = requestId(from: head)
         let dropped = head.droppedUnderscoreFields
         let handler = self.handler
         let ex = handler.makeExchange(head: consume head, sink: sink, requestId: id, peer: peer)
         ex.overTLS = overTLS
         ex.batchOrigin = origin
+        ex.clientCertificate = clientCertificate
         ex.layer = Uncounted(self)
         stats.requestStarted()
         if dropped > 0 { stats.underscoreHeadersDropped(dropped) }

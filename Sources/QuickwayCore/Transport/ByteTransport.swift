@@ -21,6 +21,8 @@ protocol ByteTransport: AnyObject {
     var negotiatedH2: Bool { get }
     /// The client came over TLS (`X-Forwarded-Proto: https`; part of the cache key).
     var isTLS: Bool { get }
+    /// The client's verified certificate (mutual TLS), read once after the handshake.
+    var clientCertificate: ClientCertificate? { get }
     /// Who is told of reads, drains and the close. Not retained (the user owns the transport).
     var user: TransportUser? { get set }
     /// Reads what is available now and tells the user.
@@ -44,6 +46,9 @@ protocol ByteTransport: AnyObject {
 }
 
 extension ByteTransport {
+    /// The TLS client's verified certificate (mutual TLS); nil on plain TCP and in memory.
+    var clientCertificate: ClientCertificate? { nil }
+
     /// Gives back the buffers' memory while the connection is idle (empty buffers only).
     func releaseIdleBuffers() {
         input.releaseStorage()

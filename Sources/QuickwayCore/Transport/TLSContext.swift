@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 import COpenSSL
 import CQuickwayShims
@@ -25,13 +26,15 @@ final class TLSContext: @unchecked Sendable {
     let offered: [String]
     /// Each certificate's names and expiry, for `/stats` and `/metrics`.
     let certificates: [TLSCertificateInfo]
+    /// Client certificates are asked for (`client_certificates`).
+    let verifiesClients: Bool
 
     init(_ config: TLSListenConfig) throws {
         var made: [OpaquePointer] = []
         do {
             for c in config.certificates {
                 made.append(try Self.makeContext(certFile: c.certFile, keyFile: c.keyFile, minVersion: config.minVersion,
-                                                 tickets: config.sessionTickets))
+                                                 tickets: config.sessionTickets, clients: config.clientCertificates))
             }
         } catch {
             for c in made { SSL_CTX_free(c) }
@@ -39,6 +42,7 @@ final class TLSContext: @unchecked Sendable {
         }
         contexts = made
         defaultContext = made[0]
+        verifiesClients = config.clientCertificates != nil
         certificates = zip(config.certificates, made).map { TLSCertificateInfo(certFile: $0.certFile, context: $1) }
         qw_tls_set_ticket_rotation(Int(config.ticketRotationSeconds))
         offered = config.alpn
@@ -59,7 +63,8 @@ final class TLSContext: @unchecked Sendable {
         for t in alpnTables { qw_tls_free(t) }
     }
 
-    private static func makeContext(certFile: String, keyFile: String, minVersion: Int32, tickets: Bool) throws -> OpaquePointer {
+    private static func makeContext(certFile: String, keyFile: String, minVersion: Int32, tickets: Bool,
+                                    clients: TLSListenConfig.ClientCertificates? = nil) throws -> OpaquePointer {
         guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw Failure(description: "cannot create a TLS context: \(lastError())") }
         guard qw_ssl_ctx_set_min_version(ctx, minVersion) == 1 else {
             SSL_CTX_free(ctx)
@@ -74,8 +79,11 @@ final class TLSContext: @unchecked Sendable {
             // Ticket keys from the process-wide ring that rotates (`session_ticket_rotation`).
             qw_ssl_ctx_set_ticket_keys(ctx)
         }
-        // Sessions resume across the SNI contexts: they share one session id context.
-        let sid = Array("quickway".utf8)
+        // Sessions resume across the SNI contexts: they share one session id context. With
+        // client certificates it names the CA file's contents and `required`, so a session
+        // made under other client-certificate rules (before a reload) is not resumed: it
+        // would skip the certificate check.
+        let sid = clients.map { Self.sessionContext($0) } ?? Array("quickway".utf8)
         sid.withUnsafeBufferPointer { _ = SSL_CTX_set_session_id_context(ctx, $0.baseAddress, UInt32($0.count)) }
         guard SSL_CTX_use_certificate_chain_file(ctx, certFile) == 1 else {
             SSL_CTX_free(ctx)
@@ -91,6 +99,11 @@ final class TLSContext: @unchecked Sendable {
             SSL_CTX_free(ctx)
             throw Failure(description: "key_file \(keyFile) does not match the certificate in \(certFile)")
         }
+        // Mutual TLS: every SNI context verifies client certificates the same way.
+        if let clients, qw_ssl_ctx_set_client_ca(ctx, clients.caFile, clients.required ? 1 : 0) != 1 {
+            SSL_CTX_free(ctx)
+            throw Failure(description: "client_certificates.ca_file \(clients.caFile): \(lastError())")
+        }
         return ctx
     }
 
@@ -102,6 +115,21 @@ final class TLSContext: @unchecked Sendable {
         } catch {
             return "\(error)"
         }
+    }
+
+    /// The session id context of a listener verifying client certificates: at most 32
+    /// bytes, different for every CA file content and `required` setting.
+    static func sessionContext(_ clients: TLSListenConfig.ClientCertificates) -> [UInt8] {
+        let ca = FileManager.default.contents(atPath: clients.caFile).map { Array($0) } ?? []
+        let digest = Crypto.hexString(Crypto.sha256(ca)).prefix(24)
+        return Array("qwm\(clients.required ? "r" : "o")\(digest)".utf8)
+    }
+
+    /// Why `caFile` cannot serve as the client CA (nil: it can): for the config loader.
+    static func checkClientCA(_ caFile: String) -> String? {
+        guard let ctx = SSL_CTX_new(TLS_server_method()) else { return "cannot create a TLS context: \(lastError())" }
+        defer { SSL_CTX_free(ctx) }
+        return qw_ssl_ctx_set_client_ca(ctx, caFile, 0) == 1 ? nil : "cannot read CA certificates from \(caFile): \(lastError())"
     }
 
     static func lastError() -> String {

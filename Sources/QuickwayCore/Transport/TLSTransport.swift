@@ -70,6 +70,17 @@ final class TLSTransport: ByteTransport {
 
     var isTLS: Bool { true }
 
+    /// Read on the first request after the handshake, then kept (nil: none, or the
+    /// listener asks for none).
+    private var peerCertificate: ClientCertificate??
+    var clientCertificate: ClientCertificate? {
+        if let known = peerCertificate { return known }
+        guard handshakeDone, let ssl, context.verifiesClients else { return nil }
+        let cert = ClientCertificate.read(ssl)
+        peerCertificate = .some(cert)
+        return cert
+    }
+
     /// ALPN chose `h2`.
     var negotiatedH2: Bool {
         guard let ssl else { return false }

@@ -24,16 +24,19 @@ enum UpstreamRequestHeaders {
     /// The header fields to send, as name/value pairs (framing is each client's own).
     /// `authKeyId`: the key of a verified signature; its Authorization header is then
     /// dropped and `X-Quickway-Key` sent. A client's own `X-Quickway-Key` never passes.
+    /// `identity`: the headers a verified identity writes (JWT `forward_claims`, the client
+    /// certificate's): every client copy of its names is dropped, its lines are added.
     static func build(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
                       authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none,
-                      rules: HeaderRules? = nil) -> UpstreamHeaders {
+                      rules: HeaderRules? = nil, identity: HeaderRules? = nil) -> UpstreamHeaders {
         let (lines, count) = write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
-                                   overTLS: overTLS, trusted: trusted, rules: rules)
+                                   overTLS: overTLS, trusted: trusted, rules: rules, identity: identity)
         return UpstreamHeaders(lines: lines, count: count)
     }
 
     private static func write(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
-                              authKeyId: String?, overTLS: Bool, trusted: TrustedProxies, rules: HeaderRules?) -> (bytes: [UInt8], count: Int) {
+                              authKeyId: String?, overTLS: Bool, trusted: TrustedProxies, rules: HeaderRules?,
+                              identity: HeaderRules?) -> (bytes: [UInt8], count: Int) {
         // What is needed of the head, taken out first: the closure below capturing the
         // head itself copied it (a retain of its array); the bytes are lent in place.
         let table = head.fieldTable, headLength = head.headLength
@@ -56,6 +59,7 @@ enum UpstreamRequestHeaders {
         // copy against it.
         let capacity = headLength + 4 * table.count + Self.ownLineBytes + 2 * client.utf8.count + requestId.countBound
             + (keyId?.utf8.count ?? 0) + chain.utf8.count + realIP.utf8.count + (rules?.setLines.count ?? 0)
+            + (identity?.setLines.count ?? 0)
         var count = 0
         let written = head.bytes.withUnsafeBytes { raw -> [UInt8] in
             let fields = table.fields(in: raw)
@@ -70,6 +74,7 @@ enum UpstreamRequestHeaders {
                     if keyId != nil && named(raw, n, "authorization") { continue }
                     // The route's `headers.request`: removed, or replaced by a set field.
                     if let rules, rules.drops(raw, n) { continue }
+                    if let identity, identity.drops(raw, n) { continue }
                     w.put(UnsafeRawBufferPointer(rebasing: raw[n]))
                     w.put(": ")
                     w.put(UnsafeRawBufferPointer(rebasing: raw[f.value]))
@@ -79,6 +84,10 @@ enum UpstreamRequestHeaders {
                 if let rules, rules.setCount > 0 {
                     rules.setLines.withUnsafeBytes { w.put($0) }
                     count += rules.setCount
+                }
+                if let identity, identity.setCount > 0 {
+                    identity.setLines.withUnsafeBytes { w.put($0) }
+                    count += identity.setCount
                 }
                 w.put("X-Forwarded-For: ")
                 if !chain.isEmpty { chain.withUTF8 { w.put(UnsafeRawBufferPointer($0)) } }
@@ -129,6 +138,11 @@ enum UpstreamRequestHeaders {
         case 7: return named(raw, n, "upgrade") || named(raw, n, "trailer")
         case 10: return named(raw, n, "connection") || named(raw, n, "keep-alive")
         case 12: return named(raw, n, "x-request-id")
+        // The client certificate's fields (`ClientCertificateHeaders`): written by the
+        // gateway on mtls routes, never taken from a client.
+        case 18: return named(raw, n, "x-client-cert-sans")
+        case 21: return named(raw, n, "x-client-cert-subject")
+        case 25: return named(raw, n, "x-client-cert-fingerprint")
         case 14: return named(raw, n, "content-length") || named(raw, n, "x-original-url")
         case 16: return named(raw, n, "proxy-connection") || named(raw, n, "x-forwarded-host")
         case 17: return named(raw, n, "transfer-encoding") || named(raw, n, "x-forwarded-proto") || named(raw, n, "x-method-override")

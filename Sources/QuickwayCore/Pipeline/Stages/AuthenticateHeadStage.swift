@@ -17,7 +17,8 @@ final class AuthenticateHeadStage: RequestStage {
         // A batch call carries its envelope's verified identity (`+Batch`).
         if let origin = ctx.batchOrigin { return runBatchCall(ctx, route, origin) }
         let mode = route.config.auth
-        guard mode != .off, let auth = authenticator else { return .next }
+        // QW1 and SigV4 only: `jwt` and `mtls` routes have stages of their own.
+        guard mode == .required || mode == .optional, let auth = authenticator else { return .next }
         let exchange = ctx.exchange
         exchange.authChallenge = auth.schemeName
         let check = exchange.withHead { auth.checkHead($0, mode: mode, nowSeconds: Int64(time(nil))) }

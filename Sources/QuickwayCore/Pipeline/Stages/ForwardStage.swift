@@ -9,13 +9,18 @@ final class ForwardStage: RequestStage {
     let maxObjectBytes: Int
     /// `client_ip.trusted_proxies`: whose `X-Forwarded-For` is believed.
     private let trusted: TrustedProxies
+    /// The identity headers of a request without a verified identity: the names JWT
+    /// providers forward claims as, dropped from every request (nil: none configured).
+    private let identityDefault: HeaderRules?
     var needsBody: Bool { true }
 
-    init(upstream: UpstreamCallMaker, flights: FlightTable, maxObjectBytes: Int, trusted: TrustedProxies = .none) {
+    init(upstream: UpstreamCallMaker, flights: FlightTable, maxObjectBytes: Int, trusted: TrustedProxies = .none,
+         identityDefault: HeaderRules? = nil) {
         self.upstream = upstream
         self.flights = flights
         self.maxObjectBytes = maxObjectBytes
         self.trusted = trusted
+        self.identityDefault = identityDefault
     }
 
     func run(_ ctx: ProxyContext, _ route: Route) -> StageResult {
@@ -24,7 +29,7 @@ final class ForwardStage: RequestStage {
 
     /// `head` is the exchange's, borrowed (a local copy would retain its array).
     private func forward(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> StageResult {
-        let request = Self.request(ctx, route, trusted, head)
+        let request = self.request(ctx, route, trusted, head)
         // A WebSocket handshake (checked by the route stage) goes with its own
         // hop-by-hop headers; other calls pay only the flag test.
         let relay: UpstreamRelay
@@ -45,7 +50,7 @@ final class ForwardStage: RequestStage {
 
     /// The request to send, the same for every client (each frames it itself). A HEAD
     /// on a cached route goes as GET (`upstreamHead` false), so the body can be stored.
-    private static func request(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> UpstreamRequest {
+    private func request(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> UpstreamRequest {
         let hasBody = head.body != .none || head.statesContentLength
         let upstreamHead = ctx.isHeadRequest && ctx.plan == nil
         // A rewrite's target replaces the path (the loader refuses it with strip_prefix).
@@ -57,7 +62,7 @@ final class ForwardStage: RequestStage {
             method: method, isHead: upstreamHead, hasBody: hasBody, body: ctx.body,
             headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
                                                   authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted,
-                                                  rules: ctx.inflatedRequestRules ?? route.config.requestHeaders),
+                                                  rules: ctx.inflatedRequestRules ?? route.config.requestHeaders, identity: ctx.identityHeaders ?? identityDefault),
             pathAndQuery: target.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
                 ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
             idempotent: UpstreamRelay.isIdempotent(head), webSocketUpgrade: head.upgradeWebSocket)
