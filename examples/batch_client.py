@@ -8,8 +8,8 @@ signed POST to a Quickway batch route (spec/batch.md) and prints each result.
 
 Each call is `METHOD PATH` (one argument) or `METHOD PATH BODY`; `--ndjson` asks for one
 result per line as each call ends. The envelope is signed with the QW1 scheme of
-spec/signature.md, written here from the spec alone (as examples/qw1_client.py is):
-its body hash covers every call, and every call carries the envelope's key.
+spec/signature.md by examples/qw1_client.py (beside this file): its body hash covers
+every call, and every call carries the envelope's key.
 
 As a library:
 
@@ -20,54 +20,14 @@ As a library:
 """
 import argparse
 import base64
-import hashlib
-import hmac
 import http.client
 import json
 import os
-import secrets
 import sys
-import time
 import urllib.parse
 
-UNRESERVED = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-
-
-def _pct_decode(s: bytes) -> bytes:
-    out, i = bytearray(), 0
-    while i < len(s):
-        if s[i] == 0x25 and i + 2 < len(s) and all(c in b"0123456789abcdefABCDEF" for c in s[i + 1:i + 3]):
-            out.append(int(s[i + 1:i + 3], 16))
-            i += 3
-        else:
-            out.append(s[i])
-            i += 1
-    return bytes(out)
-
-
-def _pct_encode(s: bytes) -> bytes:
-    return b"".join(bytes([c]) if c in UNRESERVED else b"%%%02X" % c for c in s)
-
-
-def canonical_query(raw: bytes) -> bytes:
-    """spec/signature.md: pieces split on & and their first =, decoded, RFC 3986 re-encoded, sorted."""
-    pairs = []
-    for piece in raw.split(b"&"):
-        if piece:
-            name, _, value = piece.partition(b"=")
-            pairs.append((_pct_encode(_pct_decode(name)), _pct_encode(_pct_decode(value))))
-    return b"&".join(n + b"=" + v for n, v in sorted(pairs))
-
-
-def qw1_authorization(key_id, secret, salt, method, target, body):
-    """The Authorization value of spec/signature.md for one request."""
-    timestamp, nonce = int(time.time()), secrets.token_hex(16)
-    path, _, query = target.encode().partition(b"?")
-    canonical = b"\n".join([b"QW1-HMAC-SHA256", method.upper().encode(), path or b"/", canonical_query(query),
-                            str(timestamp).encode(), nonce.encode(), hashlib.sha256(body).hexdigest().encode()])
-    signing_key = hmac.new(secret.encode(), salt.encode(), hashlib.sha256).digest()
-    signature = hmac.new(signing_key, canonical, hashlib.sha256).hexdigest()
-    return f"QW1-HMAC-SHA256 Key={key_id}, Timestamp={timestamp}, Nonce={nonce}, Signature={signature}"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qw1_client import authorization as qw1_authorization  # noqa: E402  (spec/signature.md, one signer)
 
 
 class BatchClient:
