@@ -7,3 +7,4 @@
 #include "qw_idle_pages.h"
 #include "qw_inflate.h"
 #include "qw_jws.h"
+#include "qw_file.h"

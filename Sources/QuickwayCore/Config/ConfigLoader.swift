@@ -118,6 +118,7 @@ public enum ConfigLoader {
             if let v = positive(l, "client_idle_timeout") { limits.clientIdleTimeoutMillis = v }
             if let v = positive(l, "drain_timeout") { limits.drainTimeoutMillis = v }
             if let v = l.bool("underscores_in_headers") { limits.underscoresInHeaders = v }
+            readBodyLimits(l, into: &limits)
             l.finish()
         }
 
@@ -488,6 +489,7 @@ public enum ConfigLoader {
         readRouteIdentity(m, route: &r, jwt: jwt, mtls: mtls)
         readRouteLimits(m, route: &r)
         r.batch = readBatch(m, route: r)
+        readRequestBuffering(m, route: &r)
         if (r.cacheTTLMillis > 0 || r.coalesce) && !r.methods.isEmpty && !r.methods.contains("GET") && !r.methods.contains("HEAD") {
             m.report("cache", "caching and merging apply to GET and HEAD only, and this route allows neither")
         }

@@ -163,6 +163,20 @@ public struct LimitsConfig: Sendable, Equatable {
     /// Added field (`underscores_in_headers`, as nginx's): keep and forward request
     /// header lines whose names hold `_`. Off: they are dropped and counted.
     public var underscoresInHeaders = false
+    /// `client_body_timeout` (nginx's): a request body that stops arriving for this long
+    /// (between two reads) is answered 408.
+    public var clientBodyTimeoutMillis: Int64 = 60_000
+    /// `client_body_buffer_size` (nginx's): a buffered request body past this many bytes
+    /// goes on to a temporary file (`client_body_temp_path`) instead of memory.
+    public var clientBodyBufferBytes = 64 * 1024
+    /// `client_body_temp_path`: where those files go (made without a name, `O_TMPFILE`,
+    /// so nothing is left behind whatever way a request ends). Default: `$TMPDIR` or /tmp.
+    public var clientBodyTempPath = LimitsConfig.defaultTempPath
+
+    public static var defaultTempPath: String {
+        if let t = getenv("TMPDIR"), let s = String(validatingCString: t), !s.isEmpty { return s }
+        return "/tmp"
+    }
 }
 
 public enum LogLevel: String, Sendable, CaseIterable, Comparable {
@@ -385,6 +399,9 @@ public struct RouteConfig: Sendable, Equatable {
     /// `decompress_requests`: request bodies sent with a `Content-Encoding` are decoded
     /// (bounded) before they go upstream.
     public var decompressRequests = false
+    /// `request_buffering`: false streams request bodies upstream as they arrive
+    /// (allowed only where no body signature must be checked first: auth off, jwt, mtls).
+    public var requestBuffering = true
     /// `batch`: the route takes batch envelopes of calls (`spec/batch.md`) and answers
     /// them itself; nil: an ordinary route.
     public var batch: BatchConfig?

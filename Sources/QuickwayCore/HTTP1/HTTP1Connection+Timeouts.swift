@@ -38,7 +38,9 @@ extension HTTP1Connection {
         guard deadline != 0, now >= deadline, !transport.closed else { return }
         switch phase {
         case .head where inbound.isEmpty: closeNow()
-        case .head, .body: failAndClose(.timeout(millis: limits.clientHeaderTimeoutMillis))
+        case .head: failAndClose(.timeout(millis: limits.clientHeaderTimeoutMillis))
+        case .body where bodyPipe != nil: failStreamedBody(.bodyTimeout(millis: limits.clientBodyTimeoutMillis))
+        case .body: failAndClose(.bodyTimeout(millis: limits.clientBodyTimeoutMillis))
         case .responding: deadline = 0
         case .closing: closeNow()
         }

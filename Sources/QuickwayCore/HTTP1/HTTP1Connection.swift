@@ -34,6 +34,10 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     var exchange: Exchange?
     /// The request body's framing state, boxed: only a request with a body needs it.
     var bodyDecoder: BodyDecoderBox?
+    /// A streamed body's way upstream (`request_buffering: false`): the exchange was
+    /// dispatched after its head, and the body is written here as it is decoded, no
+    /// faster than the upstream takes it.
+    var bodyPipe: RequestBodyPipe?
     /// Monotonic milliseconds after which the sweep acts; 0 for none.
     var deadline: Int64 = 0
     /// Set by a streaming producer that paused; called once the outbound drained.
@@ -180,6 +184,10 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
             case .body:
                 guard let ex = exchange, let box = bodyDecoder else { return }
                 if inbound.isEmpty { transport.enableReading(); return }   // see `.needMore` above
+                if let pipe = bodyPipe {
+                    guard streamBody(pipe, box) else { return }
+                    continue
+                }
                 do {
                     let readable = inbound.readable
                     let used = try layerRef.with { layer throws(HTTPParseError) in
@@ -190,10 +198,12 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                     failAndClose(.parse(error))
                     return
                 }
+                // Answered meanwhile (its body could not be stored): the rest is dropped.
+                guard exchange === ex else { return }
                 if box.value.isComplete {
                     dispatch(ex)
                 } else {
-                    deadline = Clock.coarseMillis() + limits.clientHeaderTimeoutMillis
+                    deadline = Clock.coarseMillis() + limits.clientBodyTimeoutMillis
                     transport.enableReading()   // see `.needMore` above
                     return
                 }
@@ -201,6 +211,61 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
                 return
             }
         }
+    }
+
+    /// Decodes what arrived of a streamed body into its pipe; true when the body is
+    /// complete (the loop goes on to the next phase). While the upstream has not taken
+    /// what waits in the pipe, reading stops (the client's TCP window fills) and no body
+    /// timeout runs: the client is not the one stalling.
+    private func streamBody(_ pipe: RequestBodyPipe, _ box: BodyDecoderBox) -> Bool {
+        guard pipe.hasRoom else {
+            transport.disableReading()
+            deadline = 0
+            pipe.whenRoom { [unowned self] in pipeHasRoom() }
+            return false
+        }
+        do {
+            let readable = inbound.readable
+            let used = try pipe.write { body throws(HTTPParseError) in try box.value.decode(readable, into: &body) }
+            inbound.consume(used)
+        } catch {
+            failStreamedBody(.parse(error))
+            return false
+        }
+        guard bodyPipe === pipe else { return false }   // answered meanwhile
+        if box.value.isComplete {
+            pipe.finish()
+            bodyPipe = nil
+            bodyDecoder = nil
+            requestBodyUnread = false
+            phase = .responding
+            deadline = 0
+            return true
+        }
+        deadline = Clock.coarseMillis() + limits.clientBodyTimeoutMillis
+        transport.enableReading()
+        return false
+    }
+
+    /// The upstream took bytes from a full pipe: read on.
+    private func pipeHasRoom() {
+        guard phase == .body, bodyPipe != nil, !transport.closed else { return }
+        deadline = Clock.coarseMillis() + limits.clientBodyTimeoutMillis
+        transport.enableReading()
+        process()
+    }
+
+    /// A streamed body cannot be completed: the upstream call ends with `why` as the
+    /// client's answer, and the connection closes after it (the rest of the body is
+    /// not read).
+    func failStreamedBody(_ why: StreamLayer.Refusal) {
+        guard let pipe = bodyPipe else { return }
+        bodyPipe = nil
+        bodyDecoder = nil
+        closeAfterResponse = true
+        phase = .responding
+        deadline = 0
+        layerRef.with { $0.failStreamedBody(pipe, why) }
     }
 
     /// A parser for the connection's next requests (the limits are the worker's).
@@ -233,12 +298,20 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         case .needsBody:
             exchange = ex
             bodyDecoder = BodyDecoderBox(HTTPBodyDecoder(framing: framing, maxBodyBytes: limits.maxBodyBytes))
-            if case let .contentLength(n) = framing { ex.body.reserveCapacity(n) }
             phase = .body
-            deadline = Clock.coarseMillis() + limits.clientHeaderTimeoutMillis
+            deadline = Clock.coarseMillis() + limits.clientBodyTimeoutMillis
             if expectsContinue && inbound.isEmpty {
                 outbound.append("HTTP/1.1 100 Continue\r\n\r\n")
                 flushSoon()
+            }
+            if ex.streamsRequestBody {
+                // Dispatched now: the upstream call starts while the body arrives.
+                var length: Int?
+                if case let .contentLength(n) = framing { length = n }
+                bodyPipe = layerRef.with { $0.streamBody(ex, length: length) }
+                layerRef.with { $0.dispatch(ex) }
+            } else if case let .contentLength(n) = framing {
+                ex.body.reserveCapacity(layerRef.with { $0.bodyReserve(ex, contentLength: n) })
             }
         }
     }
@@ -302,6 +375,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     func sendEnd() {
         if responseChunked && responseCarriesBody { outbound.append("0\r\n\r\n") }
         exchange = nil
+        stopStreamingBody()
         onDrained = nil
         if closeAfterResponse {
             beginClosing()
@@ -318,8 +392,20 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
 
     func sendAbort() {
         exchange = nil
+        stopStreamingBody()
         transport.flush()
         closeNow()
+    }
+
+    /// The answer is out before a streamed body ended (the upstream answered early, or
+    /// the request was refused): the body is no longer wanted, and the connection closes
+    /// after the answer (`requestBodyUnread`), so its rest is never read as a request.
+    private func stopStreamingBody() {
+        guard let pipe = bodyPipe else { return }
+        pipe.writerLeft()
+        bodyPipe = nil
+        bodyDecoder = nil
+        closeAfterResponse = true
     }
 
     /// Flushes now, or at the end of the current `process()` pass (so pipelined

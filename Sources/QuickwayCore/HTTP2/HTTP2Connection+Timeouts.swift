@@ -54,8 +54,21 @@ extension HTTP2Connection {
         var largest: HTTP2Stream?
         for s in Array(streams.values) {
             var limit: Int64
-            if s.phase == .headers || s.phase == .body {
+            if s.bodyStreaming, let pipe = s.bodyPipe {
+                // A streamed body: timed only while the upstream waits for the client (the
+                // pipe is empty). Bytes waiting in it mean the upstream is the slow one,
+                // and the client's window is what holds it back.
+                if pipe.buffered == 0 && now - s.lastProgress >= limits.clientBodyTimeoutMillis {
+                    failStreamedBody(s, .bodyTimeout(millis: limits.clientBodyTimeoutMillis))
+                } else if pipe.buffered > 0 {
+                    s.lastProgress = now
+                }
+                if s.pending.isEmpty { continue }
+            }
+            if s.phase == .headers {
                 limit = limits.clientHeaderTimeoutMillis
+            } else if s.phase == .body {
+                limit = limits.clientBodyTimeoutMillis
             } else if !s.pending.isEmpty {
                 if largest == nil || s.countedPending > largest!.countedPending { largest = s }
                 limit = limits.clientIdleTimeoutMillis

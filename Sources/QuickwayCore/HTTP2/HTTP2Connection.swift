@@ -322,19 +322,44 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         case .needsBody where endStream:
             s.exchange = ex
             dispatch(s, ex)
+        case .needsBody where ex.streamsRequestBody:
+            // Dispatched now: the upstream call starts while the body arrives.
+            s.exchange = ex
+            var length: Int?
+            if case let .contentLength(n) = body { length = n }
+            let pipe = layer.streamBody(ex, length: length)
+            s.bodyPipe = pipe
+            s.bodyStreaming = true
+            // Weak: the pipe may outlive the stream (the upstream call holds it).
+            pipe.onTaken = { [weak self, weak s] in if let self, let s { self.giveBackWindow(s) } }
+            dispatch(s, ex)
         case .needsBody:
             s.exchange = ex
             s.phase = .body
             // The client's content-length is a claim: reserve no more than a window's worth.
-            if case let .contentLength(n) = body { ex.body.reserveCapacity(min(n, settings.initialWindowBytes)) }
+            if case let .contentLength(n) = body { ex.body.reserveCapacity(layer.bodyReserve(ex, contentLength: n, cap: settings.initialWindowBytes)) }
         }
     }
 
+    /// A DATA frame's bytes. Its window goes back at once (`nghttp2_session_consume`),
+    /// except for a streamed body's, which goes back as the upstream takes them
+    /// (`giveBackWindow`): so a slow upstream holds the client to its window.
     func requestData(_ id: Int32, _ data: UnsafeRawBufferPointer) {
+        if let s = lookup(id), s.bodyStreaming, let pipe = s.bodyPipe {
+            s.lastProgress = Clock.coarseMillis()
+            if pipe.received + data.count > limits.maxBodyBytes {
+                if let session { nghttp2_session_consume(session, id, data.count) }
+                return failStreamedBody(s, .bodyTooLarge)
+            }
+            pipe.write { $0.append(contentsOf: data) }
+            s.unconsumed += data.count
+            return
+        }
+        if let session { nghttp2_session_consume(session, id, data.count) }
         if let t = lookup(id)?.tunnel { return t.deliver(data, ended: false) }
         guard let s = lookup(id), s.phase == .body, let ex = s.exchange else { return }
         s.lastProgress = Clock.coarseMillis()
-        let refusal: StreamLayer.Refusal? = ex.body.count + data.count > limits.maxBodyBytes
+        let refusal: StreamLayer.Refusal? = ex.bodyBytes + data.count > limits.maxBodyBytes
             ? .bodyTooLarge
             // Many streams each sending a body at once: one connection may hold this much.
             : requestBodyBytes + data.count > max(HTTP2Codec.connectionBudget, limits.maxBodyBytes)
@@ -346,12 +371,56 @@ final class HTTP2Connection: TransportUser, ClientConnection {
             return
         }
         layer.appendBody(ex) { $0.append(contentsOf: data) }
-        s.bodyBytesHeld += data.count
-        requestBodyBytes += data.count
+        // What the stream holds in memory: a body past `client_body_buffer_size` went on
+        // to its spool file, which the connection's budget does not count.
+        let held = ex.body.count
+        requestBodyBytes += held - s.bodyBytesHeld
+        s.bodyBytesHeld = held
+    }
+
+    /// The upstream took bytes from a stream's pipe: their window goes back to the client
+    /// (sent by `pump`, never from inside an nghttp2 call).
+    func giveBackWindow(_ s: HTTP2Stream) {
+        guard let pipe = s.bodyPipe else { return }
+        let n = s.unconsumed - pipe.buffered
+        guard n > 0, let session else { return }
+        s.unconsumed -= n
+        if lookup(s.id) === s {
+            nghttp2_session_consume(session, s.id, n)
+        } else {
+            nghttp2_session_consume_connection(session, n)
+        }
+        pump()
+    }
+
+    /// A streamed body cannot be completed (`why`): the upstream call ends with it as the
+    /// client's answer, and the window of what is left is given back.
+    func failStreamedBody(_ s: HTTP2Stream, _ why: StreamLayer.Refusal) {
+        guard s.bodyStreaming, let pipe = s.bodyPipe else { return }
+        s.bodyStreaming = false
+        layer.failStreamedBody(pipe, why)
+        returnUnconsumed(s)
+    }
+
+    /// Gives back the window of DATA a pipe still held (its stream is done with it).
+    func returnUnconsumed(_ s: HTTP2Stream) {
+        guard s.unconsumed > 0, let session else { return }
+        if lookup(s.id) === s {
+            nghttp2_session_consume(session, s.id, s.unconsumed)
+        } else {
+            nghttp2_session_consume_connection(session, s.unconsumed)
+        }
+        s.unconsumed = 0
+        pump()
     }
 
     func requestBodyEnded(_ s: HTTP2Stream) {
         s.requestEnded = true
+        if s.bodyStreaming, let pipe = s.bodyPipe {
+            s.bodyStreaming = false
+            pipe.finish()
+            return
+        }
         if let t = s.tunnel { return t.deliver(UnsafeRawBufferPointer(start: nil, count: 0), ended: true) }
         guard s.phase == .body, let ex = s.exchange else { return }
         dispatch(s, ex)
@@ -368,6 +437,9 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     func streamClosed(_ id: Int32, errorCode: UInt32) {
         guard let s = streams.removeValue(forKey: id) else { return }
+        // A streamed body's call is cancelled with the exchange below; the window of what
+        // it held goes back to the connection.
+        stopStreamingBody(s)
         if lastStream === s { lastStream = nil }
         s.onWritable = nil
         uncountPending(s, s.countedPending)
@@ -511,17 +583,30 @@ final class HTTP2Connection: TransportUser, ClientConnection {
 
     func responseEnded(_ s: HTTP2Stream, _ exchange: Exchange?) {
         releaseBody(s, exchange)
+        stopStreamingBody(s)
         if !detached.isEmpty && detached.removeValue(forKey: s.id) != nil { return }   // (no hashing when empty)
         dataAvailable(s, pumpNow: true)
     }
 
     func responseAborted(_ s: HTTP2Stream, _ exchange: Exchange?) {
         releaseBody(s, exchange)
+        stopStreamingBody(s)
         if !detached.isEmpty && detached.removeValue(forKey: s.id) != nil { return }   // (no hashing when empty)
         uncountPending(s, s.countedPending)
         s.pending.clear()
         if let session { nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), s.id, NGHTTP2_INTERNAL_ERROR.rawValue) }
         pump()
+    }
+
+    /// The answer is out before a streamed body ended: the body is no longer wanted.
+    /// What the client still sends is dropped with its window given back, and the stream
+    /// is reset after a grace if the client does not end it (`checkDeadline`).
+    func stopStreamingBody(_ s: HTTP2Stream) {
+        guard let pipe = s.bodyPipe else { return }
+        s.bodyStreaming = false
+        s.bodyPipe = nil
+        pipe.writerLeft()
+        returnUnconsumed(s)
     }
 
     // MARK: closing and timeouts (ClientConnection)

@@ -37,6 +37,13 @@ struct HTTP2StreamState {
     var responseStarted: Bool = false
     /// The answer is streamed: each piece is sent without waiting.
     var streamed: Bool = false
+    /// A streamed request body's way upstream (`request_buffering: false`): DATA is
+    /// written here, and its window given back only as the upstream takes it.
+    var bodyPipe: RequestBodyPipe? = nil
+    /// The client is still writing into `bodyPipe` (its END_STREAM not seen, no answer yet).
+    var bodyStreaming: Bool = false
+    /// DATA bytes received for the pipe whose window has not been given back yet.
+    var unconsumed: Int = 0
 
     init(fields: HTTP2RequestFields, now: Int64) {
         self.fields = fields
@@ -46,6 +53,9 @@ struct HTTP2StreamState {
 
 /// The state's fields as the stream's own: each a direct access.
 extension HTTP2Stream {
+    var bodyPipe: RequestBodyPipe? { get { value.bodyPipe } set { value.bodyPipe = newValue } }
+    var bodyStreaming: Bool { get { value.bodyStreaming } set { value.bodyStreaming = newValue } }
+    var unconsumed: Int { get { value.unconsumed } set { value.unconsumed = newValue } }
     var fields: HTTP2RequestFields { @inline(__always) get { value.fields } @inline(__always) _modify { yield &value.fields } }
     var phase: HTTP2Stream.Phase { @inline(__always) get { value.phase } @inline(__always) _modify { yield &value.phase } }
     var exchange: Exchange? { @inline(__always) get { value.exchange } @inline(__always) _modify { yield &value.exchange } }

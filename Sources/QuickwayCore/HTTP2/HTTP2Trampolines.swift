@@ -29,6 +29,9 @@ enum HTTP2Session {
         // SETTINGS/PING flood: at most this many ACKs queued for a client that reads nothing.
         nghttp2_option_set_max_outbound_ack(option, 1000)
         nghttp2_option_set_max_settings(option, 32)
+        // Request DATA's window is given back by the connection (`nghttp2_session_consume`):
+        // at once for a buffered body, as the upstream takes it for a streamed one.
+        nghttp2_option_set_no_auto_window_update(option, 1)
         var s: OpaquePointer?
         let me = Uncounted(connection).toOpaque()
         // nghttp2 copies the allocator (`mem`) into the session; `framePages` outlives it.

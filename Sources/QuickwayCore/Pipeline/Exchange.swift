@@ -16,8 +16,24 @@ import Glibc
 /// is one object), and hears once when it ends (`ended`: counted and logged there).
 class Exchange {
     let head: HTTPRequestHead
-    /// Appended to by the codec (through the stream layer) and read by the stages.
+    /// Appended to by the codec (through the stream layer) and read by the stages. Empty
+    /// when the body went to `bodySource` instead (spooled or streamed).
     var body: [UInt8] = []
+    /// The body when it is not `body`: a `RequestBodySpool` once the body passed
+    /// `client_body_buffer_size`, or the `RequestBodyPipe` of a route that streams
+    /// bodies (`request_buffering: false`). The upstream client reads it.
+    var bodySource: RequestBodySource?
+    /// Body bytes received so far, wherever they are kept.
+    var bodyBytes: Int { body.count + (spool?.written ?? 0) }
+    /// The file the body is going to once it passed `bodyMemoryLimit` (`StreamLayer`).
+    var spool: RequestBodySpool?
+    /// Body bytes kept in memory before the rest goes to a file: `.max` unless the route
+    /// stage allows spooling (a proxied route whose stages need no whole body in memory).
+    var bodyMemoryLimit = Int.max
+    /// The route streams request bodies (`request_buffering: false`): the codec
+    /// dispatches the exchange after the head and writes the body into a
+    /// `RequestBodyPipe` (set by the route stage).
+    var streamsRequestBody = false
     let requestId: RequestId
     let startNanos: UInt64
     /// The connection's peer, read once per connection (`Peer`).

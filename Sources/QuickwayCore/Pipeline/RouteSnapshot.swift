@@ -14,7 +14,8 @@ final class RouteSnapshot {
         table = RouteTable(config.routes)
         // A batch route names no service and never forwards: it gets an empty stand-in.
         routes = table.entries.map { Route($0, statSlot: statSlots.slot(for: $0.config.name),
-                                           service: services[$0.config.service] ?? ServiceRuntime.none(for: $0.config)) }
+                                           service: services[$0.config.service] ?? ServiceRuntime.none(for: $0.config),
+                                           bodyBufferBytes: config.limits.clientBodyBufferBytes) }
         hostRouting = config.routes.contains { $0.host != nil }
         answersPreflights = config.routes.contains { $0.cors != nil }
     }
@@ -50,12 +51,20 @@ final class Route {
     /// without IP rules, CORS, a rewrite, limits or compression passes those steps with a bit test
     /// instead of a call that would only continue.
     private let skipped: UInt32
+    /// Request body bytes kept in memory before the rest goes to a temporary file
+    /// (`client_body_buffer_size`); `.max` where a stage reads the whole body (a batch
+    /// envelope, a body to decompress).
+    let bodyMemoryLimit: Int
+    /// `request_buffering: false`: bodies stream upstream as they arrive.
+    let streamsBodies: Bool
 
     /// Whether `kind` has nothing to do on this route.
     @inline(__always) func skips(_ kind: StageKind) -> Bool { skipped & (1 << UInt32(kind.rawValue)) != 0 }
 
-    init(_ entry: RouteTable.Entry, statSlot: Int, service: ServiceRuntime) {
+    init(_ entry: RouteTable.Entry, statSlot: Int, service: ServiceRuntime, bodyBufferBytes: Int = .max) {
         config = entry.config
+        bodyMemoryLimit = entry.config.batch != nil || entry.config.decompressRequests ? .max : bodyBufferBytes
+        streamsBodies = !entry.config.requestBuffering
         nameBytes = entry.nameBytes
         self.statSlot = statSlot
         vary = entry.config.vary.map { Array($0.utf8) }   // lower-cased by the loader

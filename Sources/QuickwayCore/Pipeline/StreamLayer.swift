@@ -1,3 +1,5 @@
+import Glibc
+
 /// The request lifecycle every codec shares (Envoy's active stream, in our words): a
 /// codec only translates its wire protocol into `open` (a parsed head), body bytes,
 /// `dispatch` (the request is complete) and resets (the client left), and this layer
@@ -72,8 +74,10 @@ final class StreamLayer {
     }
 
     /// Adds body bytes through `write` (a codec's decoder, or a plain append), hashing
-    /// what it added when a signature covers the body; the body may not pass
-    /// `limits.max_body_bytes` (`bodyFits`). Returns what `write` returns.
+    /// what it added when a signature covers the body; past the route's
+    /// `client_body_buffer_size` (`Exchange.bodyMemoryLimit`) what is in memory goes on
+    /// to the exchange's spool file. The body may not pass `limits.max_body_bytes`
+    /// (`bodyFits`). Returns what `write` returns.
     @inline(__always)
     func appendBody<R, E: Error>(_ ex: Exchange, _ write: (inout [UInt8]) throws(E) -> R) throws(E) -> R {
         let before = ex.body.count
@@ -81,20 +85,74 @@ final class StreamLayer {
         if ex.bodyHasher != nil && ex.body.count > before {
             ex.body.withUnsafeBytes { ex.bodyHasher!.update(UnsafeRawBufferPointer(rebasing: $0[before...])) }
         }
+        if ex.body.count > ex.bodyMemoryLimit { spill(ex) }
         return r
+    }
+
+    /// Moves the body held in memory to the exchange's spool file, made on first use. A
+    /// file that cannot be made or written is a 503 (the exchange is answered, and the
+    /// codec drops the rest of the body as for any early answer).
+    private func spill(_ ex: Exchange) {
+        if ex.spool == nil {
+            switch RequestBodySpool.create(in: limits.clientBodyTempPath) {
+            case .success(let s):
+                ex.spool = s
+                stats.requestBodySpooled()
+            case .failure(let e):
+                return refuse(ex, .overloaded("the request body could not be stored: \(limits.clientBodyTempPath): \(e)"))
+            }
+        }
+        guard let spool = ex.spool, ex.body.withUnsafeBytes({ spool.append($0) }) else {
+            return refuse(ex, .overloaded("the request body could not be stored: \(limits.clientBodyTempPath): \(String(cString: strerror(errno)))"))
+        }
+        ex.body.removeAll(keepingCapacity: true)
+    }
+
+    /// Room to reserve for a body of `contentLength` bytes: no more than the memory
+    /// the route keeps (the rest goes to a file), nor than a claim can make us hold.
+    func bodyReserve(_ ex: Exchange, contentLength n: Int, cap: Int = .max) -> Int {
+        min(n, ex.bodyMemoryLimit, cap, limits.maxBodyBytes)
     }
 
     /// Whether `n` more body bytes fit the body limit; if not, the exchange is answered
     /// 413 and the codec drops the rest of the body.
     func bodyFits(_ ex: Exchange, adding n: Int) -> Bool {
-        if ex.body.count + n <= limits.maxBodyBytes { return true }
+        if ex.bodyBytes + n <= limits.maxBodyBytes { return true }
         refuse(ex, .bodyTooLarge)
         return false
     }
 
+    /// A route that streams bodies (`Exchange.streamsRequestBody`): the pipe the codec
+    /// writes the body into, which the upstream call reads. The codec keeps it, then
+    /// `dispatch`es the exchange at once, before the body.
+    func streamBody(_ ex: Exchange, length: Int?) -> RequestBodyPipe {
+        let pipe = RequestBodyPipe(length: length)
+        ex.bodySource = pipe
+        stats.requestBodyStreamed()
+        return pipe
+    }
+
+    /// The answer of a streamed body that cannot be completed: `why` as the JSON error
+    /// the client gets (through the upstream call, which ends).
+    func failStreamedBody(_ pipe: RequestBodyPipe, _ why: Refusal) {
+        let (code, message) = why.answer(limits)
+        pipe.fail(code, message)
+    }
+
     /// The request is complete: its handler (the snapshot it started with) takes it.
+    /// A spooled body is finished first: its last bytes go to the file, which becomes
+    /// the body the upstream client reads.
     @inline(__always)
-    func dispatch(_ ex: Exchange) { ex.handler.handle(ex) }
+    func dispatch(_ ex: Exchange) {
+        if let spool = ex.spool, ex.bodySource == nil {
+            guard ex.body.isEmpty || ex.body.withUnsafeBytes({ spool.append($0) }) else {
+                return refuse(ex, .overloaded("the request body could not be stored: \(limits.clientBodyTempPath): \(String(cString: strerror(errno)))"))
+            }
+            ex.body = []
+            ex.bodySource = spool
+        }
+        ex.handler.handle(ex)
+    }
 
     // MARK: local replies
 
@@ -105,6 +163,10 @@ final class StreamLayer {
         /// A body over `max_body_bytes` (the words name the limit).
         case bodyTooLarge
         case timeout(millis: Int64)
+        /// The body stopped arriving for `client_body_timeout`.
+        case bodyTimeout(millis: Int64)
+        /// The client went away in the middle of a streamed body.
+        case clientLeft
         case headerListTooLarge(Int)
         case malformedHTTP2(String)
         case overloaded(String)
@@ -115,6 +177,8 @@ final class StreamLayer {
             case .parse(.headersTooLarge): return (.headersTooLarge, "request head is larger than \(limits.maxHeaderBytes) bytes")
             case .parse(.bodyTooLarge), .bodyTooLarge: return (.bodyTooLarge, "request body is larger than \(limits.maxBodyBytes) bytes")
             case .timeout(let ms): return (.requestTimeout, "the request was not received within \(Units.formatMillis(ms))")
+        case .bodyTimeout(let ms): return (.requestTimeout, "the request body stopped arriving for \(Units.formatMillis(ms))")
+        case .clientLeft: return (.badRequest, "the client closed the connection before the request body was complete")
             case .headerListTooLarge(let n): return (.headersTooLarge, "request header list is larger than \(n) bytes")
             case .malformedHTTP2(let why): return (.badRequest, "malformed HTTP/2 request: \(why)")
             case .overloaded(let why): return (.overloaded, why)

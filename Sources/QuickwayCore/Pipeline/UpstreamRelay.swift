@@ -248,10 +248,13 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
             // Retry only while someone still wants the answer (the client, or merged waiters).
             if let c = current, !tried.contains(where: { $0 === c }) { tried.append(c) }
             // Idempotent requests are retried on any connection error; others only when
-            // they provably never reached a backend (no connection was made).
+            // they provably never reached a backend (no connection was made). A streamed
+            // body that is partly sent is never retried: its bytes are gone.
             if retriesLeft > 0, failure.isConnectionError, idempotent || failure.neverReachedBackend,
                exchange.isOpen || (!done && ctx.flight != nil),
-               let next = service.health.pick(excluding: tried) {
+               let next = service.health.pick(excluding: tried),
+               // A body from a file is read again; a streamed one only if none of it left.
+               request.bodySource?.rewind() ?? true {
                 retriesLeft -= 1
                 service.health.countRetry()
                 Log.debug("request \(exchange.requestIdString): \(message); retrying on \(next.ip)")

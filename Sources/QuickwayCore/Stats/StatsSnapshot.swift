@@ -111,7 +111,7 @@ public struct StatsSnapshot {
     public func json() -> String {
         var s = "{\"version\":\(JSONText.quoted(version)),\"uptime_seconds\":\(JSONText.number(uptimeSeconds)),"
         s += tlsJSON() + protocolsJSON()
-        s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"underscore_headers_dropped\":\(underscoreHeadersDropped),\"by_status\":\(Self.classes(byClass, all: true))},"
+        s += "\"requests\":{\"total\":\(total),\"in_flight\":\(inFlight),\"underscore_headers_dropped\":\(underscoreHeadersDropped),\"bodies_streamed\":\(counter(.requestBodiesStreamed)),\"bodies_spooled\":\(counter(.requestBodiesSpooled)),\"by_status\":\(Self.classes(byClass, all: true))},"
         s += "\"latency_ms\":{\"p50\":\(JSONText.number(latencyMillis(0.5))),\"p90\":\(JSONText.number(latencyMillis(0.9))),"
         s += "\"p99\":\(JSONText.number(latencyMillis(0.99))),\"max\":\(JSONText.number(Double(maxMicros) / 1000))},"
         let minuteCount = lastMinute.reduce(0, +)

@@ -37,6 +37,10 @@ public final class WorkerStats {
         case http2ProtocolErrors
         /// A gauge: answer bytes HTTP/2 clients have not taken yet (`HTTP2AnswerBudget`).
         case http2AnswerBytesHeld
+        /// Request bodies streamed upstream as they arrived (`request_buffering: false`).
+        case requestBodiesStreamed
+        /// Buffered request bodies that passed `client_body_buffer_size` and went to a file.
+        case requestBodiesSpooled
         /// TLS handshake failures by reason.
         case tlsFailedNotTLS, tlsFailedVersion, tlsFailedCipher, tlsFailedALPN, tlsFailedClosed, tlsFailedOther
 
@@ -128,6 +132,8 @@ public final class WorkerStats {
     }
 
     /// Header lines dropped because their names hold `_` (`limits.underscores_in_headers`).
+    public func requestBodyStreamed() { qw_counter_add(cells + Slot.connectionCounters + ConnectionCounter.requestBodiesStreamed.rawValue, 1) }
+    public func requestBodySpooled() { qw_counter_add(cells + Slot.connectionCounters + ConnectionCounter.requestBodiesSpooled.rawValue, 1) }
     @inline(__always) public func underscoreHeadersDropped(_ n: Int) { qw_counter_add(cells + Slot.underscoreHeadersDropped, Int64(n)) }
     /// A TLS handshake completed (`resumed`: from a session ticket or the session cache).
     public func tlsHandshakeDone(resumed: Bool) {

@@ -70,6 +70,9 @@ final class TCPTransport {
     var writeStalledSince: Int64 { events.writeStalledSince }
     /// Lingering close: what the client still sends is read and dropped.
     @exclusivity(unchecked) private var discarding = false
+    /// A write that fails reads what the peer sent before the close (set for upstream
+    /// connections: a backend's early answer to a request body it will not read).
+    var readsBeforeClosingOnWriteError = false
     @exclusivity(unchecked) private(set) var closed = false
     /// The last read stopped at the read-ahead bound, not at an empty socket: with
     /// edge-triggered events no new report comes for what is left, so `enableReading`
@@ -197,6 +200,9 @@ final class TCPTransport {
                 return
             }
             closingError = n < 0 ? Int32(-n) : EPIPE
+            // An upstream that stops reading a request body may have answered first (a
+            // 413 before the upload ends): what it sent is read before the socket goes.
+            if readsBeforeClosingOnWriteError { readNow() }
             close()
             return
         }

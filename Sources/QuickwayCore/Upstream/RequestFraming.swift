@@ -11,6 +11,7 @@ enum RequestFraming {
     /// Writes `r` at the end of `out`, sized first and filled with plain copies.
     /// `authority`: the service's `Host` value.
     static func frame(_ r: UpstreamRequest, authority: [UInt8], into out: ByteBuffer) {
+        if let source = r.bodySource, r.hasBody && !r.isHead { return frameHead(r, authority: authority, source: source, into: out) }
         let body: [UInt8]? = r.hasBody && !r.isHead ? r.body : nil
         let extra: StaticString = r.webSocketUpgrade ? webSocketLines : ""
         let size = headCount(method: r.method.count, target: r.pathAndQuery.count, authority: authority.count)
@@ -27,6 +28,29 @@ enum RequestFraming {
             body.withUnsafeBytes { putEnd(&w, extraLines: extra, body: $0) }
         } else {
             putEnd(&w, extraLines: extra, body: nil)
+        }
+        out.didWrite(w.at)
+    }
+
+    /// The head of a request whose body a `RequestBodySource` gives (`UpstreamConnection`
+    /// writes the body as it sends): `Content-Length` when the source knows its length,
+    /// else `Transfer-Encoding: chunked` (RFC 9112 7.1), and the blank line.
+    static func frameHead(_ r: UpstreamRequest, authority: [UInt8], source: RequestBodySource, into out: ByteBuffer) {
+        let size = headCount(method: r.method.count, target: r.pathAndQuery.count, authority: authority.count)
+            + r.headers.bytes.count + 64
+        var w = BufferWriter(out.writableSpace(atLeast: size))
+        r.method.withUnsafeBytes { m in
+            r.pathAndQuery.withUnsafeBytes { t in
+                authority.withUnsafeBytes { a in putHead(&w, method: m, target: t, authority: a) }
+            }
+        }
+        r.headers.bytes.withUnsafeBytes { w.put($0) }
+        if let n = source.length {
+            w.put("Content-Length: ")
+            w.putDecimal(UInt64(n))
+            w.put("\r\n\r\n")
+        } else {
+            w.put("Transfer-Encoding: chunked\r\n\r\n")
         }
         out.didWrite(w.at)
     }

@@ -17,6 +17,10 @@ final class UpstreamRequest {
     /// `Name: value` lines; each client adds its own framing (`Host`, `Content-Length`).
     let headers: UpstreamHeaders
     let body: [UInt8]
+    /// The body when it is not `body`: a spooled file or a body still arriving
+    /// (`RequestBodySource`), read as the request is sent. Sent with its length when
+    /// known, else chunked.
+    let bodySource: RequestBodySource?
     /// A HEAD request: the answer has no body whatever its framing says.
     let isHead: Bool
     /// Whether the client request had body framing (its body may still be empty).
@@ -30,7 +34,8 @@ final class UpstreamRequest {
     let webSocketUpgrade: Bool
 
     init(method: [UInt8], isHead: Bool, hasBody: Bool, body: [UInt8], headers: UpstreamHeaders,
-         pathAndQuery: ArraySlice<UInt8>, idempotent: Bool, webSocketUpgrade: Bool = false) {
+         pathAndQuery: ArraySlice<UInt8>, idempotent: Bool, webSocketUpgrade: Bool = false, bodySource: RequestBodySource? = nil) {
+        self.bodySource = bodySource
         self.method = method
         self.pathAndQuery = pathAndQuery
         self.headers = headers

@@ -58,6 +58,7 @@ final class UpstreamConnection: TransportUser {
         self.pool = pool
         super.init()
         transport.user = self
+        transport.readsBeforeClosingOnWriteError = true
         transport.enableReading()
     }
 
@@ -77,7 +78,99 @@ final class UpstreamConnection: TransportUser {
         if transport.output.isStandIn { transport.takeOwnBuffers() }
         sentBeforeRequest = transport.sentBytes
         RequestFraming.frame(request, authority: authority, into: transport.output)
+        if let source = request.bodySource, request.hasBody, !request.isHead {
+            bodySource = source
+            bodyChunked = source.length == nil
+            pumpBody()
+        }
         transport.flush()
+    }
+
+    // MARK: a body sent as it is read
+
+    /// The rest of the current request's body, when a `RequestBodySource` gives it (a
+    /// spooled or streamed body): moved into the output as the socket drains, at most
+    /// `pumpHighWater` bytes ahead, so a body of any size holds that much here.
+    private var bodySource: RequestBodySource?
+    /// The body goes chunked (its length is not known).
+    private var bodyChunked = false
+    /// `transportDrained` is running the pump: a nested drain only asks for another round.
+    private var pumping = false
+    private var drainedAgain = false
+    static let pumpHighWater = 64 * 1024
+    /// Body bytes moved per read of the source.
+    static let pumpPiece = 16 * 1024
+
+    /// Moves what the source has into the output, up to `pumpHighWater`: each piece as
+    /// it is (`Content-Length`) or as one chunk. On `.wait` it asks to be called again;
+    /// at the end it writes the last chunk; a failure ends the call (`connectionBodyFailed`).
+    @discardableResult
+    private func pumpBody() -> Bool {
+        guard let source = bodySource, !isClosed else { return false }
+        let out = transport.output
+        var moved = false
+        loop: while out.readableBytes < Self.pumpHighWater {
+            // A chunk's size line is written in front of its bytes once their count is
+            // known: the piece is read after room for the longest line, then slid back.
+            let lead = bodyChunked ? 8 : 0
+            let space = out.writableSpace(atLeast: Self.pumpPiece + lead + 2)
+            let room = UnsafeMutableRawBufferPointer(rebasing: space[lead..<(lead + Self.pumpPiece)])
+            switch source.read(into: room) {
+            case .bytes(let n):
+                moved = true
+                guard bodyChunked else { out.didWrite(n); continue }
+                let base = space.baseAddress!
+                let line = Self.putChunkLine(n, at: base)   // at most 6 bytes: before `lead`
+                memmove(base + line, base + lead, n)
+                base.storeBytes(of: 0x0A0D as UInt16, toByteOffset: line + n, as: UInt16.self)   // CR LF
+                out.didWrite(line + n + 2)
+            case .wait:
+                source.whenReadable { [weak self] in
+                    guard let self, self.bodySource === source else { return }
+                    self.pumpBody()
+                    self.transport.flush()
+                }
+                break loop
+            case .end:
+                if bodyChunked {
+                    out.append("0\r\n\r\n")
+                    moved = true
+                }
+                bodySource = nil
+                break loop
+            case .failed(let code, let message):
+                bodySource = nil
+                user?.connectionBodyFailed(self, code, message)
+                return false
+            }
+        }
+        if moved { user?.connectionSentBody(self) }
+        return moved
+    }
+
+    /// Writes `n` (under 64 KiB) in hex and CR LF at `p`; returns the bytes written.
+    private static func putChunkLine(_ n: Int, at p: UnsafeMutableRawPointer) -> Int {
+        let hex: StaticString = "0123456789abcdef"
+        var digits = 1
+        while digits < 4 && n >> (4 * digits) != 0 { digits += 1 }
+        for i in 0..<digits { p.storeBytes(of: hex.utf8Start[(n >> (4 * (digits - 1 - i))) & 0xF], toByteOffset: i, as: UInt8.self) }
+        p.storeBytes(of: 0x0A0D as UInt16, toByteOffset: digits, as: UInt16.self)
+        return digits + 2
+    }
+
+    /// The output is sent: more of the body goes (a loop, not a recursion: `flush` calls
+    /// back here each time it empties the output).
+    override func transportDrained() {
+        guard bodySource != nil else { return }
+        if pumping { drainedAgain = true; return }
+        pumping = true
+        defer { pumping = false }
+        repeat {
+            drainedAgain = false
+            // Nothing moved (the source waits): the next round starts from `whenReadable`.
+            guard pumpBody() else { return }
+            transport.flush()
+        } while drainedAgain && bodySource != nil && !isClosed
     }
 
     /// Some byte of the current request reached the socket (the upstream may have it).
@@ -85,7 +178,7 @@ final class UpstreamConnection: TransportUser {
 
     /// Part of the request is still unwritten (an upstream may answer before it has read
     /// the whole body); such a connection cannot be reused.
-    var hasPendingOutput: Bool { !transport.output.isEmpty }
+    var hasPendingOutput: Bool { !transport.output.isEmpty || bodySource != nil }
 
     /// What arrived and no call has used yet.
     var input: ByteBuffer { transport.input }
@@ -126,6 +219,7 @@ final class UpstreamConnection: TransportUser {
     /// which the caller closes. The connection is closed for its own purposes.
     func detach() -> Int32 {
         isClosed = true
+        bodySource = nil
         user = nil
         idleList = nil
         pool.holdToEndOfTurn(self)
@@ -135,6 +229,7 @@ final class UpstreamConnection: TransportUser {
     func close() {
         guard !isClosed else { return }
         isClosed = true
+        bodySource = nil
         user = nil
         idleList = nil
         pool.holdToEndOfTurn(self)
@@ -165,6 +260,7 @@ final class UpstreamConnection: TransportUser {
         // A read or write error (our own `close` and `detach` mark it closed first).
         guard !isClosed else { return }
         isClosed = true
+        bodySource = nil
         pool.holdToEndOfTurn(self)   // first: the idle list may hold the last reference
         pool.forgetIdle(self)
         let call = user

@@ -39,6 +39,10 @@ struct UpstreamFailure: Error {
         case localOutOfDescriptors
         /// Anything else libcurl reports.
         case other(String)
+        /// The client's body could not be completed while it went upstream (it stalled
+        /// past `client_body_timeout`, left, or broke its framing): the client's fault,
+        /// answered with `code`, never retried and not counted against the IP.
+        case requestBodyFailed(GatewayErrorCode, String)
     }
 
     let kind: Kind
@@ -53,6 +57,7 @@ struct UpstreamFailure: Error {
         case .responseTimedOut: return .upstreamTimeout
         case .closedBeforeHead, .closedInBody, .headTooLarge, .malformed, .tls, .other: return .upstreamBadResponse
         case .localOutOfDescriptors: return .overloaded
+        case .requestBodyFailed(let code, _): return code
         }
     }
 
@@ -66,14 +71,19 @@ struct UpstreamFailure: Error {
     }
 
     /// The gateway's own fault: not counted against the IP.
-    var isLocal: Bool { if case .localOutOfDescriptors = kind { return true } else { return false } }
+    var isLocal: Bool {
+        switch kind {
+        case .localOutOfDescriptors, .requestBodyFailed: return true
+        default: return false
+        }
+    }
 
     /// Failed before any answer: safe to send again for an idempotent request (any
     /// request, if it never reached a backend).
     var isConnectionError: Bool {
         switch kind {
         case .connectFailed, .connectTimedOut, .responseTimedOut, .closedBeforeHead: return true
-        case .closedInBody, .headTooLarge, .malformed, .tls, .other, .localOutOfDescriptors: return false
+        case .closedInBody, .headTooLarge, .malformed, .tls, .other, .localOutOfDescriptors, .requestBodyFailed: return false
         }
     }
 
@@ -88,6 +98,7 @@ struct UpstreamFailure: Error {
         case .malformed(let what): return "\(service) at \(address) \(what)"
         case .closedBeforeHead(let detail), .closedInBody(let detail), .tls(let detail), .other(let detail):
             return "\(service) at \(address): \(detail)"
+        case .requestBodyFailed(_, let message): return message
         }
     }
 

@@ -164,6 +164,21 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         ended(error: nil)
     }
 
+    /// Body bytes went out (a spooled or streamed body): `timeouts.response` counts from
+    /// the last progress, so a long upload is not cut off for its length (nginx's
+    /// `proxy_send_timeout` and `proxy_read_timeout` in one).
+    func connectionSentBody(_ c: UpstreamConnection) {
+        guard !done, c === connection else { return }
+        client.deadlines.arm(self, afterMillis: service.config.responseTimeoutMillis)
+    }
+
+    /// The request body could not be completed (the client stalled, left or broke its
+    /// framing): the call ends, and the client gets the body's error.
+    func connectionBodyFailed(_ c: UpstreamConnection, _ code: GatewayErrorCode, _ message: String) {
+        guard !done, c === connection else { return }
+        fail(.requestBodyFailed(code, message))
+    }
+
     func connectionFailed(_ c: UpstreamConnection, errno err: Int32) {
         guard !done, c === connection else { return }
         ended(error: err)
@@ -358,10 +373,12 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     /// The connection closed (`error` nil) or failed.
     private func ended(error: Int32?) {
         if readsToClose && head.isComplete && error == nil { return complete(reusable: false) }
-        if !receivedAny && reusedConnection && !retriedStale && (idempotent || connection?.wroteAny == false) {
+        if !receivedAny && reusedConnection && !retriedStale && (idempotent || connection?.wroteAny == false),
+           request?.bodySource?.rewind() ?? true {
             // A pooled connection the upstream had closed before answering. Sent again
             // only if that is safe: the request is idempotent, or none of it was written
-            // (a POST the upstream may have processed is never sent twice).
+            // (a POST the upstream may have processed is never sent twice), and its body
+            // can be read again from the start (a streamed body's bytes are gone).
             retriedStale = true
             connection?.close()
             connection = nil

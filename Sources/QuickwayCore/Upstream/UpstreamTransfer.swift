@@ -21,6 +21,10 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     private var delegate: UpstreamCallDelegate?
     private var body: [UInt8] = []
     private var bodyOffset = 0
+    /// A body read as it is sent (spooled or streamed), instead of `body`.
+    private var bodySource: RequestBodySource?
+    /// Why the body could not be completed (the read callback aborted the transfer).
+    private var bodyFailure: (GatewayErrorCode, String)?
     private(set) var head = UpstreamResponseHead()
     let member: UpstreamMember
     private var health = UpstreamHealthReport()
@@ -78,8 +82,12 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         } else {
             if r.hasBody {
                 body = r.body
+                bodySource = r.bodySource
                 qw_easy_setopt_long(h, CURLOPT_POST, 1)
-                qw_easy_setopt_off(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
+                // -1: the length is not known, and the request goes chunked (its header
+                // is in the list, `headerList`).
+                let size = r.bodySource.map { $0.length ?? -1 } ?? body.count
+                qw_easy_setopt_off(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(size))
                 qw_easy_setopt_ptr(h, CURLOPT_POSTFIELDS, nil)
                 qw_easy_setopt_datafn(h, CURLOPT_READFUNCTION, upstreamReadCallback)
                 qw_easy_setopt_ptr(h, CURLOPT_READDATA, ptr)
@@ -94,7 +102,16 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         headerList = Self.headerList(r)
         qw_easy_setopt_ptr(h, CURLOPT_HTTPHEADER, headerList)
         qw_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Int(service.config.connectTimeoutMillis))
-        qw_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Int(service.config.responseTimeoutMillis))
+        if bodySource == nil {
+            qw_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Int(service.config.responseTimeoutMillis))
+        } else {
+            // A body read as it goes may take longer than the response timeout to send:
+            // the timeout counts from the last byte that moved instead (under 1 byte/s
+            // for that long), as the plain-HTTP client re-arms it on progress.
+            qw_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, 0)
+            qw_easy_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, 1)
+            qw_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, Int(max(1, (service.config.responseTimeoutMillis + 999) / 1000)))
+        }
         client.add(h)
     }
 
@@ -123,6 +140,7 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         }
         if r.hasBody {
             list = curl_slist_append(list, "Expect:")
+            if let source = r.bodySource, source.length == nil { list = curl_slist_append(list, "Transfer-Encoding: chunked") }
             if !r.headers.contains("content-type") { list = curl_slist_append(list, "Content-Type:") }
         }
         return list
@@ -165,7 +183,11 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         return d.upstreamBody(self, bytes)
     }
 
+    /// What curl's read callback returns: a count of bytes (0 at the end), or
+    /// `CURL_READFUNC_PAUSE` while a streamed body waits for the client (curl is
+    /// unpaused when bytes come), or `CURL_READFUNC_ABORT` when the body failed.
     func readBody(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        if let source = bodySource { return read(source, into: buffer) }
         let n = min(buffer.count, body.count - bodyOffset)
         if n > 0 {
             body.withUnsafeBytes { src in
@@ -174,6 +196,22 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
             bodyOffset += n
         }
         return n
+    }
+
+    private func read(_ source: RequestBodySource, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        switch source.read(into: buffer) {
+        case .bytes(let n): return n
+        case .end: return 0
+        case .wait:
+            source.whenReadable { [weak self] in
+                guard let self, !self.isEnded, let h = self.easy, self.bodySource === source else { return }
+                self.client.pause(h, CURLPAUSE_CONT)
+            }
+            return Int(CURL_READFUNC_PAUSE)
+        case .failed(let code, let message):
+            bodyFailure = (code, message)
+            return Int(CURL_READFUNC_ABORT)
+        }
     }
 
     /// Called by the client when curl reports the transfer done.
@@ -193,6 +231,9 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
     /// How the transfer ended, classified like any upstream failure. Whether any of the
     /// request went out tells a connect timeout from a response timeout.
     private func outcome(of code: CURLcode, handle h: UnsafeMutableRawPointer) -> UpstreamOutcome {
+        if let (bodyCode, message) = bodyFailure {
+            return .failed(UpstreamFailure(kind: .requestBodyFailed(bodyCode, message), service: service.config.name, address: upstreamAddress))
+        }
         var requestBytes = 0
         qw_easy_getinfo_long(h, CURLINFO_REQUEST_SIZE, &requestBytes)
         guard let kind = UpstreamFailure.kind(curl: code, requestSent: requestBytes > 0, headComplete: head.isComplete,
@@ -205,8 +246,14 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         easy = nil
         if let l = headerList { curl_slist_free_all(l); headerList = nil }
         qw_easy_setopt_ptr(h, CURLOPT_HTTPHEADER, nil)
+        // A handle with a low-speed limit (a body read as it goes) goes back without it.
+        if bodySource != nil {
+            qw_easy_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, 0)
+            qw_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, 0)
+        }
         client.returnHandle(h)
         body = []
+        bodySource = nil
         letGo()
     }
 }

@@ -65,7 +65,8 @@ final class ForwardStage: RequestStage {
                                                   rules: ctx.inflatedRequestRules ?? route.config.requestHeaders, identity: ctx.identityHeaders ?? identityDefault),
             pathAndQuery: target.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
                 ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
-            idempotent: UpstreamRelay.isIdempotent(head), webSocketUpgrade: head.upgradeWebSocket)
+            idempotent: UpstreamRelay.isIdempotent(head), webSocketUpgrade: head.upgradeWebSocket,
+            bodySource: upstreamHead ? nil : ctx.bodySource)
     }
 
     private func webSocketRelay(_ ctx: ProxyContext, _ route: Route, _ request: UpstreamRequest) -> UpstreamRelay {

@@ -90,6 +90,9 @@ final class RouteStage {
                 // exchange's route counter slot and name are read from it.
                 ctx.route = route
                 if let edit = route.responseHeadEdit { ctx.exchange.responseHeadEdit = edit }
+                // How the codec keeps the body (`StreamLayer.open` reads these).
+                ctx.exchange.bodyMemoryLimit = route.bodyMemoryLimit
+                if route.streamsBodies { ctx.exchange.streamsRequestBody = true }
                 if head.upgradeWebSocket { return Self.checkWebSocket(ctx, route) }
                 return .next
             case .methodNotAllowed:
