@@ -47,7 +47,7 @@
 # nginx `gzip on` and `gzip_static`, an uncached compressed proxy against nginx proxy_pass
 # with gzip, and bytes on the wire per coding and level (scripts/bench/bench-gzip.sh).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|cors|gzip|jwt|all]
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|cors|gzip|jwt|upload|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -106,6 +106,9 @@ if [ "$CASE" = jwt ]; then
 fi
 if [ "$CASE" = cors ]; then
   exec scripts/bench/bench-cors.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
+fi
+if [ "$CASE" = upload ]; then
+  exec scripts/bench/bench-upload.sh --rounds "$ROUNDS"
 fi
 if [ "$CASE" = gzip ]; then
   exec scripts/bench/bench-gzip.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"

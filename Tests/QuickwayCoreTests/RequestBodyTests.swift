@@ -154,7 +154,10 @@ final class RequestBodyTests: XCTestCase {
         XCTAssertEqual(c.limits.clientBodyTimeoutMillis, 5000)
         XCTAssertEqual(c.limits.clientBodyBufferBytes, 128 * 1024)
         let defaults = try ConfigLoader.load(yaml: config(route: "{ name: up, match: { path_prefix: /up/ }, service: api }"), environment: [:])
-        XCTAssertEqual(defaults.limits.clientBodyTimeoutMillis, 60_000, "nginx's client_body_timeout default")
+        XCTAssertEqual(defaults.limits.clientBodyTimeoutMillis, 10_000, "as client_header_timeout")
+        let headerOnly = try ConfigLoader.load(yaml: config(route: "{ name: up, match: { path_prefix: /up/ }, service: api }",
+                                                            limits: "limits: { client_header_timeout: 3s }"), environment: [:])
+        XCTAssertEqual(headerOnly.limits.clientBodyTimeoutMillis, 3000, "an unset body timeout follows the header timeout")
         XCTAssertEqual(defaults.limits.clientBodyBufferBytes, 64 * 1024)
         let bad = issues(config(route: "{ name: up, match: { path_prefix: /up/ }, service: api }",
                                 limits: "limits: { client_body_temp_path: /nonexistent-quickway-dir, client_body_buffer_size: 10B }"))

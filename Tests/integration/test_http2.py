@@ -754,7 +754,9 @@ listen: 127.0.0.1:{PORT}
 workers: 1
 admin: { listen: 127.0.0.1:{ADMIN} }
 http2: { max_concurrent_streams: 128 }
-limits: { max_body_bytes: 2MiB, client_idle_timeout: 30s }
+# Bodies held in memory up to 1 MiB each (not spooled at 64 KiB), so many streams'
+# bodies meet the connection's budget.
+limits: { max_body_bytes: 2MiB, client_idle_timeout: 30s, client_body_buffer_size: 1MiB }
 cache: { max_object_bytes: 1MiB }
 services:
   api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2], timeouts: { response: 20s } }

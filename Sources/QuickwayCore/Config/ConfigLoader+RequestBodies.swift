@@ -2,7 +2,8 @@
 /// `client_body_buffer_size`, `client_body_temp_path`) and a route's `request_buffering`.
 extension ConfigLoader {
     static func readBodyLimits(_ l: YAMLMapReader, into limits: inout LimitsConfig) {
-        if let v = positive(l, "client_body_timeout") { limits.clientBodyTimeoutMillis = v }
+        // Unset, a body is timed as a head is (what one timeout did before there were two).
+        limits.clientBodyTimeoutMillis = positive(l, "client_body_timeout") ?? limits.clientHeaderTimeoutMillis
         if let v = l.bytes("client_body_buffer_size") {
             if v < 1024 || v > limits.maxBodyBytes && v > 1024 * 1024 {
                 l.report("client_body_buffer_size", "must be at least 1KiB, and at most max_body_bytes (or 1MiB)")

@@ -164,8 +164,8 @@ public struct LimitsConfig: Sendable, Equatable {
     /// header lines whose names hold `_`. Off: they are dropped and counted.
     public var underscoresInHeaders = false
     /// `client_body_timeout` (nginx's): a request body that stops arriving for this long
-    /// (between two reads) is answered 408.
-    public var clientBodyTimeoutMillis: Int64 = 60_000
+    /// (between two reads) is answered 408. Unset: `client_header_timeout`'s value.
+    public var clientBodyTimeoutMillis: Int64 = 10_000
     /// `client_body_buffer_size` (nginx's): a buffered request body past this many bytes
     /// goes on to a temporary file (`client_body_temp_path`) instead of memory.
     public var clientBodyBufferBytes = 64 * 1024
