@@ -2,8 +2,8 @@ import CLibevent
 import CQuickwayShims
 import Glibc
 
-/// One asynchronous connection to Redis on one event loop (hiredis with its libevent
-/// adapter). Each worker has its own, so commands and replies never cross threads.
+/// One asynchronous connection to Redis on one event loop (a `RedisSocket`: TCP, or TLS
+/// for `rediss://`). Each worker has its own, so commands and replies never cross threads.
 ///
 /// - Commands go out pipelined; Redis answers in order, so `pending` is a FIFO that
 ///   matches each reply (or hiredis's NULL for a dropped connection) to its caller.
@@ -14,10 +14,13 @@ import Glibc
 /// - While the link is down, commands are answered `.unavailable` at once. Reconnects
 ///   back off from 100 ms, doubling to 2 s, with jitter.
 ///
-/// Thread rule: loop thread only. Ownership across C: hiredis holds the link as an
-/// unretained pointer (`ac->data` and each command's privdata, turned back into the link
-/// in `RedisTrampolines.swift`); the owner keeps the link alive until `shutdown()`, which
-/// frees the hiredis context first.
+/// - A connection that fails its TLS handshake (a certificate the CA did not sign, a name
+///   it does not carry) is a connect failure like a refused one: counted
+///   (`tlsFailures` too), logged with OpenSSL's reason, and retried with backoff, while
+///   callers follow `on_failure` as for any Redis outage.
+///
+/// Thread rule: loop thread only. The socket's closures hold the link unowned: the link
+/// owns the socket and closes it (ending every callback) before it goes.
 final class RedisLink {
     enum State { case down, connecting, up }
 
@@ -34,8 +37,10 @@ final class RedisLink {
     let address: RedisAddress
     let defaultTimeoutMillis: Int64
     let stats: RedisStats
+    /// `rediss://`: the client TLS context (nil: plain TCP).
+    let tls: RedisTLS?
     private(set) var state = State.down
-    private var context: UnsafeMutablePointer<redisAsyncContext>?
+    private var socket: RedisSocket?
     private var pending: [Pending] = []
     private var pendingHead = 0
     private var sweepTimer: LoopTimer?
@@ -51,8 +56,9 @@ final class RedisLink {
     /// message. Such a link sends nothing else (Redis allows only (P)SUBSCRIBE then).
     private var subscription: (channel: [UInt8], onMessage: ([UInt8]) -> Void)?
 
-    init(base: OpaquePointer, endpoint: RedisEndpoint, address: RedisAddress, timeoutMillis: Int64, stats: RedisStats) {
+    init(base: OpaquePointer, endpoint: RedisEndpoint, address: RedisAddress, timeoutMillis: Int64, stats: RedisStats, tls: RedisTLS? = nil) {
         self.base = base
+        self.tls = tls
         self.endpoint = endpoint
         self.address = address
         self.defaultTimeoutMillis = timeoutMillis
@@ -68,30 +74,29 @@ final class RedisLink {
         subscription = (channel, onMessage)
     }
 
-    func published(_ reply: UnsafeMutableRawPointer?) {
-        guard let r = reply?.assumingMemoryBound(to: redisReply.self), let sub = subscription,
-              case let .array(parts) = RedisReply(r), parts.count == 3,
-              case .string(let kind) = parts[0], kind == Array("message".utf8),
-              case .string(let payload) = parts[2] else { return }
-        sub.onMessage(payload)
+    /// A reply off the socket: a subscriber link's pushes (`message`, and the
+    /// `subscribe` confirmation) go to the subscription, every other reply to the oldest
+    /// pending command.
+    private func received(_ r: UnsafeMutablePointer<redisReply>) {
+        if let sub = subscription, r.pointee.type == REDIS_REPLY_ARRAY {
+            if case let .array(parts) = RedisReply(r), parts.count == 3, case .string(let kind) = parts[0] {
+                if kind == Array("message".utf8), case .string(let payload) = parts[2] { sub.onMessage(payload) }
+                if kind == Array("message".utf8) || kind == Array("subscribe".utf8) { return }
+            }
+        }
+        replied(r)
     }
 
     /// Sends `command`; `done` runs on this loop with the reply, or `.unavailable` within
     /// the timeout. Commands sent while connecting wait for the connection (bounded by
     /// the same timeout); while down they are answered at once.
     func send(_ command: RedisCommand, timeoutMillis: Int64? = nil, _ done: @escaping (RedisReply) -> Void) {
-        guard state != .down, let ctx = context else {
+        guard state != .down, let socket else {
             stats.add(.unavailable)
             done(.unavailable("Redis is not connected (\(lastError))"))
             return
         }
-        let me = Uncounted(self).toOpaque()
-        let rc = command.withCString { redisAsyncFormattedCommand(ctx, redisReplyCallback, me, $0, $1) }
-        guard rc == REDIS_OK else {
-            stats.add(.unavailable)
-            done(.unavailable("Redis refused the command (the connection is closing)"))
-            return
-        }
+        command.withCString { socket.write(UnsafeRawBufferPointer(start: $0, count: $1)) }
         stats.add(.commands)
         let timeout = timeoutMillis ?? defaultTimeoutMillis
         let deadline = Clock.monotonicMillis() + timeout
@@ -101,7 +106,8 @@ final class RedisLink {
 
     // MARK: replies
 
-    func replied(_ reply: UnsafeMutableRawPointer?) {
+    /// Answers the oldest pending command with `reply`, or (nil) with "dropped".
+    private func replied(_ reply: UnsafeMutablePointer<redisReply>?) {
         guard pendingHead < pending.count else { return }
         let done = pending[pendingHead].done
         pending[pendingHead].done = nil
@@ -114,7 +120,7 @@ final class RedisLink {
             pendingHead = 0
         }
         guard let done else { return }   // answered already (timed out)
-        if let r = reply?.assumingMemoryBound(to: redisReply.self) {
+        if let r = reply {
             let value = RedisReply(r)
             if case .error = value { stats.add(.errors) }
             done(value)
@@ -164,7 +170,7 @@ final class RedisLink {
     // MARK: connection
 
     private func connect() {
-        guard !closed, context == nil else { return }
+        guard !closed, socket == nil else { return }
         let (ip, unresolved) = address.current()
         guard let ip else {
             state = .connecting
@@ -172,21 +178,21 @@ final class RedisLink {
             return
         }
         state = .connecting
-        guard let ctx = redisAsyncConnect(ip, Int32(endpoint.port)) else {
-            connectFailed("out of memory")
+        if endpoint.tls && tls == nil { return connectFailed("rediss:// without a TLS context (see the error at start)") }
+        let s: RedisSocket
+        do {
+            s = try RedisSocket(base: base, ip: ip, port: endpoint.port, host: endpoint.host, tls: tls)
+        } catch {
+            connectFailed((error as? RedisFailure)?.message ?? "\(error)")
             return
         }
-        if ctx.pointee.err != 0 {
-            let why = redisErrorText(of: ctx) ?? "error"
-            redisAsyncFree(ctx)
-            connectFailed(why)
-            return
+        s.onOpen = { [unowned self] in self.connected() }
+        s.onReply = { [unowned self] in self.received($0) }
+        s.onClose = { [unowned self] why, hadOpened in
+            self.socket = nil
+            if hadOpened { self.disconnected(why) } else { self.setupFailed(why) }
         }
-        ctx.pointee.data = Uncounted(self).toOpaque()
-        context = ctx
-        _ = qw_redis_attach(ctx, base)
-        redisAsyncSetConnectCallback(ctx, redisConnectCallback)
-        redisAsyncSetDisconnectCallback(ctx, redisDisconnectCallback)
+        socket = s
         // Sent first, pipelined ahead of any request's command.
         if let password = endpoint.password {
             var args = [Array("AUTH".utf8)]
@@ -196,9 +202,9 @@ final class RedisLink {
         }
         if endpoint.db != 0 { sendSetup(RedisCommand("SELECT", String(endpoint.db)), what: "SELECT \(endpoint.db)") }
         if let sub = subscription {
-            // hiredis keeps this callback for every message on the channel (not in `pending`).
+            // Its confirmation and the messages are pushes (`received`), not in `pending`.
             let cmd = RedisCommand([Array("SUBSCRIBE".utf8), sub.channel])
-            _ = cmd.withCString { redisAsyncFormattedCommand(ctx, redisMessageCallback, ctx.pointee.data, $0, $1) }
+            cmd.withCString { s.write(UnsafeRawBufferPointer(start: $0, count: $1)) }
         }
         connectTimer = LoopTimer(base: base, afterMillis: max(1000, 4 * defaultTimeoutMillis)) { [unowned self] in
             self.connectTimer = nil
@@ -219,15 +225,9 @@ final class RedisLink {
         }
     }
 
-    func connected(status: Int32, errorText: String?) {
+    private func connected() {
         connectTimer?.cancel()
         connectTimer = nil
-        guard status == REDIS_OK else {
-            // hiredis frees the context after this callback.
-            context = nil
-            connectFailed(errorText ?? "connection refused")
-            return
-        }
         state = .up
         stats.add(.connects)
         stats.add(.linksUp)
@@ -236,12 +236,24 @@ final class RedisLink {
         lastError = ""
     }
 
-    func disconnected(status: Int32, errorText: String?) {
-        // hiredis frees the context after this callback (or is freeing it now).
+    /// The TCP connect or the TLS handshake failed (the socket is closed).
+    private func setupFailed(_ why: String) {
+        connectTimer?.cancel()
+        connectTimer = nil
+        if why.hasPrefix("TLS") {
+            stats.add(.tlsFailures)
+            // Logged each time: a certificate problem is a configuration error to fix.
+            if lastError == why { Log.warn("redis \(endpoint.display): \(why)") }
+        }
+        stats.noteFailure(why)
+        connectFailed(why)
+    }
+
+    private func disconnected(_ why: String) {
         let wasUp = state == .up
-        context = nil
         markDown()
-        if let e = errorText, !e.isEmpty { lastError = e } else if lastError.isEmpty { lastError = "connection closed" }
+        lastError = why
+        stats.noteFailure(why)
         failAllPending()
         guard !closed else { return }
         if wasUp { Log.warn("redis \(endpoint.display): connection lost (\(lastError)); reconnecting") }
@@ -279,12 +291,10 @@ final class RedisLink {
 
     /// Drops the connection now (its callers get `.unavailable`) and reconnects later.
     private func dropConnection() {
-        guard let ctx = context else { return }
-        context = nil
+        guard let s = socket else { return }
+        socket = nil
         markDown()
-        // hiredis answers every queued callback with NULL (at once, or after the hiredis
-        // callback we may be inside returns); those find their entries already answered.
-        redisAsyncFree(ctx)
+        s.close()
         failAllPending()
         scheduleReconnect()
     }
@@ -301,16 +311,8 @@ final class RedisLink {
         reconnectTimer?.cancel(); reconnectTimer = nil
         connectTimer?.cancel(); connectTimer = nil
         markDown()
-        if let ctx = context {
-            context = nil
-            redisAsyncFree(ctx)
-        }
+        socket?.close()
+        socket = nil
         failAllPending()
     }
-}
-
-/// hiredis's error text on `ac`, if it has an error.
-func redisErrorText(of ac: UnsafePointer<redisAsyncContext>?) -> String? {
-    guard let ac, ac.pointee.err != 0 else { return nil }
-    return withUnsafeBytes(of: ac.pointee.errstr) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
 }

@@ -7,6 +7,9 @@ final class RedisTier: @unchecked Sendable {
     let config: RedisConfig
     let address: RedisAddress
     let stats = RedisStats()
+    /// `rediss://`: the client TLS context all links share (nil for `redis://`, or when
+    /// it could not be made, which the links then report as their connect failure).
+    let tls: RedisTLS?
     /// Links made (one per worker plus the admin loop), for `/stats`.
     private(set) var linkCount = 0
 
@@ -15,13 +18,20 @@ final class RedisTier: @unchecked Sendable {
     init(config: RedisConfig) {
         self.config = config
         address = RedisAddress(host: config.endpoint.host)
+        var tls: RedisTLS?
+        if config.endpoint.tls {
+            do { tls = try RedisTLS(caFile: config.caFile) } catch {
+                Log.error("redis: no TLS context, so no connection: \((error as? RedisFailure)?.message ?? "\(error)")")
+            }
+        }
+        self.tls = tls
     }
 
     func makeTier(base: OpaquePointer) -> SharedTier { SharedTier(link: makeLink(base: base), config: config) }
 
     private func makeLink(base: OpaquePointer) -> RedisLink {
         linkCount += 1
-        return RedisLink(base: base, endpoint: config.endpoint, address: address, timeoutMillis: config.timeoutMillis, stats: stats)
+        return RedisLink(base: base, endpoint: config.endpoint, address: address, timeoutMillis: config.timeoutMillis, stats: stats, tls: tls)
     }
 
     /// A link that only listens for purges published by any gateway (`PUBLISH` on
@@ -43,12 +53,14 @@ final class RedisTier: @unchecked Sendable {
         var onFailure: String
         var links: Int
         var counters: [RedisStats.Counter: Int64]
+        var tls: Bool
+        var lastError: String
     }
 
     var figures: Figures {
         var c: [RedisStats.Counter: Int64] = [:]
         for k in RedisStats.Counter.allCases { c[k] = stats.value(k) }
         return Figures(url: config.endpoint.display, timeoutMillis: config.timeoutMillis, onFailure: config.onFailure.rawValue,
-                       links: linkCount, counters: c)
+                       links: linkCount, counters: c, tls: config.endpoint.tls, lastError: stats.lastFailure)
     }
 }

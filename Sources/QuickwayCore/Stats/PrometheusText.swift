@@ -202,6 +202,8 @@ public enum PrometheusText {
         w.sample("quickway_redis_connects_total", [], c(.connects))
         w.family("quickway_redis_connect_failures_total", "counter", "Failed attempts to connect to Redis.")
         w.sample("quickway_redis_connect_failures_total", [], c(.connectFailures))
+        w.family("quickway_redis_tls_failures_total", "counter", "rediss:// connections whose TLS handshake failed (certificate not verified, no common version).")
+        w.sample("quickway_redis_tls_failures_total", [], c(.tlsFailures))
         w.family("quickway_redis_nonce_checks_total", "counter", "Nonce checks in the shared store, by outcome.")
         for (o, k) in [("claimed", RedisStats.Counter.nonceClaims), ("replayed", .nonceReplays), ("fail_closed", .nonceFailClosed), ("fail_open", .nonceFailOpen)] {
             w.sample("quickway_redis_nonce_checks_total", [("outcome", o)], c(k))

@@ -77,6 +77,7 @@ public struct StatsSnapshot {
         s += "\"timeout_ms\":\(r.timeoutMillis),\"on_failure\":\(JSONText.quoted(r.onFailure)),"
         s += "\"commands\":\(c(.commands)),\"errors\":\(c(.errors)),\"timeouts\":\(c(.timeouts)),\"unavailable\":\(c(.unavailable)),"
         s += "\"connects\":\(c(.connects)),\"connect_failures\":\(c(.connectFailures)),\"disconnects\":\(c(.disconnects)),"
+        s += "\"tls\":\(r.tls),\"tls_failures\":\(c(.tlsFailures)),\"last_error\":\(JSONText.quoted(r.lastError)),"
         s += "\"nonces\":{\"claimed\":\(c(.nonceClaims)),\"replayed\":\(c(.nonceReplays)),\"fail_closed\":\(c(.nonceFailClosed)),\"fail_open\":\(c(.nonceFailOpen))},"
         s += "\"cache\":{\"hits\":\(c(.cacheHits)),\"misses\":\(c(.cacheMisses)),\"stores\":\(c(.cacheStores)),"
         s += "\"too_large\":\(c(.cacheTooLarge)),\"failures\":\(c(.cacheFailures))}}"
