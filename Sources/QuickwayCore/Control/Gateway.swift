@@ -51,7 +51,7 @@ public final class Gateway {
     /// loop's (used for purges). Bound to the loops, so a `redis` change needs a restart.
     private var redisTier: RedisTier?
     private var adminTier: SharedTier?
-    private var purgeSubscriber: RedisLink?
+    private var purgeSubscriber: PurgeFollower?
     /// Shares `rate_limits.store: redis` limits with the other gateways, on the admin
     /// loop over the admin's Redis link (idle while no limit is shared).
     private var limitSync: LimitSync?
@@ -127,7 +127,7 @@ public final class Gateway {
         let sync = aTier.map { LimitSync(registry: shared.rateLimits, link: $0.link, base: admin.base) }
         limitSync = sync
         cachePurge = CachePurge(cache: shared.cache, tier: aTier)
-        let subscriber = config.redis?.cache == true ? redisTier?.makePurgeSubscriber(base: admin.base, cache: shared.cache) : nil
+        let subscriber = config.redis?.cache == true ? aTier.flatMap { redisTier?.makePurgeSubscriber(base: admin.base, cache: shared.cache, reader: $0) } : nil
         purgeSubscriber = subscriber
         admin.onLoopExit = { [unowned self] in
             historyTimer?.cancel()

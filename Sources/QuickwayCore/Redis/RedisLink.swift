@@ -55,6 +55,11 @@ final class RedisLink {
     /// Subscriber mode: the channel this link listens on and what to do with each
     /// message. Such a link sends nothing else (Redis allows only (P)SUBSCRIBE then).
     private var subscription: (channel: [UInt8], onMessage: ([UInt8]) -> Void)?
+    /// Subscriber links: Redis confirmed the subscription (after each connect), and the
+    /// link went down (each time it stops being up, or fails to connect): from then on
+    /// messages may be missed (`PurgeFollower`).
+    var onSubscribed: (() -> Void)?
+    var onDown: (() -> Void)?
 
     init(base: OpaquePointer, endpoint: RedisEndpoint, address: RedisAddress, timeoutMillis: Int64, stats: RedisStats, tls: RedisTLS? = nil) {
         self.base = base
@@ -81,6 +86,7 @@ final class RedisLink {
         if let sub = subscription, r.pointee.type == REDIS_REPLY_ARRAY {
             if case let .array(parts) = RedisReply(r), parts.count == 3, case .string(let kind) = parts[0] {
                 if kind == Array("message".utf8), case .string(let payload) = parts[2] { sub.onMessage(payload) }
+                if kind == Array("subscribe".utf8) { onSubscribed?() }
                 if kind == Array("message".utf8) || kind == Array("subscribe".utf8) { return }
             }
         }
@@ -262,6 +268,7 @@ final class RedisLink {
     }
 
     private func markDown() {
+        onDown?()
         if state == .up {
             stats.add(.linksUp, -1)
             stats.add(.disconnects)

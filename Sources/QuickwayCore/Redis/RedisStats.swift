@@ -19,6 +19,11 @@ final class RedisStats: @unchecked Sendable {
         /// `rediss://` connections whose TLS handshake failed (a certificate that does not
         /// verify, no common version): each also counts as a connect failure.
         case tlsFailures
+        /// Purges (`PurgeFollower`): times the local tier was gated because purges may
+        /// have been missed, missed purges replayed from the log, times the whole local
+        /// tier was dropped because the log did not reach back far enough, and the epoch
+        /// of the last purge applied (a gauge).
+        case purgeFallsBehind, purgesReplayed, purgeResets, purgeEpoch
     }
 
     private let slots: UnsafeMutablePointer<Int64>

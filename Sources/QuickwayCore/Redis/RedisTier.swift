@@ -34,17 +34,16 @@ final class RedisTier: @unchecked Sendable {
         return RedisLink(base: base, endpoint: config.endpoint, address: address, timeoutMillis: config.timeoutMillis, stats: stats, tls: tls)
     }
 
-    /// A link that only listens for purges published by any gateway (`PUBLISH` on
-    /// `<prefix>purge`) and applies them to the local tier.
-    func makePurgeSubscriber(base: OpaquePointer, cache: ResponseCache) -> RedisLink {
-        let link = makeLink(base: base)
-        link.subscribe(SharedTier.purgeChannel(config)) { message in
-            guard let what = SharedTier.decodePurge(message) else { return }
-            let n = cache.purge(what)
-            if n > 0 { Log.info("purge from the shared tier: \(n) local entr\(n == 1 ? "y" : "ies") removed") }
-        }
-        return link
+    /// What follows the purges of every gateway into the local tier (`PurgeFollower`):
+    /// a link of its own that only listens, and `reader` (the admin loop's tier) to
+    /// replay what it missed.
+    func makePurgeSubscriber(base: OpaquePointer, cache: ResponseCache, reader: SharedTier) -> PurgeFollower {
+        gate = cache.gate
+        return PurgeFollower(subscriber: makeLink(base: base), reader: reader, cache: cache, base: base)
     }
+
+    /// The local tier's gate, when purges are followed (for `/stats`).
+    private(set) var gate: ServingGate?
 
     /// The `/stats` section.
     struct Figures {
@@ -55,12 +54,17 @@ final class RedisTier: @unchecked Sendable {
         var counters: [RedisStats.Counter: Int64]
         var tls: Bool
         var lastError: String
+        /// Whether the local tier serves (false while purges may have been missed), and
+        /// lookups it answered as misses meanwhile; nil when purges are not followed.
+        var localTierServing: Bool?
+        var localTierBypassed: Int64
     }
 
     var figures: Figures {
         var c: [RedisStats.Counter: Int64] = [:]
         for k in RedisStats.Counter.allCases { c[k] = stats.value(k) }
         return Figures(url: config.endpoint.display, timeoutMillis: config.timeoutMillis, onFailure: config.onFailure.rawValue,
-                       links: linkCount, counters: c, tls: config.endpoint.tls, lastError: stats.lastFailure)
+                       links: linkCount, counters: c, tls: config.endpoint.tls, lastError: stats.lastFailure,
+                       localTierServing: gate?.isOpen, localTierBypassed: gate?.bypassed ?? 0)
     }
 }
