@@ -161,6 +161,22 @@ final class ConfigLoaderTests: XCTestCase {
         }
     }
 
+    /// `redis.sentinel` (issue 36): the master's name and the sentinels' addresses.
+    func testRedisSentinelIsReadAndChecked() throws {
+        let yaml = minimal + "\nredis:\n  url: redis://ignored/2\n  sentinel: { master: main, nodes: [\"10.0.0.5:26379\", \"10.0.0.6:26380\"] }\n"
+        let r = try XCTUnwrap(try ConfigLoader.load(yaml: yaml).redis)
+        XCTAssertEqual(r.sentinel?.master, "main")
+        XCTAssertEqual(r.sentinel?.nodes, [ListenAddress(host: "10.0.0.5", port: 26379), ListenAddress(host: "10.0.0.6", port: 26380)])
+        XCTAssertEqual(r.endpoint.db, 2)
+        XCTAssertNil(try XCTUnwrap(try ConfigLoader.load(yaml: minimal + "\nredis: { url: \"redis://h\" }\n").redis).sentinel)
+        let bad = minimal + "\nredis:\n  url: redis://h\n  sentinel:\n    nodes: [\"10.0.0.5\", \"sentinel.internal:26379\"]\n    colour: red\n"
+        let found = issues(bad)
+        for path in ["redis.sentinel.master", "redis.sentinel.nodes[0]", "redis.sentinel.nodes[1]", "redis.sentinel.colour"] {
+            XCTAssertTrue(found.contains { $0.path == path }, "\(path): \(found)")
+        }
+        XCTAssertTrue(issues(minimal + "\nredis:\n  url: redis://h\n  sentinel: { master: m, nodes: [] }\n").contains { $0.path == "redis.sentinel.nodes" })
+    }
+
     /// `rediss://` (issue 36): TLS, with `ca_file` as for services; `ca_file` needs it.
     func testRedisTLSURLAndCAFile() throws {
         let t = try XCTUnwrap(try ConfigLoader.load(yaml: minimal + "\nredis: { url: \"rediss://cache.internal:6380/1\" }\n").redis)

@@ -224,6 +224,8 @@ public struct RedisConfig: Sendable, Equatable {
     /// `ca_file`: the CAs a `rediss://` server's certificate must chain to (nil: the
     /// system's store). See `RedisTLS`.
     public var caFile: String?
+    /// `sentinel`: the master is found (and followed) through these sentinels.
+    public var sentinel: RedisSentinelConfig?
 
     public init(url: String, endpoint: RedisEndpoint) {
         self.url = url

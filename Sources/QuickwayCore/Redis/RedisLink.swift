@@ -39,8 +39,15 @@ final class RedisLink {
     let stats: RedisStats
     /// `rediss://`: the client TLS context (nil: plain TCP).
     let tls: RedisTLS?
+    /// Sentinel: check `ROLE` after connecting and drop a connection to a replica (or one
+    /// answering `READONLY`), and reconnect when the master moves (`RedisAddress`).
+    let requireMaster: Bool
+    /// The master generation this connection was made under.
+    private var connectedGeneration = 0
     private(set) var state = State.down
     private var socket: RedisSocket?
+    /// `ip:port` of the last connect, for logs.
+    private var connectedAddress = ""
     private var pending: [Pending] = []
     private var pendingHead = 0
     private var sweepTimer: LoopTimer?
@@ -61,9 +68,11 @@ final class RedisLink {
     var onSubscribed: (() -> Void)?
     var onDown: (() -> Void)?
 
-    init(base: OpaquePointer, endpoint: RedisEndpoint, address: RedisAddress, timeoutMillis: Int64, stats: RedisStats, tls: RedisTLS? = nil) {
+    init(base: OpaquePointer, endpoint: RedisEndpoint, address: RedisAddress, timeoutMillis: Int64, stats: RedisStats, tls: RedisTLS? = nil,
+         requireMaster: Bool = false) {
         self.base = base
         self.tls = tls
+        self.requireMaster = requireMaster
         self.endpoint = endpoint
         self.address = address
         self.defaultTimeoutMillis = timeoutMillis
@@ -97,6 +106,14 @@ final class RedisLink {
     /// the timeout. Commands sent while connecting wait for the connection (bounded by
     /// the same timeout); while down they are answered at once.
     func send(_ command: RedisCommand, timeoutMillis: Int64? = nil, _ done: @escaping (RedisReply) -> Void) {
+        if requireMaster && state != .down && address.generation != connectedGeneration {
+            // The master moved (Sentinel): this command goes to the new one.
+            lastError = "the master moved"
+            dropConnection()
+            reconnectTimer?.cancel()
+            reconnectTimer = nil
+            connect()
+        }
         guard state != .down, let socket else {
             stats.add(.unavailable)
             done(.unavailable("Redis is not connected (\(lastError))"))
@@ -130,6 +147,13 @@ final class RedisLink {
             let value = RedisReply(r)
             if case .error = value { stats.add(.errors) }
             done(value)
+            if case .error(let m) = value, m.hasPrefix("READONLY"), requireMaster, socket != nil {
+                // A replica (a failover this link has not heard of yet): never write there.
+                stats.add(.readonlyErrors)
+                lastError = "READONLY from \(connectedAddress): not the master"
+                Log.warn("redis: \(lastError); reconnecting")
+                dropConnection()
+            }
         } else {
             done(.unavailable("the Redis connection dropped (\(lastError.isEmpty ? "closed" : lastError))"))
         }
@@ -177,8 +201,11 @@ final class RedisLink {
 
     private func connect() {
         guard !closed, socket == nil else { return }
-        let (ip, unresolved) = address.current()
-        guard let ip else {
+        let target = address.target(defaultPort: endpoint.port)
+        connectedGeneration = target.generation
+        connectedAddress = "\(target.ip ?? endpoint.host):\(target.port)"
+        let unresolved = target.failure
+        guard let ip = target.ip else {
             state = .connecting
             connectFailed(unresolved)
             return
@@ -187,7 +214,7 @@ final class RedisLink {
         if endpoint.tls && tls == nil { return connectFailed("rediss:// without a TLS context (see the error at start)") }
         let s: RedisSocket
         do {
-            s = try RedisSocket(base: base, ip: ip, port: endpoint.port, host: endpoint.host, tls: tls)
+            s = try RedisSocket(base: base, ip: ip, port: target.port, host: requireMaster ? ip : endpoint.host, tls: tls)
         } catch {
             connectFailed((error as? RedisFailure)?.message ?? "\(error)")
             return
@@ -207,6 +234,18 @@ final class RedisLink {
             sendSetup(RedisCommand(args), what: "AUTH")
         }
         if endpoint.db != 0 { sendSetup(RedisCommand("SELECT", String(endpoint.db)), what: "SELECT \(endpoint.db)") }
+        if requireMaster {
+            // Pipelined ahead of any caller's command, which a replica would refuse
+            // (READONLY) for writes anyway.
+            send(RedisCommand("ROLE"), timeoutMillis: max(1000, 4 * defaultTimeoutMillis)) { [unowned self] reply in
+                guard case .array(let parts) = reply, case .string(let role)? = parts.first else { return }
+                guard role != Array("master".utf8) else { return }
+                self.stats.add(.replicaRefusals)
+                self.lastError = "\(self.connectedAddress) is a \(String(decoding: role, as: UTF8.self)), not the master"
+                Log.warn("redis: \(self.lastError); reconnecting")
+                self.dropConnection()
+            }
+        }
         if let sub = subscription {
             // Its confirmation and the messages are pushes (`received`), not in `pending`.
             let cmd = RedisCommand([Array("SUBSCRIBE".utf8), sub.channel])

@@ -24,6 +24,9 @@ final class RedisStats: @unchecked Sendable {
         /// tier was dropped because the log did not reach back far enough, and the epoch
         /// of the last purge applied (a gauge).
         case purgeFallsBehind, purgesReplayed, purgeResets, purgeEpoch
+        /// Sentinel: master moves followed, connections dropped because `ROLE` said
+        /// replica, and connections dropped on a `READONLY` reply.
+        case failoversFollowed, replicaRefusals, readonlyErrors
     }
 
     private let slots: UnsafeMutablePointer<Int64>

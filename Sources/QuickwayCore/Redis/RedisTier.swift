@@ -17,7 +17,7 @@ final class RedisTier: @unchecked Sendable {
     /// in the background (`RedisAddress`), so the gateway starts without Redis.
     init(config: RedisConfig) {
         self.config = config
-        address = RedisAddress(host: config.endpoint.host)
+        address = config.sentinel.map { RedisAddress(sentinelMaster: $0.master) } ?? RedisAddress(host: config.endpoint.host)
         var tls: RedisTLS?
         if config.endpoint.tls {
             do { tls = try RedisTLS(caFile: config.caFile) } catch {
@@ -31,7 +31,8 @@ final class RedisTier: @unchecked Sendable {
 
     private func makeLink(base: OpaquePointer) -> RedisLink {
         linkCount += 1
-        return RedisLink(base: base, endpoint: config.endpoint, address: address, timeoutMillis: config.timeoutMillis, stats: stats, tls: tls)
+        return RedisLink(base: base, endpoint: config.endpoint, address: address, timeoutMillis: config.timeoutMillis, stats: stats, tls: tls,
+                         requireMaster: config.sentinel != nil)
     }
 
     /// What follows the purges of every gateway into the local tier (`PurgeFollower`):
@@ -40,6 +41,11 @@ final class RedisTier: @unchecked Sendable {
     func makePurgeSubscriber(base: OpaquePointer, cache: ResponseCache, reader: SharedTier) -> PurgeFollower {
         gate = cache.gate
         return PurgeFollower(subscriber: makeLink(base: base), reader: reader, cache: cache, base: base)
+    }
+
+    /// With `redis.sentinel`: what finds the master and follows failovers (admin loop).
+    func makeSentinelWatcher(base: OpaquePointer) -> SentinelWatcher? {
+        config.sentinel.map { SentinelWatcher(config: $0, address: address, stats: stats, base: base, timeoutMillis: config.timeoutMillis, tls: tls) }
     }
 
     /// The local tier's gate, when purges are followed (for `/stats`).
@@ -58,6 +64,9 @@ final class RedisTier: @unchecked Sendable {
         /// lookups it answered as misses meanwhile; nil when purges are not followed.
         var localTierServing: Bool?
         var localTierBypassed: Int64
+        /// Sentinel: the master's name and its address now (nil before it is known).
+        var sentinelMaster: String?
+        var masterAddress: String?
     }
 
     var figures: Figures {
@@ -65,6 +74,7 @@ final class RedisTier: @unchecked Sendable {
         for k in RedisStats.Counter.allCases { c[k] = stats.value(k) }
         return Figures(url: config.endpoint.display, timeoutMillis: config.timeoutMillis, onFailure: config.onFailure.rawValue,
                        links: linkCount, counters: c, tls: config.endpoint.tls, lastError: stats.lastFailure,
-                       localTierServing: gate?.isOpen, localTierBypassed: gate?.bypassed ?? 0)
+                       localTierServing: gate?.isOpen, localTierBypassed: gate?.bypassed ?? 0,
+                       sentinelMaster: config.sentinel?.master, masterAddress: address.masterAddress)
     }
 }
