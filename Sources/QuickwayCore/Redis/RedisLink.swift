@@ -119,12 +119,15 @@ final class RedisLink {
             done(.unavailable("Redis is not connected (\(lastError))"))
             return
         }
-        command.withCString { socket.write(UnsafeRawBufferPointer(start: $0, count: $1)) }
         stats.add(.commands)
         let timeout = timeoutMillis ?? defaultTimeoutMillis
         let deadline = Clock.monotonicMillis() + timeout
+        // In the FIFO before the write: a write that fails at once closes the connection
+        // (`disconnected`), which must answer this command too. Appended after, it would
+        // stay in the FIFO and take the next connection's first reply.
         pending.append(Pending(done: done, deadline: deadline, timeout: timeout))
         if sweepTimer == nil || deadline < sweepDeadline { armSweep(afterMillis: timeout) }
+        command.withCString { socket.write(UnsafeRawBufferPointer(start: $0, count: $1)) }
     }
 
     // MARK: replies
