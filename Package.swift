@@ -35,7 +35,7 @@ let package = Package(
         .systemLibrary(name: "CZstd", pkgConfig: "libzstd",
                        providers: [.apt(["libzstd-dev"])]),
         // Typed C wrappers for libcurl's variadic calls, which Swift cannot call, and
-        // hiredis (libhiredis-dev) with its libevent adapter for the shared Redis tier.
+        // hiredis (libhiredis-dev): its reply parser, for the shared Redis tier.
         .target(name: "CQuickwayShims", dependencies: ["CCurl", "COpenSSL", "CLibevent"],
                 cSettings: [.unsafeFlags(["-O2"])],
                 linkerSettings: [.linkedLibrary("hiredis"), .linkedLibrary("ssl"), .linkedLibrary("z")]),

@@ -148,7 +148,7 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(d.endpoint.db, 0)
         XCTAssertTrue(d.nonces && d.cache)
 
-        let bad = minimal + "\nredis:\n  url: rediss://x\n  timeout: 0s\n  on_failure: maybe\n  key_prefix: \"a b\"\n  password_env: QW_NO_SUCH_VAR\n  colour: red\n"
+        let bad = minimal + "\nredis:\n  url: unix:///x\n  timeout: 0s\n  on_failure: maybe\n  key_prefix: \"a b\"\n  password_env: QW_NO_SUCH_VAR\n  colour: red\n"
         let found = issues(bad)
         for (path, line) in [("redis.url", 12), ("redis.timeout", 13), ("redis.on_failure", 14), ("redis.key_prefix", 15), ("redis.password_env", 16), ("redis.colour", 17)] {
             XCTAssertTrue(found.contains { $0.path == path && $0.line == line }, "\(path) at line \(line): \(found)")
@@ -156,8 +156,48 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertTrue(issues(minimal + "\nredis:\n  timeout: 1s\n").contains { $0.path == "redis.url" && $0.message == "is required" })
         XCTAssertTrue(issues(minimal + "\nredis:\n  url: redis://h/\n  password_env: QW_NO_SUCH_VAR\n")
             .contains { $0.path == "redis.password_env" && $0.message.contains("QW_NO_SUCH_VAR is not set") })
-        for url in ["redis://:99999", "redis://host:port", "redis://host/db", "redis://"] {
+        for url in ["redis://:99999", "redis://host:port", "redis://host/db", "redis://", "rediss://", "redisss://h"] {
             XCTAssertTrue(issues(minimal + "\nredis: { url: \"\(url)\" }\n").contains { $0.path == "redis.url" }, url)
+        }
+    }
+
+    /// `redis.sentinel` (issue 36): the master's name and the sentinels' addresses.
+    func testRedisSentinelIsReadAndChecked() throws {
+        let yaml = minimal + "\nredis:\n  url: redis://ignored/2\n  sentinel: { master: main, nodes: [\"10.0.0.5:26379\", \"10.0.0.6:26380\"] }\n"
+        let r = try XCTUnwrap(try ConfigLoader.load(yaml: yaml).redis)
+        XCTAssertEqual(r.sentinel?.master, "main")
+        XCTAssertEqual(r.sentinel?.nodes, [ListenAddress(host: "10.0.0.5", port: 26379), ListenAddress(host: "10.0.0.6", port: 26380)])
+        XCTAssertEqual(r.endpoint.db, 2)
+        XCTAssertNil(try XCTUnwrap(try ConfigLoader.load(yaml: minimal + "\nredis: { url: \"redis://h\" }\n").redis).sentinel)
+        let bad = minimal + "\nredis:\n  url: redis://h\n  sentinel:\n    nodes: [\"10.0.0.5\", \"sentinel.internal:26379\"]\n    colour: red\n"
+        let found = issues(bad)
+        for path in ["redis.sentinel.master", "redis.sentinel.nodes[0]", "redis.sentinel.nodes[1]", "redis.sentinel.colour"] {
+            XCTAssertTrue(found.contains { $0.path == path }, "\(path): \(found)")
+        }
+        XCTAssertTrue(issues(minimal + "\nredis:\n  url: redis://h\n  sentinel: { master: m, nodes: [] }\n").contains { $0.path == "redis.sentinel.nodes" })
+    }
+
+    /// `rediss://` (issue 36): TLS, with `ca_file` as for services; `ca_file` needs it.
+    func testRedisTLSURLAndCAFile() throws {
+        let t = try XCTUnwrap(try ConfigLoader.load(yaml: minimal + "\nredis: { url: \"rediss://cache.internal:6380/1\" }\n").redis)
+        XCTAssertTrue(t.endpoint.tls)
+        XCTAssertEqual(t.endpoint.host, "cache.internal")
+        XCTAssertEqual(t.endpoint.port, 6380)
+        XCTAssertNil(t.caFile)
+        XCTAssertEqual(t.endpoint.display, "rediss://cache.internal:6380/1")
+        XCTAssertFalse(try XCTUnwrap(try ConfigLoader.load(yaml: minimal + "\nredis: { url: \"redis://h\" }\n").redis).endpoint.tls)
+        // ca_file with plain redis:// would be silently unused: an error on its line.
+        let plain = minimal + "\nredis:\n  url: redis://h\n  ca_file: /etc/ssl/certs/ca-certificates.crt\n"
+        XCTAssertTrue(issues(plain).contains { $0.path == "redis.ca_file" && $0.line == 13 && $0.message.contains("rediss://") }, "\(issues(plain))")
+        // A file with no certificate in it is refused at load, not at the first connect.
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("qw-redis-ca-\(getpid())")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let junk = dir.appendingPathComponent("junk.pem")
+        try Data("not a certificate\n".utf8).write(to: junk)
+        for file in [junk.path, dir.appendingPathComponent("missing.pem").path] {
+            let yaml = minimal + "\nredis:\n  url: rediss://h\n  ca_file: \(file)\n"
+            XCTAssertTrue(issues(yaml).contains { $0.path == "redis.ca_file" && $0.message.contains("cannot read CA certificates") }, "\(issues(yaml))")
         }
     }
 

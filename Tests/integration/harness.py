@@ -382,28 +382,39 @@ if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "serve":
 
 class RedisServer:
     """A real redis-server (Debian's) on 127.0.0.1, in its own process, with no
-    persistence. `stop()` and `start()` keep the port, as when Redis restarts."""
+    persistence. `stop()` and `start()` keep the port, as when Redis restarts.
 
-    def __init__(self, password=None):
+    `tls`: a `CertAuthority.server_files()` tuple (cert, key, ca): Redis then listens with TLS
+    only (`tls-port`; its plain port is off), and `command` speaks TLS too."""
+
+    def __init__(self, password=None, tls=None, host="127.0.0.1", extra_args=()):
         import shutil
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server; .ci/run does)")
-        self.port = free_port()
+        self.host = host
+        self.port = free_port(host)
         self.password = password
+        self.tls = tls
+        self.extra_args = list(extra_args)
         self.dir = tempfile.mkdtemp(prefix="qw-redis-")
         self.proc = None
         self.start()
 
     def start(self):
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        args = [self.binary, "--port", str(self.port), "--bind", self.host, "--save", "", "--appendonly", "no",
                 "--dir", self.dir, "--daemonize", "no"]
+        if self.tls:
+            cert, key, ca = self.tls
+            args[1:3] = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", cert, "--tls-key-file", key,
+                         "--tls-ca-cert-file", ca, "--tls-auth-clients", "no"]
+        args += self.extra_args
         if self.password:
             args += ["--requirepass", self.password]
         self.log = open(os.path.join(self.dir, "redis.log"), "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         try:
-            wait_until(lambda: _connectable("127.0.0.1", self.port), what=f"redis-server on {self.port}")
+            wait_until(lambda: _connectable(self.host, self.port), what=f"redis-server on {self.port}")
         except BaseException:
             self.stop()
             raise
@@ -429,7 +440,12 @@ class RedisServer:
                 p = p if isinstance(p, bytes) else str(p).encode()
                 out += b"$%d\r\n%s\r\n" % (len(p), p)
             return out
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+        with socket.create_connection((self.host, self.port), timeout=5) as plain:
+            s = plain
+            if self.tls:
+                import ssl
+                ctx = ssl.create_default_context(cafile=self.tls[2])
+                s = ctx.wrap_socket(plain, server_hostname=self.host)
             f = s.makefile("rb")
             if self.password:
                 s.sendall(enc(["AUTH", self.password]))
@@ -458,3 +474,37 @@ def _read_resp(f):
         n = int(rest)
         return None if n < 0 else [_read_resp(f) for _ in range(n)]
     raise ValueError(f"unexpected RESP line {line!r}")
+
+
+class CertAuthority:
+    """A throw-away certificate authority made with the openssl command line in a
+    temporary directory: `issue()` signs a server certificate for the given subject
+    alternative names (`IP:127.0.0.1`, `DNS:localhost`)."""
+
+    def __init__(self, name="Quickway test CA"):
+        self.dir = tempfile.mkdtemp(prefix="qw-ca-")
+        self.cert = os.path.join(self.dir, "ca.pem")
+        self.key = os.path.join(self.dir, "ca.key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", self.key, "-out", self.cert, "-days", "2", "-subj", f"/CN={name}",
+                        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"],
+                       check=True, capture_output=True)
+        self.issued = 0
+
+    def issue(self, sans):
+        """(cert, key) files of a server certificate with `sans` (a list), signed by this CA."""
+        self.issued += 1
+        base = os.path.join(self.dir, f"server{self.issued}")
+        subprocess.run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", base + ".key", "-out", base + ".csr", "-subj", "/CN=redis"], check=True, capture_output=True)
+        ext = base + ".ext"
+        with open(ext, "w") as f:
+            f.write("subjectAltName=" + ",".join(sans) + "\nextendedKeyUsage=serverAuth\n")
+        subprocess.run(["openssl", "x509", "-req", "-in", base + ".csr", "-CA", self.cert, "-CAkey", self.key,
+                        "-CAcreateserial", "-days", "1", "-extfile", ext, "-out", base + ".pem"], check=True, capture_output=True)
+        return base + ".pem", base + ".key"
+
+    def server_files(self, sans):
+        """(cert, key, ca) for `RedisServer(tls=...)`."""
+        cert, key = self.issue(sans)
+        return cert, key, self.cert

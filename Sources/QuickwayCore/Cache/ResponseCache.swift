@@ -73,6 +73,8 @@ public final class CachedResponse: @unchecked Sendable {
 /// `@unchecked Sendable`: every shard's map and list are touched only under its lock.
 public final class ResponseCache: @unchecked Sendable {
     public static let entryOverhead = 256
+    /// Closed while purges from other gateways may have been missed (`ServingGate`).
+    let gate = ServingGate()
 
     final class Node {
         let key: HashedKey
@@ -192,7 +194,12 @@ public final class ResponseCache: @unchecked Sendable {
     }
 
     private func lookup(_ key: HashedKey, nowMillis: Int64, staleMillis: Int64, countAsMiss: Bool) -> Hit? {
-        withShard(key) { s in lookup(key, in: s, nowMillis: nowMillis, staleMillis: staleMillis, countAsMiss: countAsMiss) }
+        // Possibly behind on purges from other gateways: nothing is served from here.
+        guard gate.isOpen else {
+            gate.countBypass()
+            return nil
+        }
+        return withShard(key) { s in lookup(key, in: s, nowMillis: nowMillis, staleMillis: staleMillis, countAsMiss: countAsMiss) }
     }
 
     @inline(__always)

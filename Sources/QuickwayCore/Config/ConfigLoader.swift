@@ -281,6 +281,8 @@ public enum ConfigLoader {
         }
         if let v = r.bool("nonces") { rc.nonces = v }
         if let v = r.bool("cache") { rc.cache = v }
+        readRedisTLS(r, &rc)
+        readRedisSentinel(r, &rc)
         guard endpoint != nil, let url = r.string("url") else { return nil }
         rc.url = url
         return rc

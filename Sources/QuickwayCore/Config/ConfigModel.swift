@@ -235,6 +235,11 @@ public struct RedisConfig: Sendable, Equatable {
     /// Which stores are shared (both by default).
     public var nonces = true
     public var cache = true
+    /// `ca_file`: the CAs a `rediss://` server's certificate must chain to (nil: the
+    /// system's store). See `RedisTLS`.
+    public var caFile: String?
+    /// `sentinel`: the master is found (and followed) through these sentinels.
+    public var sentinel: RedisSentinelConfig?
 
     public init(url: String, endpoint: RedisEndpoint) {
         self.url = url
@@ -249,12 +254,16 @@ public struct RedisEndpoint: Sendable, Equatable {
     public var db = 0
     public var username: String?
     public var password: String?
+    /// `rediss://`: TLS with the server's certificate verified (name and chain).
+    public var tls = false
 
-    /// Parses `redis://[[user]:password@]host[:port][/db]`; nil with the reason on error.
+    /// Parses `redis[s]://[[user]:password@]host[:port][/db]`; nil with the reason on error.
     public static func parse(_ url: String) -> Result<RedisEndpoint, RedisURLError> {
-        guard url.hasPrefix("redis://") else { return .failure(RedisURLError("expected redis://host:port/db (rediss:// and unix sockets are not supported)")) }
-        var rest = Substring(url.dropFirst("redis://".count))
+        let tls = url.hasPrefix("rediss://")
+        guard tls || url.hasPrefix("redis://") else { return .failure(RedisURLError("expected redis://host:port/db or rediss:// (unix sockets are not supported)")) }
+        var rest = Substring(url.dropFirst(tls ? "rediss://".count : "redis://".count))
         var e = RedisEndpoint(host: "")
+        e.tls = tls
         if let at = rest.lastIndex(of: "@") {
             let user = rest[..<at]
             rest = rest[rest.index(after: at)...]
@@ -286,7 +295,7 @@ public struct RedisEndpoint: Sendable, Equatable {
     /// The URL without its password, for logs and `/stats`.
     public var display: String {
         let login = password == nil ? (username.map { "\($0)@" } ?? "") : "\(username ?? ""):***@"
-        return "redis://\(login)\(host):\(port)/\(db)"
+        return "\(tls ? "rediss" : "redis")://\(login)\(host):\(port)/\(db)"
     }
 }
 

@@ -51,7 +51,8 @@ public final class Gateway {
     /// loop's (used for purges). Bound to the loops, so a `redis` change needs a restart.
     private var redisTier: RedisTier?
     private var adminTier: SharedTier?
-    private var purgeSubscriber: RedisLink?
+    private var purgeSubscriber: PurgeFollower?
+    private var sentinelWatcher: SentinelWatcher?
     /// Shares `rate_limits.store: redis` limits with the other gateways, on the admin
     /// loop over the admin's Redis link (idle while no limit is shared).
     private var limitSync: LimitSync?
@@ -127,12 +128,14 @@ public final class Gateway {
         let sync = aTier.map { LimitSync(registry: shared.rateLimits, link: $0.link, base: admin.base) }
         limitSync = sync
         cachePurge = CachePurge(cache: shared.cache, tier: aTier)
-        let subscriber = config.redis?.cache == true ? redisTier?.makePurgeSubscriber(base: admin.base, cache: shared.cache) : nil
+        let subscriber = config.redis?.cache == true ? aTier.flatMap { redisTier?.makePurgeSubscriber(base: admin.base, cache: shared.cache, reader: $0) } : nil
         purgeSubscriber = subscriber
+        let sentinel = redisTier?.makeSentinelWatcher(base: admin.base)
+        sentinelWatcher = sentinel
         admin.onLoopExit = { [unowned self] in
             historyTimer?.cancel()
             historyTimer = nil
-            sync?.stop(); aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); jwks.stop(); cp.client.shutdown()
+            sync?.stop(); aTier?.link.shutdown(); subscriber?.shutdown(); sentinel?.shutdown(); cp.stop(); jwks.stop(); cp.client.shutdown()
         }
     }
 
@@ -312,6 +315,7 @@ public final class Gateway {
         admin.start()
         if let tier = adminTier.map(LoopBound.init) { admin.post { tier.value.link.start() } }
         if let sub = purgeSubscriber.map(LoopBound.init) { admin.post { sub.value.start() } }
+        if let s = sentinelWatcher.map(LoopBound.init) { admin.post { s.value.start() } }
         if let sync = limitSync.map(LoopBound.init) { admin.post { sync.value.start() } }
         restartControlPlane()
         restartJWKS(config.jwt)

@@ -17,9 +17,23 @@ final class RedisAddress: @unchecked Sendable {
     private var lastAttemptMillis: Int64 = 0
     /// At most one background lookup per this many milliseconds.
     static let minIntervalMillis: Int64 = 1000
+    /// With Sentinel: the master as the sentinels name it (`setMaster`), which replaces
+    /// the URL's host and port; no lookup is made then.
+    private let sentinelMaster: String?
+    private var master: (ip: String, port: Int)?
+    /// Bumped each time the master moves: a link connected under an older one reconnects.
+    private var masterGeneration = 0
+
+    /// The master named `master` that `SentinelWatcher` will find; unknown until then.
+    init(sentinelMaster: String) {
+        host = sentinelMaster
+        self.sentinelMaster = sentinelMaster
+        failure = "the sentinels have not named master \(sentinelMaster) yet"
+    }
 
     init(host: String) {
         self.host = host
+        sentinelMaster = nil
         lastAttemptMillis = Clock.monotonicMillis()
         switch Self.resolve(host) {
         case .success(let ip): resolved = ip
@@ -33,12 +47,49 @@ final class RedisAddress: @unchecked Sendable {
     func current() -> (ip: String?, failure: String) {
         lock.lock()
         defer { lock.unlock() }
-        return (resolved, failure)
+        return (master?.ip ?? resolved, failure)
+    }
+
+    /// Where to connect (the URL's port unless Sentinel named another) and the master
+    /// generation it belongs to.
+    func target(defaultPort: Int) -> (ip: String?, port: Int, generation: Int, failure: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        if let m = master { return (m.ip, m.port, masterGeneration, "") }
+        return (sentinelMaster == nil ? resolved : nil, defaultPort, masterGeneration, failure)
+    }
+
+    var generation: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return masterGeneration
+    }
+
+    /// The master's address, for `/stats` (nil without Sentinel or before it is known).
+    var masterAddress: String? {
+        lock.lock()
+        defer { lock.unlock() }
+        return master.map { "\($0.ip):\($0.port)" }
+    }
+
+    enum MasterChange { case unchanged, first, moved(from: String) }
+
+    /// Sentinel named the master: links connected elsewhere reconnect at their next command.
+    func setMaster(ip: String, port: Int) -> MasterChange {
+        lock.lock()
+        defer { lock.unlock() }
+        if let m = master, m.ip == ip, m.port == port { return .unchanged }
+        let before = master
+        master = (ip, port)
+        masterGeneration += 1
+        failure = ""
+        return before.map { .moved(from: "\($0.ip):\($0.port)") } ?? .first
     }
 
     /// Looks the name up again on a thread of its own (not more than once a second); the
     /// next connect uses the answer. A failed lookup keeps the last good address.
     func refresh() {
+        guard sentinelMaster == nil else { return }   // SentinelWatcher asks on its own
         lock.lock()
         let now = Clock.monotonicMillis()
         guard !resolving, now - lastAttemptMillis >= Self.minIntervalMillis else { lock.unlock(); return }

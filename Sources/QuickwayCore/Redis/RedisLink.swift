@@ -2,8 +2,8 @@ import CLibevent
 import CQuickwayShims
 import Glibc
 
-/// One asynchronous connection to Redis on one event loop (hiredis with its libevent
-/// adapter). Each worker has its own, so commands and replies never cross threads.
+/// One asynchronous connection to Redis on one event loop (a `RedisSocket`: TCP, or TLS
+/// for `rediss://`). Each worker has its own, so commands and replies never cross threads.
 ///
 /// - Commands go out pipelined; Redis answers in order, so `pending` is a FIFO that
 ///   matches each reply (or hiredis's NULL for a dropped connection) to its caller.
@@ -14,10 +14,13 @@ import Glibc
 /// - While the link is down, commands are answered `.unavailable` at once. Reconnects
 ///   back off from 100 ms, doubling to 2 s, with jitter.
 ///
-/// Thread rule: loop thread only. Ownership across C: hiredis holds the link as an
-/// unretained pointer (`ac->data` and each command's privdata, turned back into the link
-/// in `RedisTrampolines.swift`); the owner keeps the link alive until `shutdown()`, which
-/// frees the hiredis context first.
+/// - A connection that fails its TLS handshake (a certificate the CA did not sign, a name
+///   it does not carry) is a connect failure like a refused one: counted
+///   (`tlsFailures` too), logged with OpenSSL's reason, and retried with backoff, while
+///   callers follow `on_failure` as for any Redis outage.
+///
+/// Thread rule: loop thread only. The socket's closures hold the link unowned: the link
+/// owns the socket and closes it (ending every callback) before it goes.
 final class RedisLink {
     enum State { case down, connecting, up }
 
@@ -34,8 +37,17 @@ final class RedisLink {
     let address: RedisAddress
     let defaultTimeoutMillis: Int64
     let stats: RedisStats
+    /// `rediss://`: the client TLS context (nil: plain TCP).
+    let tls: RedisTLS?
+    /// Sentinel: check `ROLE` after connecting and drop a connection to a replica (or one
+    /// answering `READONLY`), and reconnect when the master moves (`RedisAddress`).
+    let requireMaster: Bool
+    /// The master generation this connection was made under.
+    private var connectedGeneration = 0
     private(set) var state = State.down
-    private var context: UnsafeMutablePointer<redisAsyncContext>?
+    private var socket: RedisSocket?
+    /// `ip:port` of the last connect, for logs.
+    private var connectedAddress = ""
     private var pending: [Pending] = []
     private var pendingHead = 0
     private var sweepTimer: LoopTimer?
@@ -50,9 +62,17 @@ final class RedisLink {
     /// Subscriber mode: the channel this link listens on and what to do with each
     /// message. Such a link sends nothing else (Redis allows only (P)SUBSCRIBE then).
     private var subscription: (channel: [UInt8], onMessage: ([UInt8]) -> Void)?
+    /// Subscriber links: Redis confirmed the subscription (after each connect), and the
+    /// link went down (each time it stops being up, or fails to connect): from then on
+    /// messages may be missed (`PurgeFollower`).
+    var onSubscribed: (() -> Void)?
+    var onDown: (() -> Void)?
 
-    init(base: OpaquePointer, endpoint: RedisEndpoint, address: RedisAddress, timeoutMillis: Int64, stats: RedisStats) {
+    init(base: OpaquePointer, endpoint: RedisEndpoint, address: RedisAddress, timeoutMillis: Int64, stats: RedisStats, tls: RedisTLS? = nil,
+         requireMaster: Bool = false) {
         self.base = base
+        self.tls = tls
+        self.requireMaster = requireMaster
         self.endpoint = endpoint
         self.address = address
         self.defaultTimeoutMillis = timeoutMillis
@@ -68,40 +88,52 @@ final class RedisLink {
         subscription = (channel, onMessage)
     }
 
-    func published(_ reply: UnsafeMutableRawPointer?) {
-        guard let r = reply?.assumingMemoryBound(to: redisReply.self), let sub = subscription,
-              case let .array(parts) = RedisReply(r), parts.count == 3,
-              case .string(let kind) = parts[0], kind == Array("message".utf8),
-              case .string(let payload) = parts[2] else { return }
-        sub.onMessage(payload)
+    /// A reply off the socket: a subscriber link's pushes (`message`, and the
+    /// `subscribe` confirmation) go to the subscription, every other reply to the oldest
+    /// pending command.
+    private func received(_ r: UnsafeMutablePointer<redisReply>) {
+        if let sub = subscription, r.pointee.type == REDIS_REPLY_ARRAY {
+            if case let .array(parts) = RedisReply(r), parts.count == 3, case .string(let kind) = parts[0] {
+                if kind == Array("message".utf8), case .string(let payload) = parts[2] { sub.onMessage(payload) }
+                if kind == Array("subscribe".utf8) { onSubscribed?() }
+                if kind == Array("message".utf8) || kind == Array("subscribe".utf8) { return }
+            }
+        }
+        replied(r)
     }
 
     /// Sends `command`; `done` runs on this loop with the reply, or `.unavailable` within
     /// the timeout. Commands sent while connecting wait for the connection (bounded by
     /// the same timeout); while down they are answered at once.
     func send(_ command: RedisCommand, timeoutMillis: Int64? = nil, _ done: @escaping (RedisReply) -> Void) {
-        guard state != .down, let ctx = context else {
+        if requireMaster && state != .down && address.generation != connectedGeneration {
+            // The master moved (Sentinel): this command goes to the new one.
+            lastError = "the master moved"
+            dropConnection()
+            reconnectTimer?.cancel()
+            reconnectTimer = nil
+            connect()
+        }
+        guard state != .down, let socket else {
             stats.add(.unavailable)
             done(.unavailable("Redis is not connected (\(lastError))"))
-            return
-        }
-        let me = Uncounted(self).toOpaque()
-        let rc = command.withCString { redisAsyncFormattedCommand(ctx, redisReplyCallback, me, $0, $1) }
-        guard rc == REDIS_OK else {
-            stats.add(.unavailable)
-            done(.unavailable("Redis refused the command (the connection is closing)"))
             return
         }
         stats.add(.commands)
         let timeout = timeoutMillis ?? defaultTimeoutMillis
         let deadline = Clock.monotonicMillis() + timeout
+        // In the FIFO before the write: a write that fails at once closes the connection
+        // (`disconnected`), which must answer this command too. Appended after, it would
+        // stay in the FIFO and take the next connection's first reply.
         pending.append(Pending(done: done, deadline: deadline, timeout: timeout))
         if sweepTimer == nil || deadline < sweepDeadline { armSweep(afterMillis: timeout) }
+        command.withCString { socket.write(UnsafeRawBufferPointer(start: $0, count: $1)) }
     }
 
     // MARK: replies
 
-    func replied(_ reply: UnsafeMutableRawPointer?) {
+    /// Answers the oldest pending command with `reply`, or (nil) with "dropped".
+    private func replied(_ reply: UnsafeMutablePointer<redisReply>?) {
         guard pendingHead < pending.count else { return }
         let done = pending[pendingHead].done
         pending[pendingHead].done = nil
@@ -114,10 +146,17 @@ final class RedisLink {
             pendingHead = 0
         }
         guard let done else { return }   // answered already (timed out)
-        if let r = reply?.assumingMemoryBound(to: redisReply.self) {
+        if let r = reply {
             let value = RedisReply(r)
             if case .error = value { stats.add(.errors) }
             done(value)
+            if case .error(let m) = value, m.hasPrefix("READONLY"), requireMaster, socket != nil {
+                // A replica (a failover this link has not heard of yet): never write there.
+                stats.add(.readonlyErrors)
+                lastError = "READONLY from \(connectedAddress): not the master"
+                Log.warn("redis: \(lastError); reconnecting")
+                dropConnection()
+            }
         } else {
             done(.unavailable("the Redis connection dropped (\(lastError.isEmpty ? "closed" : lastError))"))
         }
@@ -164,29 +203,32 @@ final class RedisLink {
     // MARK: connection
 
     private func connect() {
-        guard !closed, context == nil else { return }
-        let (ip, unresolved) = address.current()
-        guard let ip else {
+        guard !closed, socket == nil else { return }
+        let target = address.target(defaultPort: endpoint.port)
+        connectedGeneration = target.generation
+        connectedAddress = "\(target.ip ?? endpoint.host):\(target.port)"
+        let unresolved = target.failure
+        guard let ip = target.ip else {
             state = .connecting
             connectFailed(unresolved)
             return
         }
         state = .connecting
-        guard let ctx = redisAsyncConnect(ip, Int32(endpoint.port)) else {
-            connectFailed("out of memory")
+        if endpoint.tls && tls == nil { return connectFailed("rediss:// without a TLS context (see the error at start)") }
+        let s: RedisSocket
+        do {
+            s = try RedisSocket(base: base, ip: ip, port: target.port, host: requireMaster ? ip : endpoint.host, tls: tls)
+        } catch {
+            connectFailed((error as? RedisFailure)?.message ?? "\(error)")
             return
         }
-        if ctx.pointee.err != 0 {
-            let why = redisErrorText(of: ctx) ?? "error"
-            redisAsyncFree(ctx)
-            connectFailed(why)
-            return
+        s.onOpen = { [unowned self] in self.connected() }
+        s.onReply = { [unowned self] in self.received($0) }
+        s.onClose = { [unowned self] why, hadOpened in
+            self.socket = nil
+            if hadOpened { self.disconnected(why) } else { self.setupFailed(why) }
         }
-        ctx.pointee.data = Uncounted(self).toOpaque()
-        context = ctx
-        _ = qw_redis_attach(ctx, base)
-        redisAsyncSetConnectCallback(ctx, redisConnectCallback)
-        redisAsyncSetDisconnectCallback(ctx, redisDisconnectCallback)
+        socket = s
         // Sent first, pipelined ahead of any request's command.
         if let password = endpoint.password {
             var args = [Array("AUTH".utf8)]
@@ -195,10 +237,22 @@ final class RedisLink {
             sendSetup(RedisCommand(args), what: "AUTH")
         }
         if endpoint.db != 0 { sendSetup(RedisCommand("SELECT", String(endpoint.db)), what: "SELECT \(endpoint.db)") }
+        if requireMaster {
+            // Pipelined ahead of any caller's command, which a replica would refuse
+            // (READONLY) for writes anyway.
+            send(RedisCommand("ROLE"), timeoutMillis: max(1000, 4 * defaultTimeoutMillis)) { [unowned self] reply in
+                guard case .array(let parts) = reply, case .string(let role)? = parts.first else { return }
+                guard role != Array("master".utf8) else { return }
+                self.stats.add(.replicaRefusals)
+                self.lastError = "\(self.connectedAddress) is a \(String(decoding: role, as: UTF8.self)), not the master"
+                Log.warn("redis: \(self.lastError); reconnecting")
+                self.dropConnection()
+            }
+        }
         if let sub = subscription {
-            // hiredis keeps this callback for every message on the channel (not in `pending`).
+            // Its confirmation and the messages are pushes (`received`), not in `pending`.
             let cmd = RedisCommand([Array("SUBSCRIBE".utf8), sub.channel])
-            _ = cmd.withCString { redisAsyncFormattedCommand(ctx, redisMessageCallback, ctx.pointee.data, $0, $1) }
+            cmd.withCString { s.write(UnsafeRawBufferPointer(start: $0, count: $1)) }
         }
         connectTimer = LoopTimer(base: base, afterMillis: max(1000, 4 * defaultTimeoutMillis)) { [unowned self] in
             self.connectTimer = nil
@@ -219,15 +273,9 @@ final class RedisLink {
         }
     }
 
-    func connected(status: Int32, errorText: String?) {
+    private func connected() {
         connectTimer?.cancel()
         connectTimer = nil
-        guard status == REDIS_OK else {
-            // hiredis frees the context after this callback.
-            context = nil
-            connectFailed(errorText ?? "connection refused")
-            return
-        }
         state = .up
         stats.add(.connects)
         stats.add(.linksUp)
@@ -236,12 +284,24 @@ final class RedisLink {
         lastError = ""
     }
 
-    func disconnected(status: Int32, errorText: String?) {
-        // hiredis frees the context after this callback (or is freeing it now).
+    /// The TCP connect or the TLS handshake failed (the socket is closed).
+    private func setupFailed(_ why: String) {
+        connectTimer?.cancel()
+        connectTimer = nil
+        if why.hasPrefix("TLS") {
+            stats.add(.tlsFailures)
+            // Logged each time: a certificate problem is a configuration error to fix.
+            if lastError == why { Log.warn("redis \(endpoint.display): \(why)") }
+        }
+        stats.noteFailure(why)
+        connectFailed(why)
+    }
+
+    private func disconnected(_ why: String) {
         let wasUp = state == .up
-        context = nil
         markDown()
-        if let e = errorText, !e.isEmpty { lastError = e } else if lastError.isEmpty { lastError = "connection closed" }
+        lastError = why
+        stats.noteFailure(why)
         failAllPending()
         guard !closed else { return }
         if wasUp { Log.warn("redis \(endpoint.display): connection lost (\(lastError)); reconnecting") }
@@ -250,6 +310,7 @@ final class RedisLink {
     }
 
     private func markDown() {
+        onDown?()
         if state == .up {
             stats.add(.linksUp, -1)
             stats.add(.disconnects)
@@ -279,12 +340,10 @@ final class RedisLink {
 
     /// Drops the connection now (its callers get `.unavailable`) and reconnects later.
     private func dropConnection() {
-        guard let ctx = context else { return }
-        context = nil
+        guard let s = socket else { return }
+        socket = nil
         markDown()
-        // hiredis answers every queued callback with NULL (at once, or after the hiredis
-        // callback we may be inside returns); those find their entries already answered.
-        redisAsyncFree(ctx)
+        s.close()
         failAllPending()
         scheduleReconnect()
     }
@@ -301,16 +360,8 @@ final class RedisLink {
         reconnectTimer?.cancel(); reconnectTimer = nil
         connectTimer?.cancel(); connectTimer = nil
         markDown()
-        if let ctx = context {
-            context = nil
-            redisAsyncFree(ctx)
-        }
+        socket?.close()
+        socket = nil
         failAllPending()
     }
-}
-
-/// hiredis's error text on `ac`, if it has an error.
-func redisErrorText(of ac: UnsafePointer<redisAsyncContext>?) -> String? {
-    guard let ac, ac.pointee.err != 0 else { return nil }
-    return withUnsafeBytes(of: ac.pointee.errstr) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
 }

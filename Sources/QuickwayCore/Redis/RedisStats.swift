@@ -16,6 +16,17 @@ final class RedisStats: @unchecked Sendable {
         /// Second-level cache: hits, misses, entries stored, entries too large to share,
         /// lookups or stores that failed.
         case cacheHits, cacheMisses, cacheStores, cacheTooLarge, cacheFailures
+        /// `rediss://` connections whose TLS handshake failed (a certificate that does not
+        /// verify, no common version): each also counts as a connect failure.
+        case tlsFailures
+        /// Purges (`PurgeFollower`): times the local tier was gated because purges may
+        /// have been missed, missed purges replayed from the log, times the whole local
+        /// tier was dropped because the log did not reach back far enough, and the epoch
+        /// of the last purge applied (a gauge).
+        case purgeFallsBehind, purgesReplayed, purgeResets, purgeEpoch
+        /// Sentinel: master moves followed, connections dropped because `ROLE` said
+        /// replica, and connections dropped on a `READONLY` reply.
+        case failoversFollowed, replicaRefusals, readonlyErrors
     }
 
     private let slots: UnsafeMutablePointer<Int64>
@@ -28,5 +39,22 @@ final class RedisStats: @unchecked Sendable {
     deinit { slots.deallocate() }
 
     func add(_ c: Counter, _ v: Int64 = 1) { _ = qw_shared_add(slots + c.rawValue, v) }
+
+    private let failureLock = Lock()
+    private var lastFailureText = ""
+
+    /// Why a link last failed to connect or lost its connection (for `/stats`
+    /// `redis.last_error`; cleared by nothing, it is history).
+    func noteFailure(_ why: String) {
+        failureLock.lock()
+        lastFailureText = why
+        failureLock.unlock()
+    }
+
+    var lastFailure: String {
+        failureLock.lock()
+        defer { failureLock.unlock() }
+        return lastFailureText
+    }
     func value(_ c: Counter) -> Int64 { qw_counter_load(slots + c.rawValue) }
 }

@@ -125,9 +125,25 @@ final class SharedTier {
     var purgeChannel: [UInt8] { Self.purgeChannel(config) }
     static func purgeChannel(_ config: RedisConfig) -> [UInt8] { Array((config.keyPrefix + "purge").utf8) }
 
-    /// Tells every gateway (this one too) to purge its local tier the same way.
+    /// Tells every gateway (this one too) to purge its local tier the same way, and
+    /// records it so that a gateway cut off now replays it when it is back: one script
+    /// takes the next epoch, appends `<epoch>:<purge>` to the capped log and publishes it
+    /// on the events channel (`PurgeFollower`), and publishes the bare purge on the
+    /// channel gateways before the log listen on. `done` gets the epoch (an integer).
     func publishPurge(_ what: ResponseCache.Purge, _ done: @escaping (RedisReply) -> Void) {
-        link.send(RedisCommand([Array("PUBLISH".utf8), purgeChannel, Self.encodePurge(what)]), done)
+        let keys = PurgeLog.keys(config)
+        link.send(RedisCommand([Array("EVAL".utf8), Array(PurgeLog.recordScript.utf8), [UInt8(ascii: "2")], keys.epoch, keys.log,
+                                Self.encodePurge(what), Array(String(PurgeLog.capacity).utf8), PurgeLog.eventChannel(config), purgeChannel]), done)
+    }
+
+    /// Reads the purge epoch and the whole log in one step (`PurgeFollower`'s catch-up).
+    func readPurgeLog(_ done: @escaping (Result<PurgeLog.Snapshot, RedisFailure>) -> Void) {
+        let keys = PurgeLog.keys(config)
+        link.send(RedisCommand([Array("EVAL".utf8), Array(PurgeLog.readScript.utf8), [UInt8(ascii: "2")], keys.epoch, keys.log])) { reply in
+            if let snapshot = PurgeLog.Snapshot(reply) { done(.success(snapshot)) } else {
+                done(.failure(RedisFailure(message: reply.failure ?? "unexpected reply to the purge log read")))
+            }
+        }
     }
 
     /// `a` (all), `k<key>`, `p<path prefix>` or `u<url base>`.

@@ -206,6 +206,16 @@ public enum PrometheusText {
         w.sample("quickway_redis_connects_total", [], c(.connects))
         w.family("quickway_redis_connect_failures_total", "counter", "Failed attempts to connect to Redis.")
         w.sample("quickway_redis_connect_failures_total", [], c(.connectFailures))
+        w.family("quickway_redis_tls_failures_total", "counter", "rediss:// connections whose TLS handshake failed (certificate not verified, no common version).")
+        w.sample("quickway_redis_tls_failures_total", [], c(.tlsFailures))
+        if let serving = r.localTierServing {
+            w.family("quickway_redis_local_tier_serving", "gauge", "0 while purges from other gateways may have been missed (local cache hits are bypassed).")
+            w.sample("quickway_redis_local_tier_serving", [], serving ? 1 : 0)
+            w.family("quickway_redis_purges_replayed_total", "counter", "Purges missed while cut off from Redis and replayed from the purge log.")
+            w.sample("quickway_redis_purges_replayed_total", [], c(.purgesReplayed))
+            w.family("quickway_redis_local_tier_dropped_total", "counter", "Times the whole local tier was dropped because the purge log did not reach back far enough.")
+            w.sample("quickway_redis_local_tier_dropped_total", [], c(.purgeResets))
+        }
         w.family("quickway_redis_nonce_checks_total", "counter", "Nonce checks in the shared store, by outcome.")
         for (o, k) in [("claimed", RedisStats.Counter.nonceClaims), ("replayed", .nonceReplays), ("fail_closed", .nonceFailClosed), ("fail_open", .nonceFailOpen)] {
             w.sample("quickway_redis_nonce_checks_total", [("outcome", o)], c(k))

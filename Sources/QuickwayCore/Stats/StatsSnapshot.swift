@@ -77,6 +77,14 @@ public struct StatsSnapshot {
         s += "\"timeout_ms\":\(r.timeoutMillis),\"on_failure\":\(JSONText.quoted(r.onFailure)),"
         s += "\"commands\":\(c(.commands)),\"errors\":\(c(.errors)),\"timeouts\":\(c(.timeouts)),\"unavailable\":\(c(.unavailable)),"
         s += "\"connects\":\(c(.connects)),\"connect_failures\":\(c(.connectFailures)),\"disconnects\":\(c(.disconnects)),"
+        s += "\"tls\":\(r.tls),\"tls_failures\":\(c(.tlsFailures)),\"last_error\":\(JSONText.quoted(r.lastError)),"
+        s += "\"purges\":{\"local_tier_serving\":\(r.localTierServing.map { "\($0)" } ?? "null"),\"epoch\":\(c(.purgeEpoch)),"
+        s += "\"fell_behind\":\(c(.purgeFallsBehind)),\"replayed\":\(c(.purgesReplayed)),\"local_tier_dropped\":\(c(.purgeResets)),"
+        s += "\"bypassed_lookups\":\(r.localTierBypassed)},"
+        if let m = r.sentinelMaster {
+            s += "\"sentinel\":{\"master\":\(JSONText.quoted(m)),\"address\":\(r.masterAddress.map(JSONText.quoted) ?? "null"),"
+            s += "\"failovers_followed\":\(c(.failoversFollowed)),\"replica_refusals\":\(c(.replicaRefusals)),\"readonly_errors\":\(c(.readonlyErrors))},"
+        }
         s += "\"nonces\":{\"claimed\":\(c(.nonceClaims)),\"replayed\":\(c(.nonceReplays)),\"fail_closed\":\(c(.nonceFailClosed)),\"fail_open\":\(c(.nonceFailOpen))},"
         s += "\"cache\":{\"hits\":\(c(.cacheHits)),\"misses\":\(c(.cacheMisses)),\"stores\":\(c(.cacheStores)),"
         s += "\"too_large\":\(c(.cacheTooLarge)),\"failures\":\(c(.cacheFailures))}}"
