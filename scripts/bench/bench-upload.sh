@@ -3,7 +3,8 @@
 #
 #   big    one 1 GiB upload at a time through Quickway's streaming route
 #          (`request_buffering: false`) and through nginx with `proxy_request_buffering
-#          off`, to the same sink backend, in interleaved rounds: MB/s and each
+#          off` (its default 16 KiB buffer, and 64 KiB as Quickway's pieces), to the same
+#          sink backend, in interleaved rounds: MB/s and each
 #          server's RSS before and at peak (sampled every 20 ms); then the same chunked.
 #   many   100 concurrent 10 MiB QW1-signed uploads through a buffered route (bodies past
 #          client_body_buffer_size go to unnamed temporary files): RSS before, at peak,
@@ -43,6 +44,9 @@ http { access_log off; client_max_body_size 0;
   upstream b { server 127.0.0.2:$P_SINK; keepalive 16; }
   server { listen 127.0.0.1:$P_NG;
     location / { proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection "";
+                 proxy_request_buffering off; proxy_read_timeout 60s; }
+    # The same with Quickway's 64 KiB pieces (nginx's default buffer is 16 KiB).
+    location /b64/ { client_body_buffer_size 64k; proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection "";
                  proxy_request_buffering off; proxy_read_timeout 60s; } } }
 CONF
 taskset -c 0 "$QW" serve --config "$WORK/q.yaml" 2>"$WORK/q.log" & PIDS+=($!); QW_PID=$!
@@ -53,10 +57,11 @@ sleep 0.5
 # nginx's worker, not its master, holds the connections.
 NG_WORKER=$(pgrep -P "$NG_PID" | head -1)
 echo "upload: $((BYTES >> 20)) MiB bodies; Quickway request_buffering: false vs nginx proxy_request_buffering off"
-taskset -c 1 python3 scripts/bench/bench_upload.py big quickway="http://127.0.0.1:$P_QW/stream/up" nginx="http://127.0.0.1:$P_NG/up" \
-  --pid quickway="$QW_PID" --pid nginx="$NG_WORKER" --bytes "$BYTES" --rounds "$ROUNDS"
-taskset -c 1 python3 scripts/bench/bench_upload.py big quickway="http://127.0.0.1:$P_QW/stream/up" nginx="http://127.0.0.1:$P_NG/up" \
-  --pid quickway="$QW_PID" --pid nginx="$NG_WORKER" --bytes "$BYTES" --rounds "$ROUNDS" --chunked
+for mode in "" --chunked; do
+  taskset -c 1 python3 scripts/bench/bench_upload.py big quickway="http://127.0.0.1:$P_QW/stream/up" nginx="http://127.0.0.1:$P_NG/up" \
+    nginx-64k="http://127.0.0.1:$P_NG/b64/up" --pid quickway="$QW_PID" --pid nginx="$NG_WORKER" --pid nginx-64k="$NG_WORKER" \
+    --bytes "$BYTES" --rounds "$ROUNDS" $mode
+done
 echo
 taskset -c 1 python3 scripts/bench/bench_upload.py many "http://127.0.0.1:$P_QW/signed/up" --pid "$QW_PID" --count 100 --bytes $((10 << 20))
 echo "spooled: $(curl -s "http://127.0.0.1:$P_QW_ADMIN/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"]["bodies_spooled"])') bodies"
