@@ -609,3 +609,32 @@ def test_over_http2_a_stalled_stream_gets_408_and_the_connection_serves_on(env):
         assert status == 200
     finally:
         c.close()
+
+
+def test_over_http2_failed_early_answered_and_reset_uploads_leave_the_connection_whole(env):
+    g, backend, pair, _ = env
+    c = h2_client(g)
+    try:
+        piece = pattern(MiB, seed=31)
+        for _ in range(3):
+            sid = c.request("PUT", "/pair/fail", [("content-length", str(4 * MiB))], body=None, end=False)
+            c.send_body(sid, piece * 4)
+            r = c.wait([sid], timeout=30)[0]
+            assert r["headers"] and r["headers"][":status"] == "502", r
+            sid = c.request("POST", "/stream/early", [("content-length", str(4 * MiB))], body=None, end=False)
+            c.send_body(sid, piece * 4)
+            r = c.wait([sid], timeout=30)[0]
+            assert r["headers"] and r["headers"][":status"] == "413", r
+            # A client that resets its stream while the upstream drains its body.
+            sid = c.request("POST", "/stream/reset", [("content-length", str(4 * MiB))], body=piece, end=False)
+            wait_until(lambda: backend.requests and backend.requests[-1]["target"] == "/reset", what="the upload under way")
+            c.conn.reset_stream(sid)
+            c.flush()
+        # Every byte of those streams' windows came back: a large upload still moves.
+        body = pattern(6 * MiB, seed=32)
+        sid = c.request("PUT", "/stream/after", [("content-length", str(len(body)))], body=body)
+        r = c.wait([sid], timeout=30)[0]
+        assert r["headers"][":status"] == "200", r
+        assert json.loads(bytes(r["data"]))["sha256"] == hashlib.sha256(body).hexdigest()
+    finally:
+        c.close()

@@ -117,6 +117,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
     }
 
     override func transportClosed() {
+        stopStreamingBody()
         if let ex = exchange {
             exchange = nil
             ex.cancel()
@@ -221,7 +222,7 @@ final class HTTP1Connection<Transport: ByteTransport>: TransportUser, ResponseSi
         guard pipe.hasRoom else {
             transport.disableReading()
             deadline = 0
-            pipe.whenRoom { [unowned self] in pipeHasRoom() }
+            pipe.whenRoom { [weak self] in self?.pipeHasRoom() }
             return false
         }
         do {

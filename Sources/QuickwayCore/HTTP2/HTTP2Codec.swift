@@ -17,6 +17,9 @@ enum HTTP2Codec {
     /// taken by the client, are each held to this (with `max_concurrent_streams` streams,
     /// a client that reads nothing could otherwise pin that many whole answers).
     static let connectionBudget = 8 * 1024 * 1024
+    /// Request body bytes one connection may keep in spool files at once (bodies past
+    /// `client_body_buffer_size`): a client's many streams cannot fill the disk.
+    static let connectionSpoolBudget = 64 * 1024 * 1024
     /// Per worker: answers held for every HTTP/2 client that has not taken them yet
     /// (`HTTP2AnswerBudget`).
     static let workerBudget = 8 * 1024 * 1024

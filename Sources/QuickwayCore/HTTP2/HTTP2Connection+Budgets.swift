@@ -39,6 +39,8 @@ extension HTTP2Connection {
     func releaseBody(_ s: HTTP2Stream, _ ex: Exchange?) {
         requestBodyBytes -= s.bodyBytesHeld
         s.bodyBytesHeld = 0
+        spooledBodyBytes -= s.bodySpooled
+        s.bodySpooled = 0
         if let ex, !ex.body.isEmpty { ex.body = [] }
     }
 

@@ -60,7 +60,8 @@ extension HTTP2Connection {
                 // and the client's window is what holds it back.
                 if pipe.buffered == 0 && now - s.lastProgress >= limits.clientBodyTimeoutMillis {
                     failStreamedBody(s, .bodyTimeout(millis: limits.clientBodyTimeoutMillis))
-                } else if pipe.buffered > 0 {
+                } else if pipe.buffered > 0 && s.active {
+                    // (A stream waiting for admission gets no such credit: nobody reads it.)
                     s.lastProgress = now
                 }
                 if s.pending.isEmpty { continue }

@@ -351,8 +351,11 @@ final class HTTP2Connection: TransportUser, ClientConnection {
                 if let session { nghttp2_session_consume(session, id, data.count) }
                 return failStreamedBody(s, .bodyTooLarge)
             }
-            pipe.write { $0.append(contentsOf: data) }
+            // Counted first: the write may run the upstream's read, which gives back
+            // what it took, or end the stream's body (`stopStreamingBody` gives back all).
             s.unconsumed += data.count
+            pipe.write { $0.append(contentsOf: data) }
+            if s.bodyPipe !== pipe { returnUnconsumed(s) }
             return
         }
         if let session { nghttp2_session_consume(session, id, data.count) }
@@ -361,8 +364,11 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         s.lastProgress = Clock.coarseMillis()
         let refusal: StreamLayer.Refusal? = ex.bodyBytes + data.count > limits.maxBodyBytes
             ? .bodyTooLarge
-            // Many streams each sending a body at once: one connection may hold this much.
+            // Many streams each sending a body at once: one connection may hold this much
+            // in memory, and this much more in spool files.
             : requestBodyBytes + data.count > max(HTTP2Codec.connectionBudget, limits.maxBodyBytes)
+            ? .overloaded("too many request bodies in flight on this connection")
+            : spooledBodyBytes + data.count > max(HTTP2Codec.connectionSpoolBudget, limits.maxBodyBytes)
             ? .overloaded("too many request bodies in flight on this connection") : nil
         if let refusal {
             s.phase = .refused
@@ -376,6 +382,9 @@ final class HTTP2Connection: TransportUser, ClientConnection {
         let held = ex.body.count
         requestBodyBytes += held - s.bodyBytesHeld
         s.bodyBytesHeld = held
+        let spooled = ex.spool?.written ?? 0
+        spooledBodyBytes += spooled - s.bodySpooled
+        s.bodySpooled = spooled
     }
 
     /// The upstream took bytes from a stream's pipe: their window goes back to the client

@@ -44,6 +44,8 @@ struct HTTP2ConnectionState {
     var inBudget: Bool = true
     /// Request body bytes held by streams not yet answered.
     var requestBodyBytes: Int = 0
+    /// Request body bytes the connection's streams keep in spool files.
+    var spooledBodyBytes: Int = 0
     /// Streams in the pipeline whose answers are not all taken by nghttp2 yet; at most
     /// `maxActive`, the others wait in `admission` (FIFO) with their request complete.
     var activeStreams: Int = 0
@@ -91,6 +93,7 @@ extension HTTP2Connection {
     var lastTaken: Int64 { @inline(__always) get { state.value.lastTaken } @inline(__always) _modify { yield &state.value.lastTaken } }
     var inBudget: Bool { @inline(__always) get { state.value.inBudget } @inline(__always) _modify { yield &state.value.inBudget } }
     var requestBodyBytes: Int { @inline(__always) get { state.value.requestBodyBytes } @inline(__always) _modify { yield &state.value.requestBodyBytes } }
+    var spooledBodyBytes: Int { get { state.value.spooledBodyBytes } set { state.value.spooledBodyBytes = newValue } }
     var activeStreams: Int { @inline(__always) get { state.value.activeStreams } @inline(__always) _modify { yield &state.value.activeStreams } }
     var admission: [HTTP2Stream] { @inline(__always) get { state.value.admission } @inline(__always) _modify { yield &state.value.admission } }
     var detached: [Int32: HTTP2Stream] { @inline(__always) get { state.value.detached } @inline(__always) _modify { yield &state.value.detached } }

@@ -14,6 +14,8 @@ struct HTTP2StreamState {
     var active: Bool = false
     /// Request body bytes this stream holds (counted in the connection's budget).
     var bodyBytesHeld: Int = 0
+    /// Request body bytes this stream's spool file holds (the connection's spool budget).
+    var bodySpooled: Int = 0
     /// Answer bytes taken since `lastProgress` last moved.
     var takenSinceProgress: Int = 0
     /// After an extended CONNECT (RFC 8441) became a WebSocket: the relay's client side.
@@ -54,6 +56,7 @@ struct HTTP2StreamState {
 /// The state's fields as the stream's own: each a direct access.
 extension HTTP2Stream {
     var bodyPipe: RequestBodyPipe? { get { value.bodyPipe } set { value.bodyPipe = newValue } }
+    var bodySpooled: Int { get { value.bodySpooled } set { value.bodySpooled = newValue } }
     var bodyStreaming: Bool { get { value.bodyStreaming } set { value.bodyStreaming = newValue } }
     var unconsumed: Int { get { value.unconsumed } set { value.unconsumed = newValue } }
     var fields: HTTP2RequestFields { @inline(__always) get { value.fields } @inline(__always) _modify { yield &value.fields } }

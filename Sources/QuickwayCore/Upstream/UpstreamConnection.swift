@@ -115,7 +115,12 @@ final class UpstreamConnection: TransportUser {
             let lead = bodyChunked ? 8 : 0
             let space = out.writableSpace(atLeast: Self.pumpPiece + lead + 2)
             let room = UnsafeMutableRawBufferPointer(rebasing: space[lead..<(lead + Self.pumpPiece)])
-            switch source.read(into: room) {
+            let got = source.read(into: room)
+            // The read may have run the writer's callbacks (an HTTP/2 window given back,
+            // a codec reading on), which can end this call and close this connection:
+            // `space` is then no longer ours.
+            guard !isClosed, bodySource === source else { return moved }
+            switch got {
             case .bytes(let n):
                 moved = true
                 guard bodyChunked else { out.didWrite(n); continue }
@@ -125,6 +130,8 @@ final class UpstreamConnection: TransportUser {
                 base.storeBytes(of: 0x0A0D as UInt16, toByteOffset: line + n, as: UInt16.self)   // CR LF
                 out.didWrite(line + n + 2)
             case .wait:
+                // The client is the slow one now: the response timeout waits with us.
+                user?.connectionAwaitsBody(self)
                 source.whenReadable { [weak self] in
                     guard let self, self.bodySource === source else { return }
                     self.pumpBody()
@@ -137,6 +144,7 @@ final class UpstreamConnection: TransportUser {
                     moved = true
                 }
                 bodySource = nil
+                user?.connectionSentWholeBody(self)
                 break loop
             case .failed(let code, let message):
                 bodySource = nil

@@ -86,7 +86,8 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         // still open and silent now (one peek), since a failure on it cannot be retried.
         // A handshake never goes on a pooled connection: after its 101 the socket is the
         // WebSocket's, not the pool's.
-        if !upgrading, let c = client.pool.take(member, checkAlive: !r.idempotent) {
+        // A streamed body cannot be sent twice either (its bytes are gone once read).
+        if !upgrading, let c = client.pool.take(member, checkAlive: !r.idempotent || r.bodySource is RequestBodyPipe) {
             reusedConnection = true
             send(on: c)
         } else {
@@ -170,6 +171,20 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
     func connectionSentBody(_ c: UpstreamConnection) {
         guard !done, c === connection else { return }
         client.deadlines.arm(self, afterMillis: service.config.responseTimeoutMillis)
+    }
+
+    /// A streamed body waits for the client: no response timeout runs meanwhile (the
+    /// client's own `client_body_timeout` does); the next piece that goes re-arms it.
+    func connectionAwaitsBody(_ c: UpstreamConnection) {
+        guard !done, c === connection else { return }
+        client.deadlines.disarm(self)
+    }
+
+    /// The whole body is out: the upstream's latency for the health report counts from
+    /// here, not from the start of an upload that took as long as the client did.
+    func connectionSentWholeBody(_ c: UpstreamConnection) {
+        guard !done, c === connection else { return }
+        health.start(at: Clock.monotonicNanos())
     }
 
     /// The request body could not be completed (the client stalled, left or broke its
