@@ -47,6 +47,8 @@ public final class Gateway {
     /// JWT providers' key refreshes, on the admin loop (`jwt`).
     private var jwksRefresher: JWKSRefresher!
     private var accessLog: AccessLog?
+    /// Sends the workers' spans to the collector, on the admin loop (nil: no `tracing`).
+    private var traceExporter: TraceExporter?
     /// The shared Redis tier (nil without `redis`), one link per worker plus the admin
     /// loop's (used for purges). Bound to the loops, so a `redis` change needs a restart.
     private var redisTier: RedisTier?
@@ -102,6 +104,7 @@ public final class Gateway {
         // another process's listener too: a busy port is refused first.
         try ListeningSocket.ensureFree(config.listen)
         if let t = config.tlsListen { try ListeningSocket.ensureFree(t.listen) }
+        var spanQueues: [SpanQueue] = []
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", limits: config.limits, maxConnections: config.limits.maxConnections)
             w.budget = budget
@@ -113,6 +116,7 @@ public final class Gateway {
                                          listen: config.listen, tlsListen: config.tlsListen?.listen, tlsContext: tls,
                                          http2: config.http2, maxObjectBytes: config.cache.maxObjectBytes, accessLog: accessLog)
             proxyWorker.layer = layer
+            if let t = config.tracing { spanQueues.append(WorkerTracer.install(t, on: layer)) }
             w.onLoopExit = { layer.accessLog?.flush(); tier?.link.shutdown(); client.shutdown() }
             proxyWorkers.append(proxyWorker)
         }
@@ -121,6 +125,8 @@ public final class Gateway {
         let cp = ControlPlane(worker: admin)
         controlPlane = cp
         let jwks = JWKSRefresher(worker: admin, client: cp.client)
+        let exporter = config.tracing.map { TraceExporter(config: $0, queues: spanQueues, client: cp.client, base: admin.base) }
+        traceExporter = exporter
         jwksRefresher = jwks
         let aTier = redisTier?.makeTier(base: admin.base)
         adminTier = aTier
@@ -132,7 +138,7 @@ public final class Gateway {
         admin.onLoopExit = { [unowned self] in
             historyTimer?.cancel()
             historyTimer = nil
-            sync?.stop(); aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); jwks.stop(); cp.client.shutdown()
+            sync?.stop(); aTier?.link.shutdown(); subscriber?.shutdown(); cp.stop(); jwks.stop(); exporter?.stop(); cp.client.shutdown()
         }
     }
 
@@ -196,6 +202,7 @@ public final class Gateway {
         s.cacheMaxBytes = shared.cache.maxBytes
         (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures
         s.redis = redisTier?.figures
+        s.tracing = traceExporter?.figures
         s.rateLimits = shared.rateLimits.figures(routeNames: config.routes.map(\.name))
         lock.lock()
         s.services = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
@@ -313,6 +320,7 @@ public final class Gateway {
         if let tier = adminTier.map(LoopBound.init) { admin.post { tier.value.link.start() } }
         if let sub = purgeSubscriber.map(LoopBound.init) { admin.post { sub.value.start() } }
         if let sync = limitSync.map(LoopBound.init) { admin.post { sync.value.start() } }
+        if let exporter = traceExporter.map(LoopBound.init) { admin.post { exporter.value.start() } }
         restartControlPlane()
         restartJWKS(config.jwt)
         let me = LoopBound(self)

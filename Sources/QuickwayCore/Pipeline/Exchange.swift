@@ -77,6 +77,8 @@ class Exchange {
     /// envelope's verified identity, which the call carries instead of credentials of its
     /// own, and its request id (the access log's `parent`).
     var batchOrigin: BatchCallOrigin?
+    /// The request's trace when tracing is on (`WorkerTracer.begin`); nil when it is off.
+    var trace: RequestTrace?
 
     private(set) var status = 0
     private(set) var bytesSent = 0
@@ -187,6 +189,7 @@ class Exchange {
 
     /// Answers with the gateway's JSON error body (`LocalReply`).
     func respondError(_ code: GatewayErrorCode, _ message: String) {
+        trace?.span?.errorCode = code
         let reply = LocalReply(code, message, requestId: requestId, challenge: authChallenge, allow: allowedMethods,
                                retryAfter: retryAfterSeconds, rateLimitFields: rateLimitFields)
         reply.headerLines.withUnsafeBytes { lines in

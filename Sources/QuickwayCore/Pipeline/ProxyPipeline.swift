@@ -215,10 +215,15 @@ final class ProxyPipeline: RequestHandler {
     func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
         let ctx = context(exchange)
         ctx.setOwned()
-        if case let .refuse(code, message) = routeStage.run(ctx) { return (code, message) }
+        let routed = routeStage.run(ctx)
+        let span = ctx.trace?.span
+        span?.stageEnded(.route, routed)
+        if case let .refuse(code, message) = routed { return (code, message) }
         guard let route = ctx.route else { preconditionFailure("the route stage went on without a route") }
         for i in 1..<firstBodyStage where !route.skips(order[i]) {
-            switch run(order[i], ctx, route) {
+            let result = run(order[i], ctx, route)
+            if let span { span.stageEnded(order[i], result) }
+            switch result {
             case .next: continue
             case let .refuse(code, message): return (code, message)
             // It answered through the exchange (a CORS preflight): the stream layer sees
@@ -244,11 +249,14 @@ final class ProxyPipeline: RequestHandler {
     func resume(_ ctx: ProxyContext) {
         // Read once for the run (each read of the context's property is counted).
         guard let route = ctx.route else { preconditionFailure("stages resumed before routing") }
+        let span = ctx.trace?.span
         while ctx.nextStage < order.count {
             let kind = order[ctx.nextStage]
             ctx.nextStage += 1
             if route.skips(kind) { continue }
-            switch run(kind, ctx, route) {
+            let result = run(kind, ctx, route)
+            if let span { span.stageEnded(kind, result) }
+            switch result {
             case .next: continue
             case let .refuse(code, message): ctx.exchange.respondError(code, message); return
             case .answered, .suspended: return

@@ -1,0 +1,57 @@
+/// The trace context headers the gateway sends upstream when tracing is on
+/// (`UpstreamRequestHeaders`): `traceparent` naming the request's own span as the
+/// parent (version 00, its sampled flag), and the caller's `tracestate` as received when
+/// it was valid. The client's own fields of these names are never forwarded: one
+/// reading of the trace context, the gateway's.
+enum TraceHeaders {
+    /// The bytes `write` adds at most.
+    static func bytes(_ t: RequestTrace) -> Int {
+        "traceparent: \r\n".utf8.count + TraceParent.length + (t.traceState.map { "tracestate: \r\n".utf8.count + $0.count } ?? 0)
+    }
+
+    /// Writes the lines; returns how many.
+    static func write(_ t: RequestTrace, into w: inout BufferWriter) -> Int {
+        w.put("traceparent: ")
+        TraceParent.write(traceHi: t.traceHi, traceLo: t.traceLo, spanId: t.spanId, sampled: t.sampled, into: &w)
+        w.put("\r\n")
+        guard let state = t.traceState else { return 1 }
+        w.put("tracestate: ")
+        state.withUnsafeBytes { w.put($0) }
+        w.put("\r\n")
+        return 2
+    }
+
+    /// A client's `traceparent` or `tracestate` field (any case; `_` read as `-` as for
+    /// the gateway's other own names).
+    @inline(__always)
+    static func isTraceField(_ raw: UnsafeRawBufferPointer, _ n: Range<Int>) -> Bool {
+        (n.count == 11 && UpstreamRequestHeaders.named(raw, n, "traceparent"))
+            || (n.count == 10 && UpstreamRequestHeaders.named(raw, n, "tracestate"))
+    }
+}
+
+extension SpanRecord {
+    /// A stage of the pipeline returned `result`: its event, marked as a wait when the
+    /// stage suspended (a merged request waiting for its leader, a nonce for Redis).
+    @inline(__always)
+    func stageEnded(_ kind: StageKind, _ result: StageResult) {
+        if case .suspended = result { event(SpanEvent.Kind(kind), waits: true) } else { event(SpanEvent.Kind(kind)) }
+    }
+}
+
+/// The access log's `trace_id` (and `span_id`) for a traced request, right after its
+/// `request_id`, so a line and its trace find each other.
+enum TraceLogField {
+    static func write(_ t: RequestTrace, into out: ByteBuffer) {
+        out.append(",\"trace_id\":\"")
+        withUnsafeTemporaryAllocation(byteCount: 64, alignment: 1) { buf in
+            var w = BufferWriter(buf)
+            TraceParent.putHex(t.traceHi, &w)
+            TraceParent.putHex(t.traceLo, &w)
+            w.put("\",\"span_id\":\"")
+            TraceParent.putHex(t.spanId, &w)
+            out.append(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buf)[0..<w.at]))
+        }
+        out.append("\"")
+    }
+}

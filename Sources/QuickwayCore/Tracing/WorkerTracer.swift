@@ -1,0 +1,145 @@
+/// Tracing on one worker (one per worker's stream layer, when `tracing` is configured):
+/// reads a request's `traceparent`/`tracestate` once (`begin`), decides whether it is
+/// sampled, and hands a sampled request's span to the worker's `SpanQueue` when it ends
+/// (`finish`). Loop thread only (the queue is the one thing shared, with the exporter).
+///
+/// Sampling: a request whose valid `traceparent` says sampled is sampled (the trace goes
+/// on); any other is sampled with probability `sample_ratio`, keeping the caller's trace
+/// id when its `traceparent` was valid, else in a new trace. A batch call is a child of
+/// its envelope's span and shares its decision (`BatchCallOrigin.trace`), whatever its
+/// own head says.
+final class WorkerTracer {
+    let queue: SpanQueue
+    /// A request without a sampled parent is sampled when a random word is below this
+    /// (`always`: every one).
+    private let threshold: UInt64
+    private let always: Bool
+    private var random: TraceIdGenerator
+
+    init(config: TracingConfig, queue: SpanQueue, seed: UInt64) {
+        self.queue = queue
+        always = config.sampleRatio >= 1
+        threshold = config.sampleRatio <= 0 ? 0 : UInt64(min(config.sampleRatio * 18446744073709551616.0, 18446744073709549568.0))
+        random = TraceIdGenerator(seed: seed)
+    }
+
+    /// The trace of a request that has just been opened (`StreamLayer.open`).
+    func begin(_ ex: Exchange, origin: BatchCallOrigin?) -> RequestTrace {
+        var trace: RequestTrace
+        var kind: UInt8 = 2   // OTLP SPAN_KIND_SERVER
+        if let parent = origin?.trace {
+            trace = RequestTrace(traceHi: parent.traceHi, traceLo: parent.traceLo, spanId: random.nonZero(), parentId: parent.spanId,
+                                 sampled: parent.sampled, traceState: parent.traceState, span: nil)
+            kind = 1   // SPAN_KIND_INTERNAL: a call the gateway made of its envelope
+        } else if case let (parent, state)? = ex.withHead({ Self.read($0) }) {
+            trace = RequestTrace(traceHi: parent.traceHi, traceLo: parent.traceLo, spanId: random.nonZero(), parentId: parent.parentId,
+                                 sampled: parent.sampled || sample(), traceState: state, span: nil)
+        } else {
+            trace = RequestTrace(traceHi: random.nonZero(), traceLo: random.nonZero(), spanId: random.nonZero(), parentId: 0,
+                                 sampled: sample(), traceState: nil, span: nil)
+        }
+        if trace.sampled {
+            trace.span = SpanRecord(traceHi: trace.traceHi, traceLo: trace.traceLo, spanId: trace.spanId, parentId: trace.parentId,
+                                    kind: kind, traceState: trace.traceState, startWallNanos: Clock.wallNanos() &- (Clock.monotonicNanos() &- ex.startNanos),
+                                    startMonoNanos: ex.startNanos)
+        }
+        return trace
+    }
+
+    @inline(__always) private func sample() -> Bool {
+        if always { return true }
+        if threshold == 0 { return false }
+        return random.next() < threshold
+    }
+
+    /// The request's `traceparent` (exactly one field, valid) and, with it, its
+    /// `tracestate` when valid and within bounds (several fields joined by commas, as
+    /// RFC 9110 combines them). Nil: no usable parent (absent, repeated or malformed),
+    /// and then no `tracestate` either (the spec: without a valid traceparent, tracestate
+    /// is not read).
+    static func read(_ head: borrowing HTTPRequestHead) -> (TraceParent, [UInt8]?)? {
+        let table = head.fieldTable
+        return head.withBytes { raw -> (TraceParent, [UInt8]?)? in
+            var parent: Range<Int>?
+            var parents = 0
+            var states: [Range<Int>] = []
+            for f in table.fields(in: raw) {
+                let n = f.name
+                if n.count == 11 && HTTPSyntax.equalsLowercase(raw, n, "traceparent") {
+                    parents += 1
+                    parent = f.value
+                } else if n.count == 10 && HTTPSyntax.equalsLowercase(raw, n, "tracestate") {
+                    states.append(f.value)
+                }
+            }
+            guard parents == 1, let parent, let p = TraceParent.parse(UnsafeRawBufferPointer(rebasing: raw[parent])) else { return nil }
+            guard !states.isEmpty else { return (p, nil) }
+            var joined: [UInt8] = []
+            for (i, r) in states.enumerated() {
+                if i > 0 { joined.append(UInt8(ascii: ",")) }
+                joined.append(contentsOf: raw[r])
+                if joined.count > TraceState.maxBytes { return (p, nil) }
+            }
+            let valid = joined.withUnsafeBytes { TraceState.isValid($0) }
+            return (p, valid && !joined.isEmpty ? joined : nil)
+        }
+    }
+
+    /// The request ended (`StreamLayer.requestEnded`): a sampled request's span gets
+    /// what the stages found and goes to the queue.
+    func finish(_ ex: Exchange, status: Int) {
+        guard let span = ex.trace?.span else { return }
+        span.endMonoNanos = Clock.monotonicNanos()
+        span.status = status
+        ex.withHead { head in
+            head.withBytes { raw in
+                span.method = Array(raw[head.method])
+                let p = head.path
+                span.path = Array(raw[p.lowerBound..<min(p.upperBound, p.lowerBound + Self.maxPathBytes)])
+            }
+        }
+        span.route = ex.routeName
+        span.cacheStatus = ex.cacheStatus
+        span.upstream = ex.upstreamAddress
+        span.requestId = ex.requestIdString
+        span.parentRequestId = ex.batchOrigin.map { $0.parentRequestId.string }
+        queue.push(span)
+        ex.trace?.span = nil
+    }
+
+    /// The longest path an exported span carries (`url.path`); a longer one is cut.
+    static let maxPathBytes = 1024
+}
+
+/// Random 64-bit words for trace and span ids and sampling (SplitMix64, seeded per
+/// worker from the system's generator): ids need to be unlikely to collide, not secret,
+/// and a few instructions each.
+struct TraceIdGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+
+    @inline(__always) mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// A word that is not 0 (an all-zero id is invalid).
+    @inline(__always) mutating func nonZero() -> UInt64 {
+        while true { let v = next(); if v != 0 { return v } }
+    }
+}
+
+extension WorkerTracer {
+    /// Gives a worker's stream layer its tracer (before its loop starts); returns its queue
+    /// for the exporter.
+    static func install(_ config: TracingConfig, on layer: StreamLayer) -> SpanQueue {
+        let queue = SpanQueue(capacity: config.queueSpans)
+        var seed: UInt64 = 0
+        while seed == 0 { seed = UInt64.random(in: .min ... .max) }
+        layer.tracer = WorkerTracer(config: config, queue: queue, seed: seed)
+        return queue
+    }
+}
