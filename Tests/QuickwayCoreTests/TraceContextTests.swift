@@ -102,7 +102,7 @@ final class TraceContextTests: XCTestCase {
     }
 
     func testGatewaySpanReplacesTheClientsTraceparent() {
-        let req = "GET / HTTP/1.1\r\nHost: a\r\ntraceparent: \(example)\r\nTraceState: rojo=1\r\nTrace_Parent: x\r\n\r\n"
+        let req = "GET / HTTP/1.1\nHost: a\ntraceparent: \(example)\nTraceState: rojo=1\nTrace_Parent: x\n\n"
         let trace = RequestTrace(traceHi: 0x4bf92f3577b34da6, traceLo: 0xa3ce929d0e0e4736, spanId: 0x1122334455667788, parentId: 0x00f067aa0ba902b7,
                                  sampled: true, traceState: Array("rojo=1".utf8), span: nil)
         let lines = upstreamLines(req, trace)
@@ -112,17 +112,17 @@ final class TraceContextTests: XCTestCase {
     }
 
     func testTracingOffForwardsTheClientsFieldsUntouched() {
-        let req = "GET / HTTP/1.1\r\nHost: a\r\ntraceparent: \(example)\r\n\r\n"
+        let req = "GET / HTTP/1.1\nHost: a\ntraceparent: \(example)\n\n"
         XCTAssertEqual(upstreamLines(req, nil).filter { $0.hasPrefix("traceparent:") }, ["traceparent: \(example)"])
     }
 
     func testReadingTakesOneTraceparentOnly() {
-        let two = parsedHead("GET / HTTP/1.1\r\nHost: a\r\ntraceparent: \(example)\r\ntraceparent: \(example)\r\n\r\n")
+        let two = parsedHead("GET / HTTP/1.1\nHost: a\ntraceparent: \(example)\ntraceparent: \(example)\n\n")
         XCTAssertNil(WorkerTracer.read(two), "two traceparent fields: no parent")
-        let withStates = parsedHead("GET / HTTP/1.1\r\nHost: a\r\ntraceparent: \(example)\r\ntracestate: a=1\r\ntracestate: b=2\r\n\r\n")
+        let withStates = parsedHead("GET / HTTP/1.1\nHost: a\ntraceparent: \(example)\ntracestate: a=1\ntracestate: b=2\n\n")
         XCTAssertEqual(WorkerTracer.read(withStates)?.1.map { String(decoding: $0, as: UTF8.self) }, "a=1,b=2",
                        "several tracestate fields combine with commas (RFC 9110 5.3)")
-        let badState = parsedHead("GET / HTTP/1.1\r\nHost: a\r\ntraceparent: \(example)\r\ntracestate: A=1\r\n\r\n")
+        let badState = parsedHead("GET / HTTP/1.1\nHost: a\ntraceparent: \(example)\ntracestate: A=1\n\n")
         XCTAssertNotNil(WorkerTracer.read(badState))
         XCTAssertNil(WorkerTracer.read(badState)!.1, "an invalid tracestate is dropped, the parent kept")
     }
@@ -131,15 +131,33 @@ final class TraceContextTests: XCTestCase {
 
     func testVarintsAndLengthsAsTheProtobufGuide() {
         // protobuf.dev "Encoding": 150 in field 1 is 08 96 01; "testing" in field 2 is 12 07 74 65 73 74 69 6e 67.
-        var e = OTLPEncoder()
+        var e = ProtoBytes()
         e.key(1, 0); e.varint(150)
-        e.string(2, "testing")
+        e.bytesField(2, "testing")
         XCTAssertEqual(e.bytes, [0x08, 0x96, 0x01, 0x12, 0x07, 0x74, 0x65, 0x73, 0x74, 0x69, 0x6e, 0x67])
-        // A nested message of 200 bytes gets a two-byte length (200 = c8 01).
-        var n = OTLPEncoder()
-        n.message(3) { $0.bytesField(1, [UInt8](repeating: 0x61, count: 197)) }
-        XCTAssertEqual(Array(n.bytes[0..<3]), [0x1a, 0xc8, 0x01])
-        XCTAssertEqual(n.bytes.count, 3 + 200)
+        // A length of 200 is two bytes (c8 01), and the size pass agrees with the bytes.
+        var n = ProtoBytes()
+        n.lengthDelimited(3, 200)
+        XCTAssertEqual(n.bytes, [0x1a, 0xc8, 0x01])
+        var size = ProtoSize()
+        size.attribute(9, "http.route", UnsafeRawBufferPointer(start: nil, count: 0))
+        var bytes = ProtoBytes()
+        bytes.attribute(9, "http.route", UnsafeRawBufferPointer(start: nil, count: 0))
+        XCTAssertEqual(size.count, bytes.bytes.count)
+    }
+
+    func testABatchIsWrittenToExactlyItsSize() {
+        let s = SpanRecord(traceHi: 1, traceLo: 2, spanId: 3, parentId: 4, kind: 2, traceState: Array("a=1".utf8), startWallNanos: 10, startMonoNanos: 5)
+        s.event(.route)
+        s.event(.upstreamConnect, ip: "127.0.0.1")
+        s.event(.upstreamRetry, ip: "127.0.0.1", note: "refused")
+        s.method = Array("GET".utf8)
+        s.path = Array(String(repeating: "p", count: 300).utf8)
+        s.status = 502
+        s.errorCode = .upstreamUnreachable
+        // `exportRequest` checks its sizes against what it wrote (a precondition).
+        let body = OTLPEncoder.exportRequest(serviceName: "svc", spans: [s, s][...])
+        XCTAssertEqual(body.first, 0x0a, "field 1, wire type 2: resource_spans")
     }
 
     func testSamplingRatioZeroAndOne() {
@@ -148,12 +166,12 @@ final class TraceContextTests: XCTestCase {
         var always = TracingConfig(); always.sampleRatio = 1
         let off = WorkerTracer(config: never, queue: q, seed: 7)
         let on = WorkerTracer(config: always, queue: q, seed: 7)
-        let head = "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+        let head = "GET / HTTP/1.1\nHost: a\n\n"
         let ex = Exchange(head: parsedHead(head), sink: RecordingSink(), requestId: RequestId(Array("r".utf8)), peer: "127.0.0.1", handler: NoHandler())
         for _ in 0..<100 { XCTAssertFalse(off.begin(ex, origin: nil).sampled) }
         for _ in 0..<100 { XCTAssertTrue(on.begin(ex, origin: nil).sampled) }
         // A sampled parent is followed even at ratio 0, in the parent's trace.
-        let sampledParent = Exchange(head: parsedHead("GET / HTTP/1.1\r\nHost: a\r\ntraceparent: \(example)\r\n\r\n"), sink: RecordingSink(),
+        let sampledParent = Exchange(head: parsedHead("GET / HTTP/1.1\nHost: a\ntraceparent: \(example)\n\n"), sink: RecordingSink(),
                                      requestId: RequestId(Array("r".utf8)), peer: "127.0.0.1", handler: NoHandler())
         let t = off.begin(sampledParent, origin: nil)
         XCTAssertTrue(t.sampled)
@@ -174,5 +192,13 @@ final class TraceContextTests: XCTestCase {
         q.drain(into: &out)
         XCTAssertEqual(out.count, 2)
         XCTAssertTrue(q.push(span()), "drained: room again")
+    }
+}
+
+extension TraceContextTests {
+    func testHexDigitsAsPrintf() {
+        for x: UInt64 in [0, 1, 0x9, 0xa, 0xf, 0x10, 0x00f067aa0ba902b7, 0x4bf92f3577b34da6, .max, 0x0123456789abcdef, 0xfedcba9876543210] {
+            XCTAssertEqual(TraceParent.spanIdHex(x), String(format: "%016llx", x))
+        }
     }
 }

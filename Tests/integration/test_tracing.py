@@ -92,12 +92,13 @@ listen: 127.0.0.1:{{PORT}}
 workers: 2
 admin: {{ listen: 127.0.0.1:{{ADMIN}} }}
 log: {{ level: info, access_log: {log} }}
+auth: {{ salt: pepper, keys: [ {{ id: app-a, secret: sa }} ] }}
 tracing:
   otlp_endpoint: {endpoint}
   sample_ratio: {ratio}
   service_name: gw-under-test
 services:
-  api: {{ host: api.internal, port: {backend_port}, ips: [127.0.0.2{extra_ips}], retries: 1 }}
+  api: {{ host: api.internal, port: {backend_port}, ips: [127.0.0.2{extra_ips}], retries: 1, selection: {{ strategy: round_robin }} }}
 routes:
   - name: batch
     match: {{ path_prefix: /batch }}
@@ -302,7 +303,7 @@ def test_error_code_status_and_retries_with_the_ip_tried(world):
     # 127.0.0.3 has nothing on the backend's port: a connection there is refused and retried.
     g = start(1, extra_ips=", 127.0.0.3")
     status, _, body = get(g, "/nowhere")
-    assert status == 404 and json.loads(body)["error"] == "no_route"
+    assert status == 404 and json.loads(body)["error"]["code"] == "no_route"
     s = collector.wait_for(lambda s: attrs(s.attributes).get("url.path") == "/nowhere", "the 404's span")[0]
     assert attrs(s.attributes)["quickway.error_code"] == "no_route"
     assert attrs(s.attributes)["http.response.status_code"] == 404

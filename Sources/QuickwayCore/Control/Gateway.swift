@@ -18,6 +18,8 @@ public final class Gateway {
         let tier: SharedTier?
         /// Where the worker's codecs hand their requests, with the handler snapshot.
         var layer: StreamLayer!
+        /// The worker's tracing, kept across reloads (nil without `tracing`).
+        var tracer: WorkerTracer?
     }
 
     private let lock = NSLock()
@@ -112,11 +114,15 @@ public final class Gateway {
             let client = UpstreamClient(base: w.base, buffers: w.bufferPool)
             let tier = redisTier?.makeTier(base: w.base)
             var proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
+            if let t = config.tracing {
+                let (tracer, queue) = WorkerTracer.make(t)
+                proxyWorker.tracer = tracer
+                spanQueues.append(queue)
+            }
             let layer = try Codecs.serve(w, handler: makePipeline(proxyWorker, config: config, authenticator: authenticator),
                                          listen: config.listen, tlsListen: config.tlsListen?.listen, tlsContext: tls,
                                          http2: config.http2, maxObjectBytes: config.cache.maxObjectBytes, accessLog: accessLog)
             proxyWorker.layer = layer
-            if let t = config.tracing { spanQueues.append(WorkerTracer.install(t, on: layer)) }
             w.onLoopExit = { layer.accessLog?.flush(); tier?.link.shutdown(); client.shutdown() }
             proxyWorkers.append(proxyWorker)
         }
@@ -147,7 +153,7 @@ public final class Gateway {
     /// The one place a `ProxyPipeline` is built: at start-up and on every reload.
     private func makePipeline(_ p: ProxyWorker, config: GatewayConfig, authenticator: Authenticator?) -> ProxyPipeline {
         ProxyPipeline(worker: p.worker, config: config, client: p.client, authenticator: authenticator, statSlots: routeSlots,
-                     shared: shared, services: services, sharedTier: p.tier)
+                     shared: shared, services: services, sharedTier: p.tier, tracer: p.tracer)
     }
 
     private static func buildServices(_ config: GatewayConfig, previous: [String: ServiceRuntime]) -> [String: ServiceRuntime] {

@@ -7,7 +7,7 @@ struct BatchCallOrigin {
     let keyId: String?
     let parentRequestId: RequestId
     /// The envelope's trace: each call's span is a child of the envelope's.
-    var trace: RequestTrace? = nil
+    var trace: TraceLink? = nil
 }
 
 extension ServiceRuntime {

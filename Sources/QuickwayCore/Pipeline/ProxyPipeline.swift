@@ -66,10 +66,15 @@ final class ProxyPipeline: RequestHandler {
     let shared: SharedStages
     let sharedTier: SharedTier?
     let authenticator: Authenticator?
+    /// The worker's tracing (`tracing`), nil when it is off: a `let`, so every hook
+    /// costs a nil test and no checked read of the context.
+    let tracer: WorkerTracer?
 
     init(worker: Worker, config: GatewayConfig, client: UpstreamCallMaker, authenticator: Authenticator?,
-         statSlots: RouteStatSlots, shared: SharedStages, services: [String: ServiceRuntime], sharedTier: SharedTier? = nil) {
+         statSlots: RouteStatSlots, shared: SharedStages, services: [String: ServiceRuntime], sharedTier: SharedTier? = nil,
+         tracer: WorkerTracer? = nil) {
         spareArrays = worker.spareArrays
+        self.tracer = tracer
         self.shared = shared
         self.sharedTier = sharedTier
         self.authenticator = authenticator
@@ -215,8 +220,13 @@ final class ProxyPipeline: RequestHandler {
     func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
         let ctx = context(exchange)
         ctx.setOwned()
+        // The trace starts here, the first step of every request (a batch call's origin is set).
+        var span: SpanRecord?
+        if let tracer {
+            ctx.trace = tracer.begin(ctx, origin: ctx.batchOrigin)
+            span = ctx.trace.span
+        }
         let routed = routeStage.run(ctx)
-        let span = ctx.trace?.span
         span?.stageEnded(.route, routed)
         if case let .refuse(code, message) = routed { return (code, message) }
         guard let route = ctx.route else { preconditionFailure("the route stage went on without a route") }
@@ -249,7 +259,7 @@ final class ProxyPipeline: RequestHandler {
     func resume(_ ctx: ProxyContext) {
         // Read once for the run (each read of the context's property is counted).
         guard let route = ctx.route else { preconditionFailure("stages resumed before routing") }
-        let span = ctx.trace?.span
+        let span = tracer == nil ? nil : ctx.trace.span
         while ctx.nextStage < order.count {
             let kind = order[ctx.nextStage]
             ctx.nextStage += 1

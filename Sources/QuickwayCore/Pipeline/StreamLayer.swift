@@ -18,8 +18,6 @@ final class StreamLayer {
     private(set) var handler: RequestHandler
     /// The access log's buffer for this worker, when the log is on.
     var accessLog: AccessLogBuffer?
-    /// This worker's tracing (`tracing` in the config), nil when it is off.
-    var tracer: WorkerTracer?
     private var requestCounter: UInt64 = 0
     /// Where a codec turns into another (h2c, ALPN `h2`, a WebSocket after its
     /// handshake): given by whoever builds the codecs (`Gateway`), nil where no codec
@@ -62,7 +60,6 @@ final class StreamLayer {
         ex.batchOrigin = origin
         ex.clientCertificate = clientCertificate
         ex.layer = Uncounted(self)
-        if let tracer { ex.trace = tracer.begin(ex, origin: origin) }
         stats.requestStarted()
         if dropped > 0 { stats.underscoreHeadersDropped(dropped) }
         if let (code, message) = handler.preflight(ex) {
@@ -178,7 +175,6 @@ final class StreamLayer {
     func requestEnded(_ ex: Exchange?, status: Int) {
         let nanos = ex.map { Clock.monotonicNanos() &- $0.startNanos } ?? 0
         stats.requestFinished(status: status, nanos: nanos, routeSlot: ex?.routeStatSlot ?? -1)
-        if let tracer, let ex { tracer.finish(ex, status: status) }
         accessLog?.record(AccessLogEntry(exchange: ex, status: status, durationMicros: Int64(nanos / 1000)))
     }
 }

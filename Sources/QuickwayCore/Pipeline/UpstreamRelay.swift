@@ -73,7 +73,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
         self.maxObjectBytes = maxObjectBytes
         buffersForCache = ctx.plan != nil
         self.webSocket = webSocket
-        span = ctx.trace?.span
+        span = ctx.pipeline.tracer == nil ? nil : ctx.trace.span
         super.init(Buffered())
     }
 

@@ -18,182 +18,243 @@ extension Clock {
 ///
 /// Protobuf wire format: a field is a key (`field << 3 | wire type`) and a value; type 0
 /// a varint, 1 eight bytes little-endian (`fixed64`), 2 a varint length and that many
-/// bytes (strings, bytes, nested messages). A nested message is written in place and its
-/// length put in front of it once known (`message`).
-struct OTLPEncoder {
-    private(set) var bytes: [UInt8] = []
-
-    init(capacity: Int = 4096) { bytes.reserveCapacity(capacity) }
-
+/// bytes (strings, bytes, nested messages). A nested message's length comes before it,
+/// so each message is written by one generic function run twice: over `ProtoSize` (it
+/// only adds up lengths) and then over `ProtoWriter` (it stores the bytes), and the whole
+/// request is written once into an array of exactly its size: no byte is moved twice.
+enum OTLPEncoder {
     /// `ExportTraceServiceRequest { repeated ResourceSpans resource_spans = 1 }`.
     static func exportRequest(serviceName: String, spans: ArraySlice<SpanRecord>) -> [UInt8] {
-        var e = OTLPEncoder(capacity: 256 + spans.count * 512)
-        e.message(1) { e in                                   // ResourceSpans
-            e.message(1) { e in                               // Resource
-                e.attribute(1, "service.name", string: serviceName)
+        var service = serviceName
+        return service.withUTF8 { name in
+            let name = UnsafeRawBufferPointer(name)
+            let spanSizes = spans.map { s -> Int in
+                var c = ProtoSize()
+                span(s, &c, sizing: true)
+                return c.count
             }
-            e.message(2) { e in                               // ScopeSpans
-                e.message(1) { e in                           // InstrumentationScope
-                    e.string(1, "quickway")
-                    e.string(2, QuickwayVersion.string)
+            var resource = ProtoSize()
+            self.resource(name, &resource)
+            var scope = ProtoSize()
+            self.scope(&scope)
+            var scopeSpans = ProtoSize()
+            scopeSpans.lengthDelimited(1, scope.count)
+            for n in spanSizes { scopeSpans.lengthDelimited(2, n) }
+            let scopeSpansBytes = scopeSpans.count + scope.count + spanSizes.reduce(0, +)
+            var resourceSpans = ProtoSize()
+            resourceSpans.lengthDelimited(1, resource.count)
+            resourceSpans.lengthDelimited(2, scopeSpansBytes)
+            let resourceSpansBytes = resourceSpans.count + resource.count + scopeSpansBytes
+            var top = ProtoSize()
+            top.lengthDelimited(1, resourceSpansBytes)
+            let total = top.count + resourceSpansBytes
+            return [UInt8](unsafeUninitializedCapacity: total) { buffer, count in
+                var w = ProtoWriter(buffer.baseAddress!)
+                w.lengthDelimited(1, resourceSpansBytes)              // ResourceSpans
+                w.lengthDelimited(1, resource.count)                  // Resource
+                self.resource(name, &w)
+                w.lengthDelimited(2, scopeSpansBytes)                 // ScopeSpans
+                w.lengthDelimited(1, scope.count)                     // InstrumentationScope
+                self.scope(&w)
+                for (s, n) in zip(spans, spanSizes) {
+                    w.lengthDelimited(2, n)
+                    span(s, &w)
                 }
-                for s in spans { e.message(2) { $0.span(s) } }
+                precondition(w.at == total, "OTLP sizes and bytes disagree")
+                count = total
             }
         }
-        return e.bytes
     }
 
-    /// `Span` (trace.proto): ids, name, kind, times, attributes, events, status.
-    mutating func span(_ s: SpanRecord) {
-        traceId(1, s.traceHi, s.traceLo)
-        spanId(2, s.spanId)
-        if let state = s.traceState { bytesField(3, state) }
-        if s.parentId != 0 { spanId(4, s.parentId) }
+    /// `Resource { repeated KeyValue attributes = 1 }`: `service.name`.
+    static func resource<S: ProtoSink>(_ serviceName: UnsafeRawBufferPointer, _ w: inout S) {
+        w.attribute(1, "service.name", serviceName)
+    }
+
+    /// `InstrumentationScope { string name = 1; string version = 2 }`.
+    static func scope<S: ProtoSink>(_ w: inout S) {
+        w.bytesField(1, "quickway")
+        var v = QuickwayVersion.string
+        v.withUTF8 { w.bytesField(2, UnsafeRawBufferPointer($0)) }
+    }
+
+    /// `Span` (trace.proto): ids, name, kind, times, attributes, events, status. The size
+    /// pass (`sizing`) notes each event's size on the span for the write pass.
+    static func span<S: ProtoSink>(_ s: SpanRecord, _ w: inout S, sizing: Bool = false) {
+        w.key(1, 2); w.varint(16); w.bigEndian(s.traceHi); w.bigEndian(s.traceLo)
+        w.key(2, 2); w.varint(8); w.bigEndian(s.spanId)
+        if let state = s.traceState { state.withUnsafeBytes { w.bytesField(3, $0) } }
+        if s.parentId != 0 { w.key(4, 2); w.varint(8); w.bigEndian(s.parentId) }
         // The name: method and route ("GET orders"), or the method alone when no route matched.
-        key(5, 2)
-        let routeBytes = s.route ?? []
-        varint(UInt64(s.method.count + (routeBytes.isEmpty ? 0 : 1 + routeBytes.count)))
-        bytes.append(contentsOf: s.method)
-        if !routeBytes.isEmpty { bytes.append(0x20); bytes.append(contentsOf: routeBytes) }
-        key(6, 0); varint(UInt64(s.kind))
-        fixed64(7, s.startWallNanos)
-        fixed64(8, s.wallNanos(s.endMonoNanos))
-        attribute(9, "http.request.method", bytes: s.method)
-        attribute(9, "url.path", bytes: s.path)
-        if let r = s.route { attribute(9, "http.route", bytes: r) }
-        attribute(9, "http.response.status_code", int: Int64(s.status))
-        attribute(9, "quickway.request_id", string: s.requestId)
-        if let p = s.parentRequestId { attribute(9, "quickway.batch.parent_request_id", string: p) }
-        if let c = s.errorCode { attribute(9, "quickway.error_code", string: c.rawValue) }
-        if let c = s.cacheStatus { attribute(9, "quickway.cache", bytes: c) }
-        if let u = s.upstream { attribute(9, "network.peer.address", string: u) }
+        let route = s.route
+        w.key(5, 2)
+        w.varint(UInt64(s.method.count + (route.map { 1 + $0.count } ?? 0)))
+        s.method.withUnsafeBytes { w.put($0) }
+        if let route { w.put(byte: 0x20); route.withUnsafeBytes { w.put($0) } }
+        w.key(6, 0); w.varint(UInt64(s.kind))
+        w.fixed64(7, s.startWallNanos)
+        w.fixed64(8, s.wallNanos(s.endMonoNanos))
+        s.method.withUnsafeBytes { w.attribute(9, "http.request.method", $0) }
+        s.path.withUnsafeBytes { w.attribute(9, "url.path", $0) }
+        if let route { route.withUnsafeBytes { w.attribute(9, "http.route", $0) } }
+        w.attribute(9, "http.response.status_code", int: Int64(s.status))
+        s.requestId.withBytes { w.attribute(9, "quickway.request_id", $0) }
+        if let p = s.parentRequestId { p.withBytes { w.attribute(9, "quickway.batch.parent_request_id", $0) } }
+        if let c = s.errorCode { w.attribute(9, "quickway.error_code", c.rawValue) }
+        if let c = s.cacheStatus { w.attribute(9, "quickway.cache", UnsafeRawBufferPointer(start: c.utf8Start, count: c.utf8CodeUnitCount)) }
+        if let u = s.upstream { w.attribute(9, "network.peer.address", u) }
         var attempt: Int64 = 0
-        for ev in s.events {
-            message(11) { e in                                  // Span.Event
-                e.fixed64(1, s.wallNanos(ev.nanos))
-                let name = ev.kind.name
-                if ev.waits { e.key(2, 2); e.varint(UInt64(name.utf8CodeUnitCount + 5)); e.put(name); e.put(".wait") } else {
-                    e.bytesField(2, UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
-                }
-                if ev.kind == .upstreamConnect {
-                    attempt += 1
-                    e.attribute(3, "quickway.attempt", int: attempt)
-                }
-                if let ip = ev.ip { e.attribute(3, "network.peer.address", string: ip) }
-                if let note = ev.note { e.attribute(3, "error.message", string: note) }
+        // By index: noting a size while iterating over the array would copy it.
+        for i in 0..<s.events.count {
+            let ev = s.events[i]
+            if ev.kind == .upstreamConnect { attempt += 1 }
+            if sizing {
+                var c = ProtoSize()
+                event(s, ev, attempt, &c)
+                s.setEncodedSize(i, c.count)
+                w.lengthDelimited(11, c.count)
+                w.skip(c.count)
+            } else {
+                w.lengthDelimited(11, Int(ev.encodedSize))
+                event(s, ev, attempt, &w)
             }
         }
-        if s.droppedEvents > 0 { key(12, 0); varint(UInt64(s.droppedEvents)) }
+        if s.droppedEvents > 0 { w.key(12, 0); w.varint(UInt64(s.droppedEvents)) }
         // Status: ERROR for an answer the gateway failed (5xx); else unset (OTel's HTTP
         // server conventions leave 4xx unset on server spans).
         if s.status >= 500 {
-            message(15) { e in
-                if let c = s.errorCode { e.string(2, c.rawValue) }
-                e.key(3, 0); e.varint(2)
-            }
+            var c = ProtoSize()
+            status(s, &c)
+            w.lengthDelimited(15, c.count)
+            status(s, &w)
         }
     }
 
-    // MARK: fields
+    /// `Span.Event { fixed64 time_unix_nano = 1; string name = 2; repeated KeyValue attributes = 3 }`.
+    static func event<S: ProtoSink>(_ s: SpanRecord, _ ev: SpanEvent, _ attempt: Int64, _ w: inout S) {
+        w.fixed64(1, s.wallNanos(ev.nanos))
+        let name = ev.kind.name
+        w.key(2, 2)
+        w.varint(UInt64(name.utf8CodeUnitCount + (ev.waits ? 5 : 0)))
+        w.put(name)
+        if ev.waits { w.put(".wait") }
+        if ev.kind == .upstreamConnect { w.attribute(3, "quickway.attempt", int: attempt) }
+        if let ip = ev.ip { w.attribute(3, "network.peer.address", ip) }
+        if let note = ev.note { w.attribute(3, "error.message", note) }
+    }
 
-    /// A nested message (wire type 2) written by `body`, its length put in front of it.
-    mutating func message(_ field: UInt64, _ body: (inout OTLPEncoder) -> Void) {
+    /// `Status { string message = 2; StatusCode code = 3 }` with `STATUS_CODE_ERROR` (2).
+    static func status<S: ProtoSink>(_ s: SpanRecord, _ w: inout S) {
+        if let c = s.errorCode { var m = c.rawValue; m.withUTF8 { w.bytesField(2, UnsafeRawBufferPointer($0)) } }
+        w.key(3, 0); w.varint(2)
+    }
+}
+
+/// Where protobuf bytes go: counted (`ProtoSize`) or stored (`ProtoWriter`).
+protocol ProtoSink {
+    mutating func put(byte: UInt8)
+    mutating func put(_ bytes: UnsafeRawBufferPointer)
+    /// Counts `n` bytes without writing them (the size pass only).
+    mutating func skip(_ n: Int)
+}
+
+extension ProtoSink {
+    @inline(__always) mutating func put(_ s: StaticString) { put(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)) }
+
+    @inline(__always) mutating func varint(_ value: UInt64) {
+        var v = value
+        while v >= 0x80 { put(byte: UInt8(truncatingIfNeeded: v) | 0x80); v >>= 7 }
+        put(byte: UInt8(truncatingIfNeeded: v))
+    }
+
+    @inline(__always) mutating func key(_ field: UInt64, _ wireType: UInt64) { varint(field << 3 | wireType) }
+
+    /// The key and length of a field of wire type 2 whose `length` bytes follow.
+    @inline(__always) mutating func lengthDelimited(_ field: UInt64, _ length: Int) {
         key(field, 2)
-        let start = bytes.count
-        body(&self)
-        let length = bytes.count - start
-        if length < 0x80 {
-            bytes.insert(UInt8(length), at: start)
-        } else {
-            var prefix: [UInt8] = []
-            var v = UInt64(length)
-            while v >= 0x80 { prefix.append(UInt8(v & 0x7f) | 0x80); v >>= 7 }
-            prefix.append(UInt8(v))
-            bytes.insert(contentsOf: prefix, at: start)
-        }
+        varint(UInt64(length))
     }
+
+    mutating func bytesField(_ field: UInt64, _ b: UnsafeRawBufferPointer) {
+        lengthDelimited(field, b.count)
+        put(b)
+    }
+
+    mutating func bytesField(_ field: UInt64, _ s: StaticString) {
+        bytesField(field, UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
+    }
+
+    mutating func fixed64(_ field: UInt64, _ v: UInt64) {
+        key(field, 1)
+        withUnsafeBytes(of: v.littleEndian) { put($0) }
+    }
+
+    @inline(__always) mutating func bigEndian(_ v: UInt64) { withUnsafeBytes(of: v.bigEndian) { put($0) } }
 
     /// `KeyValue { string key = 1; AnyValue value = 2 }` as field `field`, the value a
     /// string (`AnyValue.string_value = 1`).
-    mutating func attribute(_ field: UInt64, _ name: StaticString, string value: String) {
-        var v = value
-        v.withUTF8 { attribute(field, name, bytes: UnsafeRawBufferPointer($0)) }
-    }
-
-    mutating func attribute(_ field: UInt64, _ name: StaticString, bytes value: [UInt8]) {
-        value.withUnsafeBytes { attribute(field, name, bytes: $0) }
-    }
-
-    mutating func attribute(_ field: UInt64, _ name: StaticString, bytes value: StaticString) {
-        attribute(field, name, bytes: UnsafeRawBufferPointer(start: value.utf8Start, count: value.utf8CodeUnitCount))
-    }
-
-    mutating func attribute(_ field: UInt64, _ name: StaticString, bytes value: UnsafeRawBufferPointer) {
+    mutating func attribute(_ field: UInt64, _ name: StaticString, _ value: UnsafeRawBufferPointer) {
         let n = name.utf8CodeUnitCount, v = value.count
-        let anyValue = 1 + varintSize(UInt64(v)) + v
-        key(field, 2)
-        varint(UInt64(1 + varintSize(UInt64(n)) + n + 1 + varintSize(UInt64(anyValue)) + anyValue))
-        key(1, 2); varint(UInt64(n)); put(name)
-        key(2, 2); varint(UInt64(anyValue))
-        key(1, 2); varint(UInt64(v)); put(value)
+        let anyValue = 1 + Self.varintSize(UInt64(v)) + v
+        lengthDelimited(field, 1 + Self.varintSize(UInt64(n)) + n + 1 + Self.varintSize(UInt64(anyValue)) + anyValue)
+        lengthDelimited(1, n); put(name)
+        lengthDelimited(2, anyValue)
+        lengthDelimited(1, v); put(value)
+    }
+
+    mutating func attribute(_ field: UInt64, _ name: StaticString, _ value: String) {
+        var value = value
+        value.withUTF8 { attribute(field, name, UnsafeRawBufferPointer($0)) }
     }
 
     /// An integer attribute (`AnyValue.int_value = 3`, a varint of the two's complement).
     mutating func attribute(_ field: UInt64, _ name: StaticString, int value: Int64) {
         let n = name.utf8CodeUnitCount
         let raw = UInt64(bitPattern: value)
-        let anyValue = 1 + varintSize(raw)
-        key(field, 2)
-        varint(UInt64(1 + varintSize(UInt64(n)) + n + 1 + varintSize(UInt64(anyValue)) + anyValue))
-        key(1, 2); varint(UInt64(n)); put(name)
-        key(2, 2); varint(UInt64(anyValue))
+        let anyValue = 1 + Self.varintSize(raw)
+        lengthDelimited(field, 1 + Self.varintSize(UInt64(n)) + n + 1 + Self.varintSize(UInt64(anyValue)) + anyValue)
+        lengthDelimited(1, n); put(name)
+        lengthDelimited(2, anyValue)
         key(3, 0); varint(raw)
     }
 
-    mutating func string(_ field: UInt64, _ s: String) {
-        var s = s
-        s.withUTF8 { bytesField(field, UnsafeRawBufferPointer($0)) }
-    }
-
-    mutating func bytesField(_ field: UInt64, _ b: [UInt8]) { b.withUnsafeBytes { bytesField(field, $0) } }
-
-    mutating func bytesField(_ field: UInt64, _ b: UnsafeRawBufferPointer) {
-        key(field, 2)
-        varint(UInt64(b.count))
-        put(b)
-    }
-
-    /// A 16-byte trace id (`bytes`), big-endian as on the `traceparent` wire.
-    mutating func traceId(_ field: UInt64, _ hi: UInt64, _ lo: UInt64) {
-        key(field, 2); varint(16)
-        bigEndian(hi); bigEndian(lo)
-    }
-
-    mutating func spanId(_ field: UInt64, _ id: UInt64) {
-        key(field, 2); varint(8)
-        bigEndian(id)
-    }
-
-    mutating func fixed64(_ field: UInt64, _ v: UInt64) {
-        key(field, 1)
-        withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) }
-    }
-
-    @inline(__always) mutating func key(_ field: UInt64, _ wireType: UInt64) { varint(field << 3 | wireType) }
-
-    @inline(__always) mutating func varint(_ value: UInt64) {
-        var v = value
-        while v >= 0x80 { bytes.append(UInt8(v & 0x7f) | 0x80); v >>= 7 }
-        bytes.append(UInt8(v))
-    }
-
-    @inline(__always) func varintSize(_ value: UInt64) -> Int {
+    @inline(__always) static func varintSize(_ value: UInt64) -> Int {
         var n = 1, v = value
         while v >= 0x80 { n += 1; v >>= 7 }
         return n
     }
+}
 
-    private mutating func bigEndian(_ v: UInt64) { withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) } }
-    private mutating func put(_ s: StaticString) { bytes.append(contentsOf: UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)) }
-    private mutating func put(_ b: UnsafeRawBufferPointer) { bytes.append(contentsOf: b) }
+/// Adds up what would be written.
+struct ProtoSize: ProtoSink {
+    private(set) var count = 0
+    @inline(__always) mutating func put(byte: UInt8) { count += 1 }
+    @inline(__always) mutating func put(_ bytes: UnsafeRawBufferPointer) { count += bytes.count }
+    @inline(__always) mutating func skip(_ n: Int) { count += n }
+}
+
+/// Writes into memory sized beforehand by a `ProtoSize` pass (the caller checks the
+/// total against it).
+struct ProtoWriter: ProtoSink {
+    private let base: UnsafeMutablePointer<UInt8>
+    private(set) var at = 0
+    init(_ base: UnsafeMutablePointer<UInt8>) { self.base = base }
+    @inline(__always) mutating func put(byte: UInt8) {
+        base[at] = byte
+        at += 1
+    }
+    @inline(__always) mutating func put(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count > 0 else { return }
+        UnsafeMutableRawPointer(base + at).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        at += bytes.count
+    }
+    func skip(_ n: Int) { preconditionFailure("the write pass skips nothing") }
+}
+
+/// A small buffer for tests and one-off fields: protobuf written into an array.
+struct ProtoBytes: ProtoSink {
+    var bytes: [UInt8] = []
+    mutating func put(byte: UInt8) { bytes.append(byte) }
+    mutating func put(_ b: UnsafeRawBufferPointer) { bytes.append(contentsOf: b) }
+    func skip(_ n: Int) { preconditionFailure("only a size pass skips") }
 }

@@ -22,6 +22,25 @@ struct RequestTrace {
 
     /// The trace id as 32 hex digits.
     var traceIdHex: String { TraceParent.traceIdHex(traceHi, traceLo) }
+
+    /// Whether the request is traced (tracing is on): a span id is never 0.
+    @inline(__always) var isOn: Bool { spanId != 0 }
+}
+
+extension RequestTrace {
+    /// No trace (tracing off): what every exchange starts with. Not an optional: an
+    /// optional of this struct cost every request (tracing off too) a value-witness call
+    /// to test and to destroy it.
+    init() {
+        self.init(traceHi: 0, traceLo: 0, spanId: 0, parentId: 0, sampled: false, traceState: nil, span: nil)
+    }
+}
+
+/// A batch envelope's trace, handed to its calls (`BatchCallOrigin.trace`): one
+/// reference, so the origin every exchange carries stays small.
+final class TraceLink {
+    let trace: RequestTrace
+    init(_ trace: RequestTrace) { self.trace = trace }
 }
 
 /// A point in a request's span: a stage finished (or began waiting), the upstream call
@@ -95,6 +114,8 @@ struct SpanEvent {
     /// The IP of an upstream event; for a retry, also why (`note`).
     var ip: String?
     var note: String?
+    /// Its encoded size, worked out once by the exporter's size pass for its write pass.
+    var encodedSize: Int32 = 0
 }
 
 /// One sampled request's span as it is recorded on its worker, then handed whole to the
@@ -123,8 +144,9 @@ final class SpanRecord: @unchecked Sendable {
     var errorCode: GatewayErrorCode?
     var cacheStatus: StaticString?
     var upstream: String?
-    var requestId = ""
-    var parentRequestId: String?
+    /// Kept as they are (written out by the exporter, off the worker).
+    var requestId = RequestId([])
+    var parentRequestId: RequestId?
 
     /// At most this many events a span (a retry loop cannot grow it without bound).
     static let maxEvents = 32
@@ -148,6 +170,9 @@ final class SpanRecord: @unchecked Sendable {
         guard events.count < Self.maxEvents else { droppedEvents += 1; return }
         events.append(SpanEvent(kind: kind, waits: waits, nanos: Clock.monotonicNanos(), ip: ip, note: note))
     }
+
+    /// The exporter notes event `i`'s encoded size (admin loop, once the span is queued).
+    func setEncodedSize(_ i: Int, _ n: Int) { events[i].encodedSize = Int32(n) }
 
     /// Wall-clock nanoseconds of a monotonic reading of this span.
     @inline(__always) func wallNanos(_ mono: UInt64) -> UInt64 { startWallNanos &+ (mono &- startMonoNanos) }

@@ -1,7 +1,9 @@
 /// Sends the workers' finished spans to the collector (`tracing.otlp_endpoint`) over
 /// OTLP/HTTP, from the admin loop: every `flushMillis` it takes what the workers queued
 /// (`SpanQueue.drain`), and posts batches of up to `batchSpans` (`OTLPPost`), one at a
-/// time. Nothing here ever waits: a collector that is down or slow makes spans wait
+/// time, as soon as a batch is full or the oldest span waiting has waited
+/// `exportDelayMillis` (OpenTelemetry's batch processor's defaults: 5 s, 512): a post
+/// costs far more than a span, so few spans are not sent alone. Nothing here ever waits: a collector that is down or slow makes spans wait
 /// here, up to `maxPending`, past which they are dropped and counted, and a failed post
 /// drops its batch (counted, no retry: a retry would only hold more memory while the
 /// collector is down). Admin loop only, but its figures may be read from any thread.
@@ -10,6 +12,7 @@ final class TraceExporter: @unchecked Sendable {
     static let batchSpans = 512
     static let maxPending = 8192
     static let postTimeoutMillis: Int64 = 5000
+    static let exportDelayMillis: Int64 = 5000
 
     let config: TracingConfig
     private let queues: [SpanQueue]
@@ -18,6 +21,8 @@ final class TraceExporter: @unchecked Sendable {
     private var timer: LoopTimer?
     private var pending: [SpanRecord] = []
     private var posting = false
+    /// When the oldest span in `pending` arrived here (monotonic ms).
+    private var pendingSince: Int64 = 0
     private var stopped = false
 
     /// `@unchecked Sendable`: the counters are read and written under `lock`; the rest
@@ -57,7 +62,9 @@ final class TraceExporter: @unchecked Sendable {
 
     /// Takes the workers' spans and posts a batch if none is on its way.
     func flush() {
+        let had = pending.count
         for q in queues { q.drain(into: &pending) }
+        if had == 0 && !pending.isEmpty { pendingSince = Clock.monotonicMillis() }
         if pending.count > Self.maxPending {
             let over = pending.count - Self.maxPending
             // The newest are dropped: the oldest waited longest, and a trace's early
@@ -70,9 +77,11 @@ final class TraceExporter: @unchecked Sendable {
 
     private func postNext() {
         guard !posting, !pending.isEmpty, !stopped else { return }
+        guard pending.count >= Self.batchSpans || Clock.monotonicMillis() - pendingSince >= Self.exportDelayMillis else { return }
         let n = min(pending.count, Self.batchSpans)
         let body = OTLPEncoder.exportRequest(serviceName: config.serviceName, spans: pending[0..<n])
         pending.removeFirst(n)
+        pendingSince = Clock.monotonicMillis()
         posting = true
         let post = OTLPPost(client: client) { [weak self] ok, detail in
             guard let self else { return }

@@ -35,7 +35,11 @@ extension SpanRecord {
     /// stage suspended (a merged request waiting for its leader, a nonce for Redis).
     @inline(__always)
     func stageEnded(_ kind: StageKind, _ result: StageResult) {
-        if case .suspended = result { event(SpanEvent.Kind(kind), waits: true) } else { event(SpanEvent.Kind(kind)) }
+        if case .suspended = result { return event(SpanEvent.Kind(kind), waits: true) }
+        // Not recorded: forwarding (the `upstream.connect` right after it says the same) and
+        // a merge that did not wait (the request leads its flight).
+        if kind == .forward || kind == .coalesce { return }
+        event(SpanEvent.Kind(kind))
     }
 }
 

@@ -1,4 +1,4 @@
-/// Tracing on one worker (one per worker's stream layer, when `tracing` is configured):
+/// Tracing on one worker (`ProxyPipeline.tracer`, when `tracing` is configured):
 /// reads a request's `traceparent`/`tracestate` once (`begin`), decides whether it is
 /// sampled, and hands a sampled request's span to the worker's `SpanQueue` when it ends
 /// (`finish`). Loop thread only (the queue is the one thing shared, with the exporter).
@@ -23,11 +23,11 @@ final class WorkerTracer {
         random = TraceIdGenerator(seed: seed)
     }
 
-    /// The trace of a request that has just been opened (`StreamLayer.open`).
+    /// The trace of a request about to run its first stage (`ProxyPipeline.preflight`).
     func begin(_ ex: Exchange, origin: BatchCallOrigin?) -> RequestTrace {
         var trace: RequestTrace
         var kind: UInt8 = 2   // OTLP SPAN_KIND_SERVER
-        if let parent = origin?.trace {
+        if let parent = origin?.trace?.trace {
             trace = RequestTrace(traceHi: parent.traceHi, traceLo: parent.traceLo, spanId: random.nonZero(), parentId: parent.spanId,
                                  sampled: parent.sampled, traceState: parent.traceState, span: nil)
             kind = 1   // SPAN_KIND_INTERNAL: a call the gateway made of its envelope
@@ -85,15 +85,16 @@ final class WorkerTracer {
         }
     }
 
-    /// The request ended (`StreamLayer.requestEnded`): a sampled request's span gets
+    /// The request ended (`Exchange.traceEnded`, once): a sampled request's span gets
     /// what the stages found and goes to the queue.
     func finish(_ ex: Exchange, status: Int) {
-        guard let span = ex.trace?.span else { return }
+        guard let span = ex.trace.span else { return }
         span.endMonoNanos = Clock.monotonicNanos()
         span.status = status
         ex.withHead { head in
             head.withBytes { raw in
-                span.method = Array(raw[head.method])
+                // A common method is a shared array (no copy).
+                span.method = ForwardStage.method(UnsafeRawBufferPointer(rebasing: raw[head.method]))
                 let p = head.path
                 span.path = Array(raw[p.lowerBound..<min(p.upperBound, p.lowerBound + Self.maxPathBytes)])
             }
@@ -101,10 +102,10 @@ final class WorkerTracer {
         span.route = ex.routeName
         span.cacheStatus = ex.cacheStatus
         span.upstream = ex.upstreamAddress
-        span.requestId = ex.requestIdString
-        span.parentRequestId = ex.batchOrigin.map { $0.parentRequestId.string }
+        span.requestId = ex.requestId
+        span.parentRequestId = ex.batchOrigin?.parentRequestId
         queue.push(span)
-        ex.trace?.span = nil
+        ex.trace.span = nil
     }
 
     /// The longest path an exported span carries (`url.path`); a longer one is cut.
@@ -133,13 +134,12 @@ struct TraceIdGenerator {
 }
 
 extension WorkerTracer {
-    /// Gives a worker's stream layer its tracer (before its loop starts); returns its queue
-    /// for the exporter.
-    static func install(_ config: TracingConfig, on layer: StreamLayer) -> SpanQueue {
+    /// A worker's tracer (kept across reloads, handed to each of its pipelines) and its
+    /// queue, for the exporter.
+    static func make(_ config: TracingConfig) -> (WorkerTracer, SpanQueue) {
         let queue = SpanQueue(capacity: config.queueSpans)
         var seed: UInt64 = 0
         while seed == 0 { seed = UInt64.random(in: .min ... .max) }
-        layer.tracer = WorkerTracer(config: config, queue: queue, seed: seed)
-        return queue
+        return (WorkerTracer(config: config, queue: queue, seed: seed), queue)
     }
 }

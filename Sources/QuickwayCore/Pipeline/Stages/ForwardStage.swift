@@ -63,7 +63,7 @@ final class ForwardStage: RequestStage {
             headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
                                                   authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted,
                                                   rules: ctx.inflatedRequestRules ?? route.config.requestHeaders, identity: ctx.identityHeaders ?? identityDefault,
-                                                  trace: ctx.trace),
+                                                  trace: ctx.pipeline.tracer == nil ? nil : ctx.trace),
             pathAndQuery: target.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
                 ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
             idempotent: UpstreamRelay.isIdempotent(head), webSocketUpgrade: head.upgradeWebSocket)
