@@ -134,9 +134,9 @@ READY_URL="http://127.0.0.1:$QPORT/"; [ "$CACHE" = 1 ] && READY_URL="http://127.
 for _ in $(seq 100); do curl -sf -o /dev/null "$READY_URL" && break; sleep 0.2; done
 count() { curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"]["total"])'; }
 # With --tracing: before counting, waits (at most 15 s) until every span recorded so far
-# (the warm-up's) has been exported; after the load, waits 6 s (the exporter sends within
-# 5 s; polling /stats here would be counted), so the counted span covers the export of
-# the spans of its requests.
+# (the warm-up's) has been exported, so no backlog is counted. The counted span then holds
+# the exports of the steady state (a batch every 512 spans or 5 s); no wait after the
+# load, whose idle seconds would be counted against the requests.
 spans_settled() {
   [ -n "$TRACING" ] || return 0
   for _ in $(seq 75); do
@@ -153,7 +153,6 @@ BEFORE=$(count)
 callgrind_control -i on "$QW" >/dev/null 2>&1
 wrk -t1 -c8 -d"${SECONDS_RUN}s" "${WRK_ARGS[@]}" > "$WORK/wrk.txt"
 grep -q "Non-2xx" "$WORK/wrk.txt" && { echo "profile: some answers were not 2xx:"; cat "$WORK/wrk.txt"; }
-[ -z "$TRACING" ] || sleep 6
 REQUESTS=$(( $(count) - BEFORE ))
 [ -z "$TRACING" ] || curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print("tracing:", json.dumps(json.load(sys.stdin)["tracing"]))'
 kill -INT "$QW"; wait "$QW" 2>/dev/null || true

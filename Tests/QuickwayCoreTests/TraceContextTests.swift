@@ -168,12 +168,12 @@ final class TraceContextTests: XCTestCase {
         let on = WorkerTracer(config: always, queue: q, seed: 7)
         let head = "GET / HTTP/1.1\nHost: a\n\n"
         let ex = Exchange(head: parsedHead(head), sink: RecordingSink(), requestId: RequestId(Array("r".utf8)), peer: "127.0.0.1", handler: NoHandler())
-        for _ in 0..<100 { XCTAssertFalse(off.begin(ex, origin: nil).sampled) }
-        for _ in 0..<100 { XCTAssertTrue(on.begin(ex, origin: nil).sampled) }
+        for _ in 0..<100 { XCTAssertFalse(off.begin(ex, parent: nil).sampled) }
+        for _ in 0..<100 { XCTAssertTrue(on.begin(ex, parent: nil).sampled) }
         // A sampled parent is followed even at ratio 0, in the parent's trace.
         let sampledParent = Exchange(head: parsedHead("GET / HTTP/1.1\nHost: a\ntraceparent: \(example)\n\n"), sink: RecordingSink(),
                                      requestId: RequestId(Array("r".utf8)), peer: "127.0.0.1", handler: NoHandler())
-        let t = off.begin(sampledParent, origin: nil)
+        let t = off.begin(sampledParent, parent: nil)
         XCTAssertTrue(t.sampled)
         XCTAssertEqual(t.traceIdHex, "4bf92f3577b34da6a3ce929d0e0e4736")
         XCTAssertEqual(t.parentId, 0x00f067aa0ba902b7)

@@ -223,22 +223,20 @@ final class ProxyPipeline: RequestHandler {
         // The trace starts here, the first step of every request (a batch call's origin is set).
         var span: SpanRecord?
         if let tracer {
-            ctx.trace = tracer.begin(ctx, origin: ctx.batchOrigin)
-            span = ctx.trace.span
+            let trace = tracer.begin(ctx, parent: ctx.batchOrigin?.trace)
+            ctx.trace = trace
+            span = trace.span
         }
-        let routed = routeStage.run(ctx)
-        span?.stageEnded(.route, routed)
-        if case let .refuse(code, message) = routed { return (code, message) }
+        if case let .refuse(code, message) = routeStage.run(ctx) { span?.stageEnded(.route); return (code, message) }
+        span?.stageEnded(.route)
         guard let route = ctx.route else { preconditionFailure("the route stage went on without a route") }
         for i in 1..<firstBodyStage where !route.skips(order[i]) {
-            let result = run(order[i], ctx, route)
-            if let span { span.stageEnded(order[i], result) }
-            switch result {
-            case .next: continue
-            case let .refuse(code, message): return (code, message)
+            switch run(order[i], ctx, route) {
+            case .next: span?.stageEnded(order[i]); continue
+            case let .refuse(code, message): span?.stageEnded(order[i]); return (code, message)
             // It answered through the exchange (a CORS preflight): the stream layer sees
             // the exchange done and reads no body.
-            case .answered: return nil
+            case .answered: span?.stageEnded(order[i]); return nil
             case .suspended: preconditionFailure("a stage that runs on the head alone only continues, refuses or answers")
             }
         }
@@ -264,12 +262,13 @@ final class ProxyPipeline: RequestHandler {
             let kind = order[ctx.nextStage]
             ctx.nextStage += 1
             if route.skips(kind) { continue }
-            let result = run(kind, ctx, route)
-            if let span { span.stageEnded(kind, result) }
-            switch result {
-            case .next: continue
-            case let .refuse(code, message): ctx.exchange.respondError(code, message); return
-            case .answered, .suspended: return
+            // Each case notes the stage's end on a sampled span (holding the result to
+            // pass it on copied its payload on every request).
+            switch run(kind, ctx, route) {
+            case .next: span?.stageEnded(kind); continue
+            case let .refuse(code, message): span?.stageEnded(kind); ctx.exchange.respondError(code, message); return
+            case .answered: span?.stageEnded(kind); return
+            case .suspended: span?.stageEnded(kind, waits: true); return
             }
         }
     }

@@ -63,7 +63,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
     }
 
     init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: UpstreamRequest, maxObjectBytes: Int,
-         webSocket: WebSocketPlan? = nil) {
+         webSocket: WebSocketPlan? = nil, span: SpanRecord? = nil) {
         self.ctx = ctx
         self.service = service
         self.upstream = upstream
@@ -73,7 +73,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
         self.maxObjectBytes = maxObjectBytes
         buffersForCache = ctx.plan != nil
         self.webSocket = webSocket
-        span = ctx.pipeline.tracer == nil ? nil : ctx.trace.span
+        self.span = span
         super.init(Buffered())
     }
 

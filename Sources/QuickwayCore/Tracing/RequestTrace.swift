@@ -4,6 +4,10 @@
 /// upstream as the parent), the caller's span id and `tracestate`, and whether the trace
 /// is sampled. Only a sampled trace records a span (`span`); every traced request sends
 /// its `traceparent` upstream and logs its trace id.
+///
+/// Plain words and one reference (`extras`, only when there is a `tracestate` or a span):
+/// the exchange holds it inline, and copying it or letting it go costs no more than one
+/// reference, on every request.
 struct RequestTrace {
     var traceHi: UInt64
     var traceLo: UInt64
@@ -12,10 +16,24 @@ struct RequestTrace {
     /// The caller's span id (0: the trace starts here).
     var parentId: UInt64
     var sampled: Bool
+    private var extras: TraceExtras?
+
+    init(traceHi: UInt64, traceLo: UInt64, spanId: UInt64, parentId: UInt64, sampled: Bool, traceState: [UInt8]?, span: SpanRecord?) {
+        self.traceHi = traceHi
+        self.traceLo = traceLo
+        self.spanId = spanId
+        self.parentId = parentId
+        self.sampled = sampled
+        extras = traceState == nil && span == nil ? nil : TraceExtras(traceState: traceState, span: span)
+    }
+
     /// The caller's `tracestate`, valid and within bounds, passed on as it came (nil: none).
-    var traceState: [UInt8]?
-    /// The span being recorded (sampled traces only).
-    var span: SpanRecord?
+    var traceState: [UInt8]? { extras?.traceState }
+    /// The span being recorded (sampled traces only); set to nil once it is queued.
+    var span: SpanRecord? {
+        get { extras?.span }
+        nonmutating set { extras?.span = newValue }
+    }
 
     /// `traceparent` for the upstream request: this request's span as the parent.
     static let headerValueBytes = TraceParent.length
@@ -33,6 +51,16 @@ extension RequestTrace {
     /// to test and to destroy it.
     init() {
         self.init(traceHi: 0, traceLo: 0, spanId: 0, parentId: 0, sampled: false, traceState: nil, span: nil)
+    }
+}
+
+/// What few requests have: a `tracestate` to pass on, a span being recorded.
+final class TraceExtras {
+    let traceState: [UInt8]?
+    var span: SpanRecord?
+    init(traceState: [UInt8]?, span: SpanRecord?) {
+        self.traceState = traceState
+        self.span = span
     }
 }
 

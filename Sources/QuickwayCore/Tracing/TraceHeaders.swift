@@ -31,11 +31,10 @@ enum TraceHeaders {
 }
 
 extension SpanRecord {
-    /// A stage of the pipeline returned `result`: its event, marked as a wait when the
-    /// stage suspended (a merged request waiting for its leader, a nonce for Redis).
-    @inline(__always)
-    func stageEnded(_ kind: StageKind, _ result: StageResult) {
-        if case .suspended = result { return event(SpanEvent.Kind(kind), waits: true) }
+    /// A stage of the pipeline returned: its event, marked as a wait when the stage
+    /// suspended (`waits`: a merged request waiting for its leader, a nonce for Redis).
+    func stageEnded(_ kind: StageKind, waits: Bool = false) {
+        if waits { return event(SpanEvent.Kind(kind), waits: true) }
         // Not recorded: forwarding (the `upstream.connect` right after it says the same) and
         // a merge that did not wait (the request leads its flight).
         if kind == .forward || kind == .coalesce { return }

@@ -43,11 +43,24 @@ struct TraceParent: Equatable {
     /// `00-<trace>-<span>-<flags>`: the header the gateway sends for span `spanId` of the
     /// trace `hi`/`lo`.
     static func write(traceHi hi: UInt64, traceLo lo: UInt64, spanId: UInt64, sampled: Bool, into w: inout BufferWriter) {
-        w.put("00-")
-        putHex(hi, &w); putHex(lo, &w)
-        w.put("-")
-        putHex(spanId, &w)
-        w.put(sampled ? "-01" : "-00")
+        // Laid out on the stack a word at a time (unaligned stores), then copied once.
+        withUnsafeTemporaryAllocation(byteCount: 56, alignment: 8) { b in
+            b.storeBytes(of: 0x002D_3030 as UInt32, toByteOffset: 0, as: UInt32.self)   // "00-", its fourth byte overwritten next
+            store(hi, b, 3); store(lo, b, 19)
+            b.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 35, as: UInt8.self)
+            store(spanId, b, 36)
+            b.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 52, as: UInt8.self)
+            b.storeBytes(of: UInt8(ascii: "0"), toByteOffset: 53, as: UInt8.self)
+            b.storeBytes(of: sampled ? UInt8(ascii: "1") : UInt8(ascii: "0"), toByteOffset: 54, as: UInt8.self)
+            w.put(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(b)[0..<length]))
+        }
+    }
+
+    /// The sixteen hex digits of `x` at `offset`.
+    @inline(__always)
+    private static func store(_ x: UInt64, _ b: UnsafeMutableRawBufferPointer, _ offset: Int) {
+        b.storeBytes(of: hex8(UInt32(truncatingIfNeeded: x >> 32)).bigEndian, toByteOffset: offset, as: UInt64.self)
+        b.storeBytes(of: hex8(UInt32(truncatingIfNeeded: x)).bigEndian, toByteOffset: offset + 8, as: UInt64.self)
     }
 
     /// The trace id as 32 lowercase hex digits (the access log, tests).

@@ -24,26 +24,26 @@ final class WorkerTracer {
     }
 
     /// The trace of a request about to run its first stage (`ProxyPipeline.preflight`).
-    func begin(_ ex: Exchange, origin: BatchCallOrigin?) -> RequestTrace {
-        var trace: RequestTrace
+    /// `parent`: a batch call's envelope trace (`BatchCallOrigin.trace`), nil otherwise.
+    func begin(_ ex: Exchange, parent link: TraceLink?) -> RequestTrace {
+        let traceHi: UInt64, traceLo: UInt64, parentId: UInt64, sampled: Bool
+        var state: [UInt8]?
         var kind: UInt8 = 2   // OTLP SPAN_KIND_SERVER
-        if let parent = origin?.trace?.trace {
-            trace = RequestTrace(traceHi: parent.traceHi, traceLo: parent.traceLo, spanId: random.nonZero(), parentId: parent.spanId,
-                                 sampled: parent.sampled, traceState: parent.traceState, span: nil)
+        if let parent = link?.trace {
+            (traceHi, traceLo, parentId, sampled, state) = (parent.traceHi, parent.traceLo, parent.spanId, parent.sampled, parent.traceState)
             kind = 1   // SPAN_KIND_INTERNAL: a call the gateway made of its envelope
-        } else if case let (parent, state)? = ex.withHead({ Self.read($0) }) {
-            trace = RequestTrace(traceHi: parent.traceHi, traceLo: parent.traceLo, spanId: random.nonZero(), parentId: parent.parentId,
-                                 sampled: parent.sampled || sample(), traceState: state, span: nil)
+        } else if case let (parent, s)? = ex.withHead({ Self.read($0) }) {
+            (traceHi, traceLo, parentId, sampled, state) = (parent.traceHi, parent.traceLo, parent.parentId, parent.sampled || sample(), s)
         } else {
-            trace = RequestTrace(traceHi: random.nonZero(), traceLo: random.nonZero(), spanId: random.nonZero(), parentId: 0,
-                                 sampled: sample(), traceState: nil, span: nil)
+            (traceHi, traceLo, parentId, sampled) = (random.nonZero(), random.nonZero(), 0, sample())
         }
-        if trace.sampled {
-            trace.span = SpanRecord(traceHi: trace.traceHi, traceLo: trace.traceLo, spanId: trace.spanId, parentId: trace.parentId,
-                                    kind: kind, traceState: trace.traceState, startWallNanos: Clock.wallNanos() &- (Clock.monotonicNanos() &- ex.startNanos),
-                                    startMonoNanos: ex.startNanos)
+        let spanId = random.nonZero()
+        var span: SpanRecord?
+        if sampled {
+            span = SpanRecord(traceHi: traceHi, traceLo: traceLo, spanId: spanId, parentId: parentId, kind: kind, traceState: state,
+                              startWallNanos: Clock.wallNanos() &- (Clock.monotonicNanos() &- ex.startNanos), startMonoNanos: ex.startNanos)
         }
-        return trace
+        return RequestTrace(traceHi: traceHi, traceLo: traceLo, spanId: spanId, parentId: parentId, sampled: sampled, traceState: state, span: span)
     }
 
     @inline(__always) private func sample() -> Bool {
