@@ -221,40 +221,25 @@ final class ProxyPipeline: RequestHandler {
         let ctx = context(exchange)
         ctx.setOwned()
         // The trace starts here, the first step of every request (a batch call's origin is
-        // set); a sampled one runs the stages with its span (`preflightTraced`), every
-        // other the plain loop below.
+        // set). `span` is nil unless the request is sampled: then each stage's end is an
+        // event (one test of a local per stage otherwise).
+        var span: SpanRecord?
         if let tracer {
             let trace = tracer.begin(ctx, parent: ctx.batchOrigin?.trace)
+            span = trace.span
             ctx.trace = trace
-            if let span = trace.span { return preflightTraced(ctx, span) }
         }
-        if case let .refuse(code, message) = routeStage.run(ctx) { return (code, message) }
+        if case let .refuse(code, message) = routeStage.run(ctx) { span?.stageEnded(.route); return (code, message) }
+        if let span { span.stageEnded(.route) }
         guard let route = ctx.route else { preconditionFailure("the route stage went on without a route") }
         for i in 1..<firstBodyStage where !route.skips(order[i]) {
-            switch run(order[i], ctx, route) {
+            let result = run(order[i], ctx, route)
+            if let span { span.stageEnded(order[i]) }
+            switch result {
             case .next: continue
             case let .refuse(code, message): return (code, message)
             // It answered through the exchange (a CORS preflight): the stream layer sees
             // the exchange done and reads no body.
-            case .answered: return nil
-            case .suspended: preconditionFailure("a stage that runs on the head alone only continues, refuses or answers")
-            }
-        }
-        ctx.nextStage = firstBodyStage
-        return nil
-    }
-
-    /// `preflight` for a sampled request: the same steps, each stage's end an event.
-    private func preflightTraced(_ ctx: ProxyContext, _ span: SpanRecord) -> (GatewayErrorCode, String)? {
-        if case let .refuse(code, message) = routeStage.run(ctx) { span.stageEnded(.route); return (code, message) }
-        span.stageEnded(.route)
-        guard let route = ctx.route else { preconditionFailure("the route stage went on without a route") }
-        for i in 1..<firstBodyStage where !route.skips(order[i]) {
-            let result = run(order[i], ctx, route)
-            span.stageEnded(order[i])
-            switch result {
-            case .next: continue
-            case let .refuse(code, message): return (code, message)
             case .answered: return nil
             case .suspended: preconditionFailure("a stage that runs on the head alone only continues, refuses or answers")
             }
@@ -276,28 +261,15 @@ final class ProxyPipeline: RequestHandler {
     func resume(_ ctx: ProxyContext) {
         // Read once for the run (each read of the context's property is counted).
         guard let route = ctx.route else { preconditionFailure("stages resumed before routing") }
-        if tracer != nil, let span = ctx.trace.span { return resumeTraced(ctx, route, span) }
-        while ctx.nextStage < order.count {
-            let kind = order[ctx.nextStage]
-            ctx.nextStage += 1
-            if route.skips(kind) { continue }
-            switch run(kind, ctx, route) {
-            case .next: continue
-            case let .refuse(code, message): ctx.exchange.respondError(code, message); return
-            case .answered, .suspended: return
-            }
-        }
-    }
-
-    /// `resume` for a sampled request: the same steps, each stage's end an event (a wait
-    /// when it suspended).
-    private func resumeTraced(_ ctx: ProxyContext, _ route: Route, _ span: SpanRecord) {
+        // A sampled request's span (nil otherwise): each stage's end an event, a wait when
+        // it suspended.
+        let span = tracer == nil ? nil : ctx.trace.span
         while ctx.nextStage < order.count {
             let kind = order[ctx.nextStage]
             ctx.nextStage += 1
             if route.skips(kind) { continue }
             let result = run(kind, ctx, route)
-            if case .suspended = result { span.stageEnded(kind, waits: true) } else { span.stageEnded(kind) }
+            if let span { if case .suspended = result { span.stageEnded(kind, waits: true) } else { span.stageEnded(kind) } }
             switch result {
             case .next: continue
             case let .refuse(code, message): ctx.exchange.respondError(code, message); return
