@@ -11,9 +11,13 @@ enum TraceHeaders {
 
     /// Writes the lines; returns how many.
     static func write(_ t: RequestTrace, into w: inout BufferWriter) -> Int {
-        w.put("traceparent: ")
-        TraceParent.write(traceHi: t.traceHi, traceLo: t.traceLo, spanId: t.spanId, sampled: t.sampled, into: &w)
-        w.put("\r\n")
+        // "traceparent: " (13 bytes), the value (55), CRLF: one piece, stored in place.
+        let name: StaticString = "traceparent: "
+        w.putFixed(13 + TraceParent.length + 2) { b in
+            b.copyMemory(from: name.utf8Start, byteCount: 13)
+            TraceParent.store(traceHi: t.traceHi, traceLo: t.traceLo, spanId: t.spanId, sampled: t.sampled, at: b + 13)
+            b.storeBytes(of: 0x0A0D as UInt16, toByteOffset: 13 + TraceParent.length, as: UInt16.self)   // "\r\n"
+        }
         guard let state = t.traceState else { return 1 }
         w.put("tracestate: ")
         state.withUnsafeBytes { w.put($0) }

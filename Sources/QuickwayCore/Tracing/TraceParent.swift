@@ -43,22 +43,27 @@ struct TraceParent: Equatable {
     /// `00-<trace>-<span>-<flags>`: the header the gateway sends for span `spanId` of the
     /// trace `hi`/`lo`.
     static func write(traceHi hi: UInt64, traceLo lo: UInt64, spanId: UInt64, sampled: Bool, into w: inout BufferWriter) {
-        // Laid out on the stack a word at a time (unaligned stores), then copied once.
-        withUnsafeTemporaryAllocation(byteCount: 56, alignment: 8) { b in
-            b.storeBytes(of: 0x002D_3030 as UInt32, toByteOffset: 0, as: UInt32.self)   // "00-", its fourth byte overwritten next
-            store(hi, b, 3); store(lo, b, 19)
-            b.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 35, as: UInt8.self)
-            store(spanId, b, 36)
-            b.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 52, as: UInt8.self)
-            b.storeBytes(of: UInt8(ascii: "0"), toByteOffset: 53, as: UInt8.self)
-            b.storeBytes(of: sampled ? UInt8(ascii: "1") : UInt8(ascii: "0"), toByteOffset: 54, as: UInt8.self)
-            w.put(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(b)[0..<length]))
-        }
+        // Stored in place a word at a time (unaligned stores): one bounds check, no copy.
+        w.putFixed(length) { store(traceHi: hi, traceLo: lo, spanId: spanId, sampled: sampled, at: $0) }
+    }
+
+    /// The 55 bytes of the header at `b`.
+    @inline(__always)
+    static func store(traceHi hi: UInt64, traceLo lo: UInt64, spanId: UInt64, sampled: Bool, at b: UnsafeMutableRawPointer) {
+        b.storeBytes(of: UInt8(ascii: "0"), toByteOffset: 0, as: UInt8.self)
+        b.storeBytes(of: UInt8(ascii: "0"), toByteOffset: 1, as: UInt8.self)
+        b.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 2, as: UInt8.self)
+        store(hi, b, 3); store(lo, b, 19)
+        b.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 35, as: UInt8.self)
+        store(spanId, b, 36)
+        b.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 52, as: UInt8.self)
+        b.storeBytes(of: UInt8(ascii: "0"), toByteOffset: 53, as: UInt8.self)
+        b.storeBytes(of: sampled ? UInt8(ascii: "1") : UInt8(ascii: "0"), toByteOffset: 54, as: UInt8.self)
     }
 
     /// The sixteen hex digits of `x` at `offset`.
     @inline(__always)
-    private static func store(_ x: UInt64, _ b: UnsafeMutableRawBufferPointer, _ offset: Int) {
+    private static func store(_ x: UInt64, _ b: UnsafeMutableRawPointer, _ offset: Int) {
         b.storeBytes(of: hex8(UInt32(truncatingIfNeeded: x >> 32)).bigEndian, toByteOffset: offset, as: UInt64.self)
         b.storeBytes(of: hex8(UInt32(truncatingIfNeeded: x)).bigEndian, toByteOffset: offset + 8, as: UInt64.self)
     }
