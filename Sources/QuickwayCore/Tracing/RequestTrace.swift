@@ -24,15 +24,16 @@ struct RequestTrace {
         self.spanId = spanId
         self.parentId = parentId
         self.sampled = sampled
-        extras = traceState == nil && span == nil ? nil : TraceExtras(traceState: traceState, span: span)
+        // A span carries the `tracestate` itself: one object for a sampled request.
+        extras = span ?? (traceState == nil ? nil : TraceExtras(traceState: traceState))
     }
 
     /// The caller's `tracestate`, valid and within bounds, passed on as it came (nil: none).
     var traceState: [UInt8]? { extras?.traceState }
-    /// The span being recorded (sampled traces only); set to nil once it is queued.
+    /// The span being recorded (sampled traces only); nil once it is queued.
     var span: SpanRecord? {
-        get { extras?.span }
-        nonmutating set { extras?.span = newValue }
+        guard sampled, let s = extras as? SpanRecord, !s.isQueued else { return nil }
+        return s
     }
 
     /// `traceparent` for the upstream request: this request's span as the parent.
@@ -54,14 +55,11 @@ extension RequestTrace {
     }
 }
 
-/// What few requests have: a `tracestate` to pass on, a span being recorded.
-final class TraceExtras {
+/// What few requests have: a `tracestate` to pass on (`SpanRecord`, a sampled request's
+/// span, is one with its span).
+class TraceExtras: @unchecked Sendable {
     let traceState: [UInt8]?
-    var span: SpanRecord?
-    init(traceState: [UInt8]?, span: SpanRecord?) {
-        self.traceState = traceState
-        self.span = span
-    }
+    init(traceState: [UInt8]?) { self.traceState = traceState }
 }
 
 /// A batch envelope's trace, handed to its calls (`BatchCallOrigin.trace`): one
@@ -142,8 +140,6 @@ struct SpanEvent {
     /// The IP of an upstream event; for a retry, also why (`note`).
     var ip: String?
     var note: String?
-    /// Its encoded size, worked out once by the exporter's size pass for its write pass.
-    var encodedSize: Int32 = 0
 }
 
 /// One sampled request's span as it is recorded on its worker, then handed whole to the
@@ -151,34 +147,40 @@ struct SpanEvent {
 ///
 /// `@unchecked Sendable`: written by its worker's loop only until `finish` queues it;
 /// from then on read only by the exporter on the admin loop.
-final class SpanRecord: @unchecked Sendable {
+final class SpanRecord: TraceExtras, @unchecked Sendable {
     let traceHi: UInt64
     let traceLo: UInt64
     let spanId: UInt64
     let parentId: UInt64
     /// OTLP `SpanKind`: 2 (server) for a client's request, 1 (internal) for a batch call.
     let kind: UInt8
-    let traceState: [UInt8]?
     let startWallNanos: UInt64
     let startMonoNanos: UInt64
-    var endMonoNanos: UInt64 = 0
-    private(set) var events: [SpanEvent] = []
-
-    // Filled in when the request ends (`WorkerTracer.finish`).
-    var method: [UInt8] = []
-    var path: [UInt8] = []
-    var route: [UInt8]?
-    var status = 0
+    /// Its events (`event`), at most `maxEvents`.
+    let events: SpanEventLog
+    /// What the request's end fills in (`WorkerTracer.finish`), stored in one assignment
+    /// (each store to a class's `var` is checked for exclusive access at run time).
+    var end = SpanEnd()
+    /// Set when a stage or the upstream call failed the request (`Exchange.respondError`).
     var errorCode: GatewayErrorCode?
-    var cacheStatus: StaticString?
-    var upstream: String?
-    /// Kept as they are (written out by the exporter, off the worker).
-    var requestId = RequestId([])
-    var parentRequestId: RequestId?
+
+    var endMonoNanos: UInt64 { get { end.monoNanos } set { end.monoNanos = newValue } }
+    var method: [UInt8] { get { end.method } set { end.method = newValue } }
+    var path: [UInt8] { get { end.path } set { end.path = newValue } }
+    var route: [UInt8]? { get { end.route } set { end.route = newValue } }
+    var status: Int { get { end.status } set { end.status = newValue } }
+    var cacheStatus: StaticString? { get { end.cacheStatus } set { end.cacheStatus = newValue } }
+    var upstream: String? { get { end.upstream } set { end.upstream = newValue } }
+    var requestId: RequestId { get { end.requestId } set { end.requestId = newValue } }
+    var parentRequestId: RequestId? { get { end.parentRequestId } set { end.parentRequestId = newValue } }
+
+    /// Handed to the queue (`WorkerTracer.finish`): the request's trace no longer offers it.
+    private(set) var isQueued = false
+    func markQueued() { isQueued = true }
 
     /// At most this many events a span (a retry loop cannot grow it without bound).
     static let maxEvents = 32
-    private(set) var droppedEvents = 0
+    var droppedEvents: Int { events.dropped }
 
     init(traceHi: UInt64, traceLo: UInt64, spanId: UInt64, parentId: UInt64, kind: UInt8, traceState: [UInt8]?,
          startWallNanos: UInt64, startMonoNanos: UInt64) {
@@ -187,21 +189,33 @@ final class SpanRecord: @unchecked Sendable {
         self.spanId = spanId
         self.parentId = parentId
         self.kind = kind
-        self.traceState = traceState
         self.startWallNanos = startWallNanos
         self.startMonoNanos = startMonoNanos
-        events.reserveCapacity(12)
+        events = SpanEventLog.make(capacity: Self.maxEvents)
+        super.init(traceState: traceState)
     }
 
     /// Records that `kind` happened now.
     func event(_ kind: SpanEvent.Kind, waits: Bool = false, ip: String? = nil, note: String? = nil) {
-        guard events.count < Self.maxEvents else { droppedEvents += 1; return }
-        events.append(SpanEvent(kind: kind, waits: waits, nanos: Clock.monotonicNanos(), ip: ip, note: note))
+        events.append(SpanEvent(kind: kind, waits: waits, nanos: Clock.monotonicNanos(), ip: ip, note: note), limit: Self.maxEvents)
     }
-
-    /// The exporter notes event `i`'s encoded size (admin loop, once the span is queued).
-    func setEncodedSize(_ i: Int, _ n: Int) { events[i].encodedSize = Int32(n) }
 
     /// Wall-clock nanoseconds of a monotonic reading of this span.
     @inline(__always) func wallNanos(_ mono: UInt64) -> UInt64 { startWallNanos &+ (mono &- startMonoNanos) }
+}
+
+/// What a span gets when its request ends (`WorkerTracer.finish`): the request's method
+/// and path (cut at `WorkerTracer.maxPathBytes`), route, status and the rest.
+struct SpanEnd {
+    /// Monotonic time of the end (`Clock.monotonicNanos`).
+    var monoNanos: UInt64 = 0
+    var method: [UInt8] = []
+    var path: [UInt8] = []
+    var route: [UInt8]?
+    var status = 0
+    var cacheStatus: StaticString?
+    var upstream: String?
+    /// Kept as they are (written out by the exporter, off the worker).
+    var requestId = RequestId([])
+    var parentRequestId: RequestId?
 }

@@ -89,23 +89,23 @@ final class WorkerTracer {
     /// what the stages found and goes to the queue.
     func finish(_ ex: Exchange, status: Int) {
         guard let span = ex.trace.span else { return }
-        span.endMonoNanos = Clock.monotonicNanos()
-        span.status = status
+        var end = SpanEnd(monoNanos: Clock.monotonicNanos(), status: status)
         ex.withHead { head in
             head.withBytes { raw in
                 // A common method is a shared array (no copy).
-                span.method = ForwardStage.method(UnsafeRawBufferPointer(rebasing: raw[head.method]))
+                end.method = ForwardStage.method(UnsafeRawBufferPointer(rebasing: raw[head.method]))
                 let p = head.path
-                span.path = Array(raw[p.lowerBound..<min(p.upperBound, p.lowerBound + Self.maxPathBytes)])
+                end.path = Array(raw[p.lowerBound..<min(p.upperBound, p.lowerBound + Self.maxPathBytes)])
             }
         }
-        span.route = ex.routeName
-        span.cacheStatus = ex.cacheStatus
-        span.upstream = ex.upstreamAddress
-        span.requestId = ex.requestId
-        span.parentRequestId = ex.batchOrigin?.parentRequestId
+        end.route = ex.routeName
+        end.cacheStatus = ex.cacheStatus
+        end.upstream = ex.upstreamAddress
+        end.requestId = ex.requestId
+        end.parentRequestId = ex.batchOrigin?.parentRequestId
+        span.end = end
+        span.markQueued()
         queue.push(span)
-        ex.trace.span = nil
     }
 
     /// The longest path an exported span carries (`url.path`); a longer one is cut.
