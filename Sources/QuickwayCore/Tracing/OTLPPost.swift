@@ -11,14 +11,18 @@ final class OTLPPost: CurlTask {
     private var easy: UnsafeMutableRawPointer?
     private var headers: UnsafeMutablePointer<curl_slist>?
     private let done: (_ ok: Bool, _ detail: String) -> Void
+    /// The body, lent to libcurl (`CURLOPT_POSTFIELDS`, not copied) until the post ends.
+    private var body: OTLPBody?
 
     init(client: UpstreamClient, done: @escaping (_ ok: Bool, _ detail: String) -> Void) {
         self.client = client
         self.done = done
     }
 
-    /// Sends `body` to `url` (curl copies it), within `timeoutMillis` in all.
-    func start(url: String, body: [UInt8], timeoutMillis: Int64) {
+    /// Sends `body` to `url` (curl reads it in place; it is kept until the post ends),
+    /// within `timeoutMillis` in all.
+    func start(url: String, body: OTLPBody, timeoutMillis: Int64) {
+        self.body = body
         let h = curl_easy_init()!
         easy = h
         attach(to: h)
@@ -28,7 +32,7 @@ final class OTLPPost: CurlTask {
         qw_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Int(timeoutMillis))
         qw_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Int(timeoutMillis))
         qw_easy_setopt_off(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
-        body.withUnsafeBytes { _ = qw_easy_setopt_ptr(h, CURLOPT_COPYPOSTFIELDS, $0.baseAddress) }
+        qw_easy_setopt_ptr(h, CURLOPT_POSTFIELDS, body.base)
         // No `Expect: 100-continue` round trip for a large batch.
         headers = curl_slist_append(curl_slist_append(nil, "Content-Type: application/x-protobuf"), "Expect:")
         qw_easy_setopt_ptr(h, CURLOPT_HTTPHEADER, headers)
@@ -45,6 +49,7 @@ final class OTLPPost: CurlTask {
         easy = nil
         curl_slist_free_all(headers)
         headers = nil
+        if removed { body = nil }
         if code != CURLE_OK {
             done(false, String(cString: curl_easy_strerror(code)))
         } else {

@@ -79,7 +79,7 @@ final class TraceExporter: @unchecked Sendable {
         guard !posting, !pending.isEmpty, !stopped else { return }
         guard pending.count >= Self.batchSpans || Clock.monotonicMillis() - pendingSince >= Self.exportDelayMillis else { return }
         let n = min(pending.count, Self.batchSpans)
-        let body = OTLPEncoder.exportRequest(serviceName: config.serviceName, spans: pending[0..<n])
+        let body = OTLPEncoder.exportBody(serviceName: config.serviceName, spans: pending[0..<n])
         pending.removeFirst(n)
         pendingSince = Clock.monotonicMillis()
         posting = true
