@@ -146,6 +146,24 @@ final class TraceContextTests: XCTestCase {
         XCTAssertEqual(size.count, bytes.bytes.count)
     }
 
+    func testALengthWrittenAfterItsMessageIsAPaddedVarint() {
+        // protobuf.dev "Encoding": a varint is 7-bit groups, least significant first, the
+        // high bit set on every byte but the last; 5 in three bytes is 85 80 00, 300 is ac 82 00.
+        var bytes = [UInt8](repeating: 0xee, count: 400)
+        bytes.withUnsafeMutableBufferPointer { b in
+            var w = ProtoWriter(b.baseAddress!, capacity: b.count)
+            let at = w.reserve(3)
+            let hello: StaticString = "hello"
+            w.put(hello)
+            w.patch(at, 3)
+            XCTAssertEqual(Array(b[0..<3]), [0x85, 0x80, 0x00])
+            let big = w.reserve(3)
+            for _ in 0..<300 { w.put(byte: 0x01) }
+            w.patch(big, 3)
+            XCTAssertEqual(Array(b[8..<11]), [0xac, 0x82, 0x00])
+        }
+    }
+
     func testABatchIsWrittenToExactlyItsSize() {
         let s = SpanRecord(traceHi: 1, traceLo: 2, spanId: 3, parentId: 4, kind: 2, traceState: Array("a=1".utf8), startWallNanos: 10, startMonoNanos: 5)
         s.event(.route)
