@@ -221,20 +221,26 @@ final class ProxyPipeline: RequestHandler {
         let ctx = context(exchange)
         ctx.setOwned()
         // The trace starts here, the first step of every request (a batch call's origin is
-        // set). `span` is nil unless the request is sampled: then each stage's end is an
-        // event (one test of a local per stage otherwise).
-        var span: SpanRecord?
+        // set). A sampled request's stages record their ends in its span.
         if let tracer {
             let trace = tracer.begin(ctx, parent: ctx.batchOrigin?.trace)
-            span = trace.span
             ctx.trace = trace
+            if let span = trace.span { return runHeadStages(ctx, span) }
         }
-        if case let .refuse(code, message) = routeStage.run(ctx) { span?.stageEnded(.route); return (code, message) }
-        if let span { span.stageEnded(.route) }
+        return runHeadStages(ctx, NoStageEvents())
+    }
+
+    /// The head stages, each one's end told to `events` (a sampled request's span, or
+    /// nothing). Generic and inlined: the loop is compiled once per kind of `events`, so
+    /// an untraced request runs it with no test at all (one source, two loops).
+    @inline(__always)
+    private func runHeadStages<E: StageEvents>(_ ctx: ProxyContext, _ events: E) -> (GatewayErrorCode, String)? {
+        if case let .refuse(code, message) = routeStage.run(ctx) { events.stageEnded(.route, waits: false); return (code, message) }
+        events.stageEnded(.route, waits: false)
         guard let route = ctx.route else { preconditionFailure("the route stage went on without a route") }
         for i in 1..<firstBodyStage where !route.skips(order[i]) {
             let result = run(order[i], ctx, route)
-            if let span { span.stageEnded(order[i]) }
+            events.stageEnded(order[i], waits: false)
             switch result {
             case .next: continue
             case let .refuse(code, message): return (code, message)
@@ -261,15 +267,20 @@ final class ProxyPipeline: RequestHandler {
     func resume(_ ctx: ProxyContext) {
         // Read once for the run (each read of the context's property is counted).
         guard let route = ctx.route else { preconditionFailure("stages resumed before routing") }
-        // A sampled request's span (nil otherwise): each stage's end an event, a wait when
-        // it suspended.
-        let span = tracer == nil ? nil : ctx.trace.span
+        if tracer != nil, let span = ctx.trace.span { return runStages(ctx, route, span) }
+        runStages(ctx, route, NoStageEvents())
+    }
+
+    /// The stages from `ctx.nextStage`, each one's end told to `events` (a wait when it
+    /// suspended); compiled once per kind of `events`, as `runHeadStages`.
+    @inline(__always)
+    private func runStages<E: StageEvents>(_ ctx: ProxyContext, _ route: Route, _ events: E) {
         while ctx.nextStage < order.count {
             let kind = order[ctx.nextStage]
             ctx.nextStage += 1
             if route.skips(kind) { continue }
             let result = run(kind, ctx, route)
-            if let span { if case .suspended = result { span.stageEnded(kind, waits: true) } else { span.stageEnded(kind) } }
+            if case .suspended = result { events.stageEnded(kind, waits: true) } else { events.stageEnded(kind, waits: false) }
             switch result {
             case .next: continue
             case let .refuse(code, message): ctx.exchange.respondError(code, message); return
