@@ -16,10 +16,13 @@
 # signed route one by key and one by IP, the plain route one by IP.
 # With --jwt every request goes to an auth: jwt route with one reused RS256 token (minted
 # by PyJWT; a token-cache hit after the first), to compare against the plain profile.
-# Usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy | --jwt] [--limits]
+# With --tracing RATIO the config has a tracing section (sample_ratio RATIO) whose spans go
+# to the nginx backend as collector (it answers every POST 200): the cost of tracing per
+# request, the export on the admin loop included (issue 36's budget).
+# Usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy | --jwt] [--limits] [--tracing RATIO]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECONDS_RUN=8; SIGNED=0; CACHE=0; POLICY=0; LIMITS=0; JWT=0
+SECONDS_RUN=8; SIGNED=0; CACHE=0; POLICY=0; LIMITS=0; JWT=0; TRACING=
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) SECONDS_RUN=$2; shift 2 ;;
@@ -28,7 +31,8 @@ while [ $# -gt 0 ]; do
     --policy) POLICY=1; shift ;;
     --limits) LIMITS=1; shift ;;
     --jwt) JWT=1; shift ;;
-    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy | --jwt] [--limits]" >&2; exit 2 ;;
+    --tracing) TRACING=$2; shift 2 ;;
+    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy | --jwt] [--limits] [--tracing RATIO]" >&2; exit 2 ;;
   esac
 done
 for tool in valgrind nginx wrk; do
@@ -90,6 +94,9 @@ if [ "$LIMITS" = 1 ]; then
   NEVER="rate: 1000000/s, burst: 1000000"
   sed -i "s|auth: required }|auth: required, rate_limit: [{ by: key, $NEVER }, { by: ip, $NEVER }] }|; s|service: b, auth: off }|service: b, auth: off, rate_limit: [{ by: ip, $NEVER }] }|" "$WORK/q.yaml"
 fi
+if [ -n "$TRACING" ]; then
+  printf 'tracing: { otlp_endpoint: "http://127.0.0.2:%s/v1/traces", sample_ratio: %s, service_name: profile }\n' "$BPORT" "$TRACING" >> "$WORK/q.yaml"
+fi
 WRK_ARGS=("http://127.0.0.1:$QPORT/")
 [ "$CACHE" = 1 ] && WRK_ARGS=("http://127.0.0.1:$QPORT/cached/item")
 [ "$JWT" = 1 ] && WRK_ARGS=(-H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$QPORT/jwt/item")
@@ -126,14 +133,28 @@ valgrind --tool=callgrind --instr-atstart=no ${QW_CALLGRIND_ARGS:-} --callgrind-
 READY_URL="http://127.0.0.1:$QPORT/"; [ "$CACHE" = 1 ] && READY_URL="http://127.0.0.1:$QPORT/cached/item"
 for _ in $(seq 100); do curl -sf -o /dev/null "$READY_URL" && break; sleep 0.2; done
 count() { curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"]["total"])'; }
+# With --tracing: before counting, waits (at most 15 s) until every span recorded so far
+# (the warm-up's) has been exported, so no backlog is counted. The counted span then holds
+# the exports of the steady state (a batch every 512 spans or 5 s); no wait after the
+# load, whose idle seconds would be counted against the requests.
+spans_settled() {
+  [ -n "$TRACING" ] || return 0
+  for _ in $(seq 75); do
+    curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; t=json.load(sys.stdin)["tracing"]; sys.exit(0 if t["spans_exported"]+t["spans_dropped"]==t["spans_recorded"] else 1)' && return 0
+    sleep 0.2
+  done
+  echo "profile: spans still waiting for export after 15 s" >&2
+}
 # Warm up (first connections, lazy initialisation) on a plain or cached route (a signed
 # replay must use each nonce once), then count from zero.
 wrk -t1 -c8 -d1s "$READY_URL" >/dev/null
+spans_settled
 BEFORE=$(count)
 callgrind_control -i on "$QW" >/dev/null 2>&1
 wrk -t1 -c8 -d"${SECONDS_RUN}s" "${WRK_ARGS[@]}" > "$WORK/wrk.txt"
 grep -q "Non-2xx" "$WORK/wrk.txt" && { echo "profile: some answers were not 2xx:"; cat "$WORK/wrk.txt"; }
 REQUESTS=$(( $(count) - BEFORE ))
+[ -z "$TRACING" ] || curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print("tracing:", json.dumps(json.load(sys.stdin)["tracing"]))'
 kill -INT "$QW"; wait "$QW" 2>/dev/null || true
 callgrind_annotate "$WORK/cg.out" > "$WORK/annotate.txt" 2>/dev/null
 python3 - "$WORK/annotate.txt" "$REQUESTS" <<'PY'

@@ -20,8 +20,9 @@ fi
 # h2 (an independent HTTP/2 client that also writes raw frames for the attack tests),
 # websockets (WebSocket client and backend), http_sf (an RFC 8941 Structured Fields parser,
 # for the RateLimit fields), brotli and zstandard (independent decoders of compressed answers),
-# PyJWT (mints the JWT tests' tokens, independently of the gateway).
-for pair in pytest:pytest botocore:botocore cryptography:cryptography prometheus_client:prometheus_client yaml:PyYAML h2:h2 websockets:websockets http_sf:http-sf brotli:brotli zstandard:zstandard jwt:PyJWT; do
+# PyJWT (mints the JWT tests' tokens, independently of the gateway), opentelemetry-proto
+# (the OTLP protobuf messages: the tracing tests' collector decodes the gateway's exports).
+for pair in pytest:pytest botocore:botocore cryptography:cryptography prometheus_client:prometheus_client yaml:PyYAML h2:h2 websockets:websockets http_sf:http-sf brotli:brotli zstandard:zstandard jwt:PyJWT opentelemetry.proto:opentelemetry-proto; do
   if ! python3 -c "import ${pair%%:*}" >/dev/null 2>&1; then
     echo "test: installing ${pair#*:}"
     python3 -m pip install -q "${pair#*:}" || { echo "test: cannot install ${pair#*:}" >&2; exit 1; }

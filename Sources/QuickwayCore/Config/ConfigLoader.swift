@@ -182,6 +182,7 @@ public enum ConfigLoader {
         }
         let rateLimits = top.map("rate_limits").map { readRateLimitSettings($0) }
         let compression = top.map("compression").map { readCompression($0) }
+        let tracing = top.map("tracing").map { readTracing($0) }
         top.finish()
         var config = GatewayConfig(listen: listen, workers: workers, admin: admin, tlsListen: tlsListen, http2: http2, limits: limits, log: log, auth: auth,
                                    cache: cache, redis: redis, services: services, routes: routes, sourcePath: file)
@@ -190,6 +191,7 @@ public enum ConfigLoader {
         config.jwt = jwt
         config.rateLimits = rateLimits ?? RateLimitSettings()
         config.compression = compression
+        config.tracing = tracing
         if config.rateLimits.store == .redis && redis == nil { top.report("rate_limits", "store: redis needs a redis section") }
         return config
     }

@@ -29,6 +29,8 @@ public struct GatewayConfig: Sendable {
     /// `compression`: how routes with `compression: true` compress answers (nil: no
     /// section; such routes then use the defaults).
     public var compression: CompressionConfig?
+    /// `tracing`: W3C Trace Context and OTLP export (nil: tracing off).
+    public var tracing: TracingConfig?
     /// Services in file order.
     public var services: [ServiceConfig]
     /// Routes in file order; the first match wins.

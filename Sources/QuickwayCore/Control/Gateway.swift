@@ -18,6 +18,8 @@ public final class Gateway {
         let tier: SharedTier?
         /// Where the worker's codecs hand their requests, with the handler snapshot.
         var layer: StreamLayer!
+        /// The worker's tracing, kept across reloads (nil without `tracing`).
+        var tracer: WorkerTracer?
     }
 
     private let lock = NSLock()
@@ -47,6 +49,8 @@ public final class Gateway {
     /// JWT providers' key refreshes, on the admin loop (`jwt`).
     private var jwksRefresher: JWKSRefresher!
     private var accessLog: AccessLog?
+    /// Sends the workers' spans to the collector, on the admin loop (nil: no `tracing`).
+    private var traceExporter: TraceExporter?
     /// The shared Redis tier (nil without `redis`), one link per worker plus the admin
     /// loop's (used for purges). Bound to the loops, so a `redis` change needs a restart.
     private var redisTier: RedisTier?
@@ -103,6 +107,7 @@ public final class Gateway {
         // another process's listener too: a busy port is refused first.
         try ListeningSocket.ensureFree(config.listen)
         if let t = config.tlsListen { try ListeningSocket.ensureFree(t.listen) }
+        var spanQueues: [SpanQueue] = []
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", limits: config.limits, maxConnections: config.limits.maxConnections)
             w.budget = budget
@@ -110,6 +115,11 @@ public final class Gateway {
             let client = UpstreamClient(base: w.base, buffers: w.bufferPool)
             let tier = redisTier?.makeTier(base: w.base)
             var proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
+            if let t = config.tracing {
+                let (tracer, queue) = WorkerTracer.make(t)
+                proxyWorker.tracer = tracer
+                spanQueues.append(queue)
+            }
             let layer = try Codecs.serve(w, handler: makePipeline(proxyWorker, config: config, authenticator: authenticator),
                                          listen: config.listen, tlsListen: config.tlsListen?.listen, tlsContext: tls,
                                          http2: config.http2, maxObjectBytes: config.cache.maxObjectBytes, accessLog: accessLog)
@@ -122,6 +132,8 @@ public final class Gateway {
         let cp = ControlPlane(worker: admin)
         controlPlane = cp
         let jwks = JWKSRefresher(worker: admin, client: cp.client)
+        let exporter = config.tracing.map { TraceExporter(config: $0, queues: spanQueues, client: cp.client, base: admin.base) }
+        traceExporter = exporter
         jwksRefresher = jwks
         let aTier = redisTier?.makeTier(base: admin.base)
         adminTier = aTier
@@ -135,7 +147,7 @@ public final class Gateway {
         admin.onLoopExit = { [unowned self] in
             historyTimer?.cancel()
             historyTimer = nil
-            sync?.stop(); aTier?.link.shutdown(); subscriber?.shutdown(); sentinel?.shutdown(); cp.stop(); jwks.stop(); cp.client.shutdown()
+            sync?.stop(); aTier?.link.shutdown(); subscriber?.shutdown(); sentinel?.shutdown(); cp.stop(); jwks.stop(); exporter?.stop(); cp.client.shutdown()
         }
     }
 
@@ -144,7 +156,7 @@ public final class Gateway {
     /// The one place a `ProxyPipeline` is built: at start-up and on every reload.
     private func makePipeline(_ p: ProxyWorker, config: GatewayConfig, authenticator: Authenticator?) -> ProxyPipeline {
         ProxyPipeline(worker: p.worker, config: config, client: p.client, authenticator: authenticator, statSlots: routeSlots,
-                     shared: shared, services: services, sharedTier: p.tier)
+                     shared: shared, services: services, sharedTier: p.tier, tracer: p.tracer)
     }
 
     private static func buildServices(_ config: GatewayConfig, previous: [String: ServiceRuntime]) -> [String: ServiceRuntime] {
@@ -199,6 +211,7 @@ public final class Gateway {
         s.cacheMaxBytes = shared.cache.maxBytes
         (s.coalescedLeaders, s.coalescedWaiters) = shared.flights.figures
         s.redis = redisTier?.figures
+        s.tracing = traceExporter?.figures
         s.rateLimits = shared.rateLimits.figures(routeNames: config.routes.map(\.name))
         lock.lock()
         s.services = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
@@ -317,6 +330,7 @@ public final class Gateway {
         if let sub = purgeSubscriber.map(LoopBound.init) { admin.post { sub.value.start() } }
         if let s = sentinelWatcher.map(LoopBound.init) { admin.post { s.value.start() } }
         if let sync = limitSync.map(LoopBound.init) { admin.post { sync.value.start() } }
+        if let exporter = traceExporter.map(LoopBound.init) { admin.post { exporter.value.start() } }
         restartControlPlane()
         restartJWKS(config.jwt)
         let me = LoopBound(self)

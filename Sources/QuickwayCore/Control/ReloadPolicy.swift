@@ -55,6 +55,11 @@ enum ReloadPolicy {
             changes.append("redis changes need a restart (kept the running Redis settings)")
             applied.redis = old.redis
         }
+        // Tracing's queues and exporter are set up with the workers.
+        if new.tracing != old.tracing {
+            changes.append("tracing changes need a restart (kept the running tracing settings)")
+            applied.tracing = old.tracing
+        }
         // The local nonce store is kept (so nonces seen before stay replays) with its size
         // and TTL; the new values are not put back: the Redis tier's claims use the new TTL.
         if let a = new.auth, let b = old.auth, a.nonceTTLMillis != b.nonceTTLMillis || a.nonceCapacity != b.nonceCapacity {

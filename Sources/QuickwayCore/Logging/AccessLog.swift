@@ -162,6 +162,8 @@ struct AccessLogEntry {
         out.append("Z\",\"request_id\":")
         if let ex = exchange {
             ex.requestId.withBytes { Self.appendJSONString($0, out) }
+            // With tracing on, the trace id beside the request id (`TraceLogField`).
+            if ex.trace.isOn { TraceLogField.write(ex.trace, into: out) }
             out.append(",\"client\":")
             var client = ex.clientAddress   // an IPv4 address is inline: no heap copy
             client.withUTF8 { Self.appendJSONString(UnsafeRawBufferPointer($0), out) }

@@ -6,6 +6,8 @@ struct BatchCallOrigin {
     /// The envelope's verified key id (nil: the envelope was not signed).
     let keyId: String?
     let parentRequestId: RequestId
+    /// The envelope's trace: each call's span is a child of the envelope's.
+    var trace: TraceLink? = nil
 }
 
 extension ServiceRuntime {

@@ -93,6 +93,8 @@ class Exchange {
     /// envelope's verified identity, which the call carries instead of credentials of its
     /// own, and its request id (the access log's `parent`).
     var batchOrigin: BatchCallOrigin?
+    /// The request's trace when tracing is on (`WorkerTracer.begin`); `isOn` false when off.
+    var trace = RequestTrace()
 
     private(set) var status = 0
     private(set) var bytesSent = 0
@@ -203,6 +205,7 @@ class Exchange {
 
     /// Answers with the gateway's JSON error body (`LocalReply`).
     func respondError(_ code: GatewayErrorCode, _ message: String) {
+        trace.span?.errorCode = code
         let reply = LocalReply(code, message, requestId: requestId, challenge: authChallenge, allow: allowedMethods,
                                retryAfter: retryAfterSeconds, rateLimitFields: rateLimitFields)
         reply.headerLines.withUnsafeBytes { lines in
@@ -302,11 +305,15 @@ class Exchange {
         clientLeft()
     }
 
+    /// The request ends: a traced request's span is finished (`ProxyContext`).
+    func traceEnded(_ status: Int) {}
+
     /// The one report of the request's end to the stream layer (counted, logged).
     @inline(__always)
     private func ended(_ status: Int) {
         guard !counted else { return }
         counted = true
+        traceEnded(status)
         layer?.with { $0.requestEnded(self, status: status) }
     }
 }

@@ -75,6 +75,8 @@ final class ProxyContext: Exchange {
 
     override func clientLeft() { pipeline.clientLeft(self) }
 
+    override func traceEnded(_ status: Int) { pipeline.tracer?.finish(self, status: status) }
+
     init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, peer: Peer, pipeline: ProxyPipeline) {
         super.init(head: head, sink: sink, requestId: requestId, peer: peer, handler: pipeline)
     }

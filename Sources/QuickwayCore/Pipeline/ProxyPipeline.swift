@@ -66,10 +66,15 @@ final class ProxyPipeline: RequestHandler {
     let shared: SharedStages
     let sharedTier: SharedTier?
     let authenticator: Authenticator?
+    /// The worker's tracing (`tracing`), nil when it is off: a `let`, so every hook
+    /// costs a nil test and no checked read of the context.
+    let tracer: WorkerTracer?
 
     init(worker: Worker, config: GatewayConfig, client: UpstreamCallMaker, authenticator: Authenticator?,
-         statSlots: RouteStatSlots, shared: SharedStages, services: [String: ServiceRuntime], sharedTier: SharedTier? = nil) {
+         statSlots: RouteStatSlots, shared: SharedStages, services: [String: ServiceRuntime], sharedTier: SharedTier? = nil,
+         tracer: WorkerTracer? = nil) {
         spareArrays = worker.spareArrays
+        self.tracer = tracer
         self.shared = shared
         self.sharedTier = sharedTier
         self.authenticator = authenticator
@@ -215,10 +220,28 @@ final class ProxyPipeline: RequestHandler {
     func preflight(_ exchange: Exchange) -> (GatewayErrorCode, String)? {
         let ctx = context(exchange)
         ctx.setOwned()
-        if case let .refuse(code, message) = routeStage.run(ctx) { return (code, message) }
+        // The trace starts here, the first step of every request (a batch call's origin is
+        // set). A sampled request's stages record their ends in its span.
+        if let tracer {
+            let trace = tracer.begin(ctx, parent: ctx.batchOrigin?.trace)
+            ctx.trace = trace
+            if let span = trace.span { return runHeadStages(ctx, span) }
+        }
+        return runHeadStages(ctx, NoStageEvents())
+    }
+
+    /// The head stages, each one's end told to `events` (a sampled request's span, or
+    /// nothing). Generic and inlined: the loop is compiled once per kind of `events`, so
+    /// an untraced request runs it with no test at all (one source, two loops).
+    @inline(__always)
+    private func runHeadStages<E: StageEvents>(_ ctx: ProxyContext, _ events: E) -> (GatewayErrorCode, String)? {
+        if case let .refuse(code, message) = routeStage.run(ctx) { events.stageEnded(.route, waits: false); return (code, message) }
+        events.stageEnded(.route, waits: false)
         guard let route = ctx.route else { preconditionFailure("the route stage went on without a route") }
         for i in 1..<firstBodyStage where !route.skips(order[i]) {
-            switch run(order[i], ctx, route) {
+            let result = run(order[i], ctx, route)
+            events.stageEnded(order[i], waits: false)
+            switch result {
             case .next: continue
             case let .refuse(code, message): return (code, message)
             // It answered through the exchange (a CORS preflight): the stream layer sees
@@ -244,11 +267,21 @@ final class ProxyPipeline: RequestHandler {
     func resume(_ ctx: ProxyContext) {
         // Read once for the run (each read of the context's property is counted).
         guard let route = ctx.route else { preconditionFailure("stages resumed before routing") }
+        if tracer != nil, let span = ctx.trace.span { return runStages(ctx, route, span) }
+        runStages(ctx, route, NoStageEvents())
+    }
+
+    /// The stages from `ctx.nextStage`, each one's end told to `events` (a wait when it
+    /// suspended); compiled once per kind of `events`, as `runHeadStages`.
+    @inline(__always)
+    private func runStages<E: StageEvents>(_ ctx: ProxyContext, _ route: Route, _ events: E) {
         while ctx.nextStage < order.count {
             let kind = order[ctx.nextStage]
             ctx.nextStage += 1
             if route.skips(kind) { continue }
-            switch run(kind, ctx, route) {
+            let result = run(kind, ctx, route)
+            if case .suspended = result { events.stageEnded(kind, waits: true) } else { events.stageEnded(kind, waits: false) }
+            switch result {
             case .next: continue
             case let .refuse(code, message): ctx.exchange.respondError(code, message); return
             case .answered, .suspended: return

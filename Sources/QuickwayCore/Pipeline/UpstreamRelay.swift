@@ -47,6 +47,8 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
     private let webSocket: WebSocketPlan?
     /// The backend answered a WebSocket handshake with this 2xx status (not 101).
     private var handshakeAnsweredWith: Int?
+    /// The request's span when its trace is sampled (events: each IP tried, first byte, retries).
+    private let span: SpanRecord?
 
     /// A class: one reference in every relay, not the plan's fields.
     final class WebSocketPlan {
@@ -61,7 +63,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
     }
 
     init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: UpstreamRequest, maxObjectBytes: Int,
-         webSocket: WebSocketPlan? = nil) {
+         webSocket: WebSocketPlan? = nil, span: SpanRecord? = nil) {
         self.ctx = ctx
         self.service = service
         self.upstream = upstream
@@ -71,6 +73,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
         self.maxObjectBytes = maxObjectBytes
         buffersForCache = ctx.plan != nil
         self.webSocket = webSocket
+        self.span = span
         super.init(Buffered())
     }
 
@@ -105,6 +108,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
     private func send(to member: UpstreamMember) {
         current = member
         exchange.upstreamAddress = member.ip
+        span?.event(.upstreamConnect, ip: member.ip)
         let t = upstream.makeCall(service: service, member: member)
         transfer = t
         t.start(request, delegate: self)
@@ -129,6 +133,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
     // MARK: UpstreamCallDelegate
 
     func upstreamHeadReceived(_ t: UpstreamCall, _ head: borrowing UpstreamResponseHead) {
+        span?.event(.upstreamFirstByte)
         // A WebSocket handshake answered 2xx instead of 101: relayed, an HTTP/2 client
         // would read `:status 200` to its extended CONNECT as an open tunnel (RFC 8441).
         if webSocket != nil && (200..<300).contains(head.status) {
@@ -257,6 +262,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
                request.bodySource?.rewind() ?? true {
                 retriesLeft -= 1
                 service.health.countRetry()
+                span?.event(.upstreamRetry, ip: current?.ip, note: message)
                 Log.debug("request \(exchange.requestIdString): \(message); retrying on \(next.ip)")
                 send(to: next)
                 return

@@ -145,6 +145,7 @@ public enum PrometheusText {
         webSocket(s.webSocket, &w)
         rateLimits(s.rateLimits, &w)
         if let r = s.redis { redis(r, &w) }
+        if let t = s.tracing { t.metrics(&w) }
         return w.text
     }
 

@@ -35,6 +35,8 @@ public struct StatsSnapshot {
     public var services: [(String, ServiceHealth.Figures)] = []
     /// The shared Redis tier, when configured.
     var redis: RedisTier.Figures?
+    /// Tracing's counters, when `tracing` is configured.
+    var tracing: TracingFigures?
     public var workers = 0
     public var connections = 0
     /// Open descriptors over every table, and the limit.
@@ -129,6 +131,7 @@ public struct StatsSnapshot {
         s += "\"expired\":\(cache.expired),\"bytes\":\(cache.bytes),\"entries\":\(cache.entries),\"max_bytes\":\(cacheMaxBytes)},"
         s += "\"coalescing\":{\"leaders\":\(coalescedLeaders),\"waiters\":\(coalescedWaiters)},"
         s += "\"redis\":\(redis.map(Self.redisJSON) ?? "null"),"
+        s += "\"tracing\":\(tracing.map { $0.json() } ?? "null"),"
         s += "\"auth\":{\"accepted\":\(authAccepted),\"rejected\":{"
         s += AuthRejection.allCases.map { "\"\($0.code)\":\(authRejected[$0.rawValue])" }.joined(separator: ",") + "}},"
         s += "\"rate_limits\":\(rateLimits.json()),"

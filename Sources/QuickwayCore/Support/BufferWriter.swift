@@ -16,6 +16,14 @@ struct BufferWriter {
         at += bytes.count
     }
 
+    /// Lets `body` store exactly `n` bytes at the current position (one bounds check for
+    /// a fixed-size piece written a word at a time, e.g. a `traceparent`).
+    @inline(__always) mutating func putFixed(_ n: Int, _ body: (UnsafeMutableRawPointer) -> Void) {
+        precondition(at + n <= buffer.count)
+        body(buffer.baseAddress! + at)
+        at += n
+    }
+
     @inline(__always) mutating func put(_ s: StaticString) { put(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)) }
 
     @inline(__always) mutating func put(byte: UInt8) {

@@ -29,14 +29,17 @@ final class ForwardStage: RequestStage {
 
     /// `head` is the exchange's, borrowed (a local copy would retain its array).
     private func forward(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> StageResult {
-        let request = self.request(ctx, route, trusted, head)
+        // Read once: the headers and the relay both need it (each read of the context is checked).
+        let trace: RequestTrace? = ctx.pipeline.tracer == nil ? nil : ctx.trace
+        let request = self.request(ctx, route, trusted, head, trace)
         // A WebSocket handshake (checked by the route stage) goes with its own
         // hop-by-hop headers; other calls pay only the flag test.
         let relay: UpstreamRelay
         if head.upgradeWebSocket {
             relay = webSocketRelay(ctx, route, request)
         } else {
-            relay = UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes)
+            relay = UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes,
+                                  span: trace?.span)
         }
         ctx.waiting = .upstream(relay)
         if let flight = ctx.flight {
@@ -50,7 +53,8 @@ final class ForwardStage: RequestStage {
 
     /// The request to send, the same for every client (each frames it itself). A HEAD
     /// on a cached route goes as GET (`upstreamHead` false), so the body can be stored.
-    private func request(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> UpstreamRequest {
+    private func request(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead,
+                         _ trace: RequestTrace?) -> UpstreamRequest {
         let hasBody = head.body != .none || head.statesContentLength
         let upstreamHead = ctx.isHeadRequest && ctx.plan == nil
         // A rewrite's target replaces the path (the loader refuses it with strip_prefix).
@@ -62,7 +66,8 @@ final class ForwardStage: RequestStage {
             method: method, isHead: upstreamHead, hasBody: hasBody, body: ctx.body,
             headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
                                                   authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted,
-                                                  rules: ctx.inflatedRequestRules ?? route.config.requestHeaders, identity: ctx.identityHeaders ?? identityDefault),
+                                                  rules: ctx.inflatedRequestRules ?? route.config.requestHeaders, identity: ctx.identityHeaders ?? identityDefault,
+                                                  trace: trace),
             pathAndQuery: target.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
                 ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
             idempotent: UpstreamRelay.isIdempotent(head), webSocketUpgrade: head.upgradeWebSocket,
@@ -77,7 +82,8 @@ final class ForwardStage: RequestStage {
         let head = ctx.exchange.head
         let key = head.value(of: "sec-websocket-key").map { Array(head.bytes[$0]) } ?? []
         let plan = route.config.websocket.map { UpstreamRelay.WebSocketPlan(key: key, config: $0, routeSlot: route.statSlot) }
-        return UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes, webSocket: plan)
+        return UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes, webSocket: plan,
+                             span: ctx.pipeline.tracer == nil ? nil : ctx.trace.span)
     }
 
     // The common methods as shared arrays: a request's method costs no allocation.

@@ -1,0 +1,145 @@
+/// Tracing on one worker (`ProxyPipeline.tracer`, when `tracing` is configured):
+/// reads a request's `traceparent`/`tracestate` once (`begin`), decides whether it is
+/// sampled, and hands a sampled request's span to the worker's `SpanQueue` when it ends
+/// (`finish`). Loop thread only (the queue is the one thing shared, with the exporter).
+///
+/// Sampling: a request whose valid `traceparent` says sampled is sampled (the trace goes
+/// on); any other is sampled with probability `sample_ratio`, keeping the caller's trace
+/// id when its `traceparent` was valid, else in a new trace. A batch call is a child of
+/// its envelope's span and shares its decision (`BatchCallOrigin.trace`), whatever its
+/// own head says.
+final class WorkerTracer {
+    let queue: SpanQueue
+    /// A request without a sampled parent is sampled when a random word is below this
+    /// (`always`: every one).
+    private let threshold: UInt64
+    private let always: Bool
+    private var random: TraceIdGenerator
+
+    init(config: TracingConfig, queue: SpanQueue, seed: UInt64) {
+        self.queue = queue
+        always = config.sampleRatio >= 1
+        threshold = config.sampleRatio <= 0 ? 0 : UInt64(min(config.sampleRatio * 18446744073709551616.0, 18446744073709549568.0))
+        random = TraceIdGenerator(seed: seed)
+    }
+
+    /// The trace of a request about to run its first stage (`ProxyPipeline.preflight`).
+    /// `parent`: a batch call's envelope trace (`BatchCallOrigin.trace`), nil otherwise.
+    func begin(_ ex: Exchange, parent link: TraceLink?) -> RequestTrace {
+        let traceHi: UInt64, traceLo: UInt64, parentId: UInt64, sampled: Bool
+        var state: [UInt8]?
+        var kind: UInt8 = 2   // OTLP SPAN_KIND_SERVER
+        if let parent = link?.trace {
+            (traceHi, traceLo, parentId, sampled, state) = (parent.traceHi, parent.traceLo, parent.spanId, parent.sampled, parent.traceState)
+            kind = 1   // SPAN_KIND_INTERNAL: a call the gateway made of its envelope
+        } else if case let (parent, s)? = ex.withHead({ Self.read($0) }) {
+            (traceHi, traceLo, parentId, sampled, state) = (parent.traceHi, parent.traceLo, parent.parentId, parent.sampled || sample(), s)
+        } else {
+            (traceHi, traceLo, parentId, sampled) = (random.nonZero(), random.nonZero(), 0, sample())
+        }
+        let spanId = random.nonZero()
+        var span: SpanRecord?
+        if sampled {
+            span = SpanRecord(traceHi: traceHi, traceLo: traceLo, spanId: spanId, parentId: parentId, kind: kind, traceState: state,
+                              startWallNanos: Clock.wallNanos() &- (Clock.monotonicNanos() &- ex.startNanos), startMonoNanos: ex.startNanos)
+        }
+        return RequestTrace(traceHi: traceHi, traceLo: traceLo, spanId: spanId, parentId: parentId, sampled: sampled, traceState: state, span: span)
+    }
+
+    @inline(__always) private func sample() -> Bool {
+        if always { return true }
+        if threshold == 0 { return false }
+        return random.next() < threshold
+    }
+
+    /// The request's `traceparent` (exactly one field, valid) and, with it, its
+    /// `tracestate` when valid and within bounds (several fields joined by commas, as
+    /// RFC 9110 combines them). Nil: no usable parent (absent, repeated or malformed),
+    /// and then no `tracestate` either (the spec: without a valid traceparent, tracestate
+    /// is not read).
+    static func read(_ head: borrowing HTTPRequestHead) -> (TraceParent, [UInt8]?)? {
+        let table = head.fieldTable
+        return head.withBytes { raw -> (TraceParent, [UInt8]?)? in
+            var parent: Range<Int>?
+            var parents = 0
+            var states: [Range<Int>] = []
+            for f in table.fields(in: raw) {
+                let n = f.name
+                if n.count == 11 && HTTPSyntax.equalsLowercase(raw, n, "traceparent") {
+                    parents += 1
+                    parent = f.value
+                } else if n.count == 10 && HTTPSyntax.equalsLowercase(raw, n, "tracestate") {
+                    states.append(f.value)
+                }
+            }
+            guard parents == 1, let parent, let p = TraceParent.parse(UnsafeRawBufferPointer(rebasing: raw[parent])) else { return nil }
+            guard !states.isEmpty else { return (p, nil) }
+            var joined: [UInt8] = []
+            for (i, r) in states.enumerated() {
+                if i > 0 { joined.append(UInt8(ascii: ",")) }
+                joined.append(contentsOf: raw[r])
+                if joined.count > TraceState.maxBytes { return (p, nil) }
+            }
+            let valid = joined.withUnsafeBytes { TraceState.isValid($0) }
+            return (p, valid && !joined.isEmpty ? joined : nil)
+        }
+    }
+
+    /// The request ended (`Exchange.traceEnded`, once): a sampled request's span gets
+    /// what the stages found and goes to the queue.
+    func finish(_ ex: Exchange, status: Int) {
+        guard let span = ex.trace.span else { return }
+        var end = SpanEnd(monoNanos: Clock.monotonicNanos(), status: status)
+        ex.withHead { head in
+            head.withBytes { raw in
+                // A common method is a shared array (no copy).
+                end.method = ForwardStage.method(UnsafeRawBufferPointer(rebasing: raw[head.method]))
+                let p = head.path
+                end.path = Array(raw[p.lowerBound..<min(p.upperBound, p.lowerBound + Self.maxPathBytes)])
+            }
+        }
+        end.route = ex.routeName
+        end.cacheStatus = ex.cacheStatus
+        end.upstream = ex.upstreamAddress
+        end.requestId = ex.requestId
+        end.parentRequestId = ex.batchOrigin?.parentRequestId
+        span.end = end
+        span.markQueued()
+        queue.push(span)
+    }
+
+    /// The longest path an exported span carries (`url.path`); a longer one is cut.
+    static let maxPathBytes = 1024
+}
+
+/// Random 64-bit words for trace and span ids and sampling (SplitMix64, seeded per
+/// worker from the system's generator): ids need to be unlikely to collide, not secret,
+/// and a few instructions each.
+struct TraceIdGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+
+    @inline(__always) mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// A word that is not 0 (an all-zero id is invalid).
+    @inline(__always) mutating func nonZero() -> UInt64 {
+        while true { let v = next(); if v != 0 { return v } }
+    }
+}
+
+extension WorkerTracer {
+    /// A worker's tracer (kept across reloads, handed to each of its pipelines) and its
+    /// queue, for the exporter.
+    static func make(_ config: TracingConfig) -> (WorkerTracer, SpanQueue) {
+        let queue = SpanQueue(capacity: config.queueSpans)
+        var seed: UInt64 = 0
+        while seed == 0 { seed = UInt64.random(in: .min ... .max) }
+        return (WorkerTracer(config: config, queue: queue, seed: seed), queue)
+    }
+}
