@@ -42,7 +42,9 @@ HTTP_SOURCES=("$SRC/HTTP/HTTPSyntax.swift" "$SRC/HTTP/HTTPRequestHead.swift" "$S
 UPSTREAM_SOURCES=("$SRC/Upstream/UpstreamResponseHead.swift" "$SRC/Upstream/UpstreamRequestHeaders.swift" "$SRC/Upstream/UpstreamHeaders.swift"
                   "$SRC/HTTP/HeaderRules.swift" "$SRC/Policy/ClientAddress.swift" "$SRC/Pipeline/RequestId.swift" "$SRC/Support/BufferWriter.swift"
                   "$SRC/Support/ByteBuffer.swift" "$SRC/Support/BufferPool.swift" "$SRC/Support/DecimalText.swift"
-                  "$SRC/Support/TrustedProxies.swift")
+                  "$SRC/Support/TrustedProxies.swift" "$SRC/Tracing/RequestTrace.swift" "$SRC/Tracing/TraceParent.swift"
+                  "$SRC/Tracing/SpanEventLog.swift" "$SRC/Tracing/TraceHeaders.swift" "$SRC/HTTP/GatewayError.swift"
+                  "$SRC/Support/Clock.swift")
 WEBSOCKET_SOURCES=("$SRC/WebSocket/WebSocketFrameParser.swift" "$SRC/WebSocket/WebSocketFrame.swift" "$SRC/WebSocket/UTF8Validator.swift"
                    "$SRC/WebSocket/MessageInflater.swift")
 build() {

@@ -108,28 +108,6 @@ struct SpanEvent {
             }
         }
 
-        /// The event a stage's end records.
-        init(_ stage: StageKind) {
-            switch stage {
-            case .route: self = .route
-            case .access: self = .access
-            case .rateLimitHead: self = .rateLimit
-            case .cors: self = .cors
-            case .authenticateHead: self = .auth
-            case .rewrite: self = .rewrite
-            case .authenticateBody: self = .authBody
-            case .rateLimitKey: self = .rateLimitKey
-            case .batch: self = .batch
-            case .cacheLookup: self = .cacheLookup
-            case .coalesce: self = .coalesce
-            case .sharedTierLookup: self = .sharedTierLookup
-            case .forward: self = .forward
-            case .compression: self = .compression
-            case .decompressRequest: self = .decompress
-            case .jwt: self = .authJWT
-            case .clientCertificate: self = .authMTLS
-            }
-        }
     }
 
     var kind: Kind
