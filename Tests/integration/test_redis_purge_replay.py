@@ -226,6 +226,9 @@ def test_a_log_trimmed_past_what_was_missed_drops_the_whole_local_tier(setup):
     wait_until(lambda: purges(b)["local_tier_serving"] is True, timeout=10, what="B caught up")
     s = purges(b)
     assert s["local_tier_dropped"] == 1 and s["replayed"] == 0, s
+    # The follower's link is back; the workers' links (which read the shared tier) come
+    # back on their own backoff: a lookup before then is a miss, not a Redis hit.
+    wait_until(lambda: b.stats()["redis"]["connected"], timeout=10, what="B's Redis links all up")
     assert "no longer reaches back" in b.logs()
     # x/1 was purged: B goes upstream for it.
     hits = backend.path_hits("/cached/x/1")
