@@ -99,13 +99,18 @@ final class StreamLayer {
                 ex.spool = s
                 stats.requestBodySpooled()
             case .failure(let e):
-                return refuse(ex, .overloaded("the request body could not be stored: \(limits.clientBodyTempPath): \(e)"))
+                return refuseUnstored(ex, e.description)
             }
         }
         guard let spool = ex.spool, ex.body.withUnsafeBytes({ spool.append($0) }) else {
-            return refuse(ex, .overloaded("the request body could not be stored: \(limits.clientBodyTempPath): \(String(cString: strerror(errno)))"))
+            return refuseUnstored(ex, String(cString: strerror(errno)))
         }
         ex.body.removeAll(keepingCapacity: true)
+    }
+
+    /// A body that cannot go to its spool file (`why`: the system's words): 503.
+    private func refuseUnstored(_ ex: Exchange, _ why: String) {
+        refuse(ex, .overloaded("the request body could not be stored: \(limits.clientBodyTempPath): \(why)"))
     }
 
     /// Room to reserve for a body of `contentLength` bytes: no more than the memory
@@ -146,7 +151,7 @@ final class StreamLayer {
     func dispatch(_ ex: Exchange) {
         if let spool = ex.spool, ex.bodySource == nil {
             guard ex.body.isEmpty || ex.body.withUnsafeBytes({ spool.append($0) }) else {
-                return refuse(ex, .overloaded("the request body could not be stored: \(limits.clientBodyTempPath): \(String(cString: strerror(errno)))"))
+                return refuseUnstored(ex, String(cString: strerror(errno)))
             }
             ex.body = []
             ex.bodySource = spool
@@ -165,8 +170,6 @@ final class StreamLayer {
         case timeout(millis: Int64)
         /// The body stopped arriving for `client_body_timeout`.
         case bodyTimeout(millis: Int64)
-        /// The client went away in the middle of a streamed body.
-        case clientLeft
         case headerListTooLarge(Int)
         case malformedHTTP2(String)
         case overloaded(String)
@@ -178,7 +181,6 @@ final class StreamLayer {
             case .parse(.bodyTooLarge), .bodyTooLarge: return (.bodyTooLarge, "request body is larger than \(limits.maxBodyBytes) bytes")
             case .timeout(let ms): return (.requestTimeout, "the request was not received within \(Units.formatMillis(ms))")
         case .bodyTimeout(let ms): return (.requestTimeout, "the request body stopped arriving for \(Units.formatMillis(ms))")
-        case .clientLeft: return (.badRequest, "the client closed the connection before the request body was complete")
             case .headerListTooLarge(let n): return (.headersTooLarge, "request header list is larger than \(n) bytes")
             case .malformedHTTP2(let why): return (.badRequest, "malformed HTTP/2 request: \(why)")
             case .overloaded(let why): return (.overloaded, why)
