@@ -164,26 +164,80 @@ final class TraceContextTests: XCTestCase {
         }
     }
 
-    func testABatchIsWrittenToExactlyItsSize() {
+    /// A protobuf message's fields, read by the wire format alone (protobuf.dev
+    /// "Encoding"), not by the encoder's code: every length must fit its message exactly.
+    private func fields(_ b: ArraySlice<UInt8>) -> [(field: UInt64, value: ArraySlice<UInt8>)]? {
+        var out: [(UInt64, ArraySlice<UInt8>)] = []
+        var i = b.startIndex
+        func varint() -> UInt64? {
+            var v: UInt64 = 0, shift: UInt64 = 0
+            while i < b.endIndex {
+                let byte = b[i]; i += 1
+                v |= UInt64(byte & 0x7f) << shift
+                if byte < 0x80 { return v }
+                shift += 7
+            }
+            return nil
+        }
+        while i < b.endIndex {
+            guard let key = varint() else { return nil }
+            switch key & 7 {
+            case 0: guard let v = varint() else { return nil }; _ = v; out.append((key >> 3, b[i..<i]))
+            case 1: guard i + 8 <= b.endIndex else { return nil }; out.append((key >> 3, b[i..<(i + 8)])); i += 8
+            case 2:
+                guard let n = varint(), i + Int(n) <= b.endIndex else { return nil }
+                out.append((key >> 3, b[i..<(i + Int(n))])); i += Int(n)
+            default: return nil
+            }
+        }
+        return out
+    }
+
+    private func facts(_ method: [UInt8], _ path: [UInt8], status: Int, _ body: (SpanFacts) -> Void) {
+        method.withUnsafeBytes { m in
+            path.withUnsafeBytes { p in
+                body(SpanFacts(method: m, path: p, route: Array("orders".utf8), status: status, cacheStatus: "MISS", upstream: "127.0.0.2",
+                               requestId: RequestId(Array("req-1".utf8)), parentRequestId: nil, endMonoNanos: 9))
+            }
+        }
+    }
+
+    func testSpansWrittenOnTheWorkerAndTheEnvelopeAreOneExport() {
+        let envelope = OTLPEncoder.Envelope(serviceName: "svc")
+        let buffer = SpanBuffer(capacity: 4, headroom: envelope.bytes.count)
         let s = SpanRecord(traceHi: 1, traceLo: 2, spanId: 3, parentId: 4, kind: 2, traceState: Array("a=1".utf8), startWallNanos: 10, startMonoNanos: 5)
         s.event(.route)
         s.event(.upstreamConnect, ip: "127.0.0.1")
         s.event(.upstreamRetry, ip: "127.0.0.1", note: "refused")
-        s.method = Array("GET".utf8)
-        s.path = Array(String(repeating: "p", count: 300).utf8)
-        s.status = 502
         s.errorCode = .upstreamUnreachable
-        // `exportRequest` checks its sizes against what it wrote (a precondition).
-        let body = OTLPEncoder.exportRequest(serviceName: "svc", spans: [s, s][...])
-        XCTAssertEqual(body.first, 0x0a, "field 1, wire type 2: resource_spans")
+        // A span's bound is checked against what it wrote (a precondition).
+        facts(Array("GET".utf8), Array(String(repeating: "p", count: 300).utf8), status: 502) { XCTAssertTrue(buffer.append(s, $0)) }
+        facts(Array("POST".utf8), Array("/x".utf8), status: 200) { XCTAssertTrue(buffer.append(s, $0)) }
+        XCTAssertNil(buffer.take(atLeast: 3, before: 0), "not enough spans, none too old")
+        guard let chunk = buffer.take(atLeast: 2, before: 0) else { return XCTFail("two spans: taken") }
+        let body = Array(chunk.seal(envelope))
+        // ExportTraceServiceRequest { resource_spans = 1 } spanning the whole body.
+        guard let top = fields(body[...]), top.count == 1, top[0].field == 1 else { return XCTFail("one resource_spans") }
+        guard let rs = fields(top[0].value), rs.map(\.field) == [1, 2] else { return XCTFail("resource, then scope_spans") }
+        guard let ss = fields(rs[1].value) else { return XCTFail("scope_spans") }
+        XCTAssertEqual(ss.map(\.field), [1, 2, 2], "the scope, then two spans")
+        guard let span = fields(ss[1].value) else { return XCTFail("a span") }
+        XCTAssertEqual(span.first { $0.field == 1 }.map { Array($0.value) }, [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2])
+        XCTAssertEqual(span.filter { $0.field == 11 }.count, 3, "three events")
+        XCTAssertEqual(span.first { $0.field == 5 }.map { String(decoding: $0.value, as: UTF8.self) }, "GET orders")
+        // The retry event names its IP and its reason.
+        let retry = span.filter { $0.field == 11 }.last.flatMap { fields($0.value) }
+        let strings = retry?.filter { $0.field == 3 }.compactMap { fields($0.value) }.map { String(decoding: $0[0].value, as: UTF8.self) }
+        XCTAssertEqual(strings, ["network.peer.address", "error.message"])
+        buffer.giveBack(chunk)
     }
 
     func testSamplingRatioZeroAndOne() {
-        let q = SpanQueue(capacity: 4)
+        let q = SpanBuffer(capacity: 4, headroom: 64)
         var never = TracingConfig(); never.sampleRatio = 0
         var always = TracingConfig(); always.sampleRatio = 1
-        let off = WorkerTracer(config: never, queue: q, seed: 7)
-        let on = WorkerTracer(config: always, queue: q, seed: 7)
+        let off = WorkerTracer(config: never, buffer: q, seed: 7)
+        let on = WorkerTracer(config: always, buffer: q, seed: 7)
         let head = "GET / HTTP/1.1\nHost: a\n\n"
         let ex = Exchange(head: parsedHead(head), sink: RecordingSink(), requestId: RequestId(Array("r".utf8)), peer: "127.0.0.1", handler: NoHandler())
         for _ in 0..<100 { XCTAssertFalse(off.begin(ex, parent: nil).sampled) }
@@ -198,18 +252,48 @@ final class TraceContextTests: XCTestCase {
         XCTAssertNotEqual(t.spanId, 0x00f067aa0ba902b7)
     }
 
-    func testAFullQueueDropsAndCounts() {
-        let q = SpanQueue(capacity: 2)
-        let span = { SpanRecord(traceHi: 1, traceLo: 2, spanId: 3, parentId: 0, kind: 2, traceState: nil, startWallNanos: 0, startMonoNanos: 0) }
-        XCTAssertTrue(q.push(span()))
-        XCTAssertTrue(q.push(span()))
-        XCTAssertFalse(q.push(span()))
+    func testTheUpstreamLineIsTheHeaderAsTheSpecWritesIt() {
+        var line = [UInt8](repeating: 0, count: 200)
+        for sampled in [true, false] {
+            let t = RequestTrace(traceHi: 0x4bf92f3577b34da6, traceLo: 0xa3ce929d0e0e4736, spanId: 0x00f067aa0ba902b7, parentId: 0,
+                                 sampled: sampled, traceState: nil, span: nil)
+            let n = line.withUnsafeMutableBytes { b -> Int in
+                var w = BufferWriter(b)
+                XCTAssertEqual(TraceHeaders.write(t, into: &w), 1)
+                return w.at
+            }
+            // The spec's example (section 3.2.2.5... "Examples"), with our span as the parent.
+            XCTAssertEqual(String(decoding: line[0..<n], as: UTF8.self),
+                           "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0\(sampled ? 1 : 0)\r\n")
+        }
+    }
+
+    func testAttributeKeysAreWrittenWithTheirLengths() {
+        // `KeyValue { string key = 1; AnyValue value = 2 }`: 0a, the name's length, the
+        // name, then 12 (the value's key).
+        for key in OTLPEncoder.AttributeKey.all {
+            let b = Array(UnsafeRawBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
+            XCTAssertEqual(b.first, 0x0a)
+            XCTAssertEqual(Int(b[1]), b.count - 3, String(decoding: b[2..<(b.count - 1)], as: UTF8.self))
+            XCTAssertEqual(b.last, 0x12)
+        }
+    }
+
+    func testAFullBufferDropsAndCounts() {
+        let q = SpanBuffer(capacity: 2, headroom: 64)
+        let span = SpanRecord(traceHi: 1, traceLo: 2, spanId: 3, parentId: 0, kind: 2, traceState: nil, startWallNanos: 0, startMonoNanos: 0)
+        facts(Array("GET".utf8), Array("/".utf8), status: 200) { f in
+            XCTAssertTrue(q.append(span, f))
+            XCTAssertTrue(q.append(span, f))
+            XCTAssertFalse(q.append(span, f))
+        }
         XCTAssertEqual(q.figures.queued, 2)
         XCTAssertEqual(q.figures.dropped, 1)
-        var out: [SpanRecord] = []
-        q.drain(into: &out)
-        XCTAssertEqual(out.count, 2)
-        XCTAssertTrue(q.push(span()), "drained: room again")
+        let chunk = q.take(atLeast: 1, before: 0)
+        XCTAssertEqual(chunk?.spans, 2)
+        facts(Array("GET".utf8), Array("/".utf8), status: 200) { XCTAssertTrue(q.append(span, $0), "taken: room again") }
+        XCTAssertNil(q.take(atLeast: 2, before: 0), "one span, not old")
+        XCTAssertEqual(q.take(atLeast: 2, before: 10)?.spans, 1, "one span, but older than asked")
     }
 }
 

@@ -107,7 +107,7 @@ public final class Gateway {
         // another process's listener too: a busy port is refused first.
         try ListeningSocket.ensureFree(config.listen)
         if let t = config.tlsListen { try ListeningSocket.ensureFree(t.listen) }
-        var spanQueues: [SpanQueue] = []
+        var spanBuffers: [SpanBuffer] = []
         for i in 0..<config.workers {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", limits: config.limits, maxConnections: config.limits.maxConnections)
             w.budget = budget
@@ -116,9 +116,9 @@ public final class Gateway {
             let tier = redisTier?.makeTier(base: w.base)
             var proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
             if let t = config.tracing {
-                let (tracer, queue) = WorkerTracer.make(t)
+                let (tracer, buffer) = WorkerTracer.make(t)
                 proxyWorker.tracer = tracer
-                spanQueues.append(queue)
+                spanBuffers.append(buffer)
             }
             let layer = try Codecs.serve(w, handler: makePipeline(proxyWorker, config: config, authenticator: authenticator),
                                          listen: config.listen, tlsListen: config.tlsListen?.listen, tlsContext: tls,
@@ -132,7 +132,7 @@ public final class Gateway {
         let cp = ControlPlane(worker: admin)
         controlPlane = cp
         let jwks = JWKSRefresher(worker: admin, client: cp.client)
-        let exporter = config.tracing.map { TraceExporter(config: $0, queues: spanQueues, client: cp.client, base: admin.base) }
+        let exporter = config.tracing.map { TraceExporter(config: $0, buffers: spanBuffers, client: cp.client, base: admin.base) }
         traceExporter = exporter
         jwksRefresher = jwks
         let aTier = redisTier?.makeTier(base: admin.base)

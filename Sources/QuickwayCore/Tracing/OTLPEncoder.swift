@@ -9,165 +9,217 @@ extension Clock {
     }
 }
 
-/// The OTLP/HTTP body for a batch of spans: an `ExportTraceServiceRequest` in protobuf
+/// What a finished request tells its span's export (`WorkerTracer.finish`): borrowed
+/// from the exchange for the one call that writes the span, nothing copied.
+struct SpanFacts {
+    var method: UnsafeRawBufferPointer
+    /// The path, cut at `WorkerTracer.maxPathBytes`.
+    var path: UnsafeRawBufferPointer
+    var route: [UInt8]?
+    var status: Int
+    var cacheStatus: StaticString?
+    var upstream: String?
+    var requestId: RequestId
+    var parentRequestId: RequestId?
+    /// Monotonic time of the end (`Clock.monotonicNanos`).
+    var endMonoNanos: UInt64
+}
+
+/// The OTLP/HTTP body of an export: an `ExportTraceServiceRequest` in protobuf
 /// (opentelemetry-proto, `collector/trace/v1/trace_service.proto` and
 /// `trace/v1/trace.proto`), written by hand for the few messages and fields the gateway
 /// sends. One `ResourceSpans` (the resource: `service.name`), one `ScopeSpans` (scope
-/// `quickway`), one `Span` per record with its events. Checked by an independent
-/// decoder (the `opentelemetry-proto` Python package) in `test_tracing.py`.
+/// `quickway`), one `Span` per sampled request with its events. Checked by an
+/// independent decoder (the `opentelemetry-proto` Python package) in `test_tracing.py`.
+///
+/// Two halves, so nothing is copied between them:
+/// - `span` writes one span, as field 2 of `ScopeSpans`, on its worker when its request
+///   ends, into the worker's `SpanBuffer` right after the spans before it;
+/// - `Envelope` is the rest: the messages around the spans, written by the exporter into
+///   the room the buffer left in front of them (`Envelope.bytes`), so the body libcurl
+///   sends is the buffer itself.
 ///
 /// Protobuf wire format: a field is a key (`field << 3 | wire type`) and a value; type 0
 /// a varint, 1 eight bytes little-endian (`fixed64`), 2 a varint length and that many
 /// bytes (strings, bytes, nested messages). A nested message's length comes before it:
-/// the batch is written in one pass into memory sized by a cheap upper bound
-/// (`spanBound`), and each nested message (the resource spans, the scope spans, a span,
-/// an event) gets a length of fixed width written after its bytes (`ProtoWriter.patch`):
-/// a varint padded with continuation bytes, which protobuf decoders read as the same
-/// number ("Encoding": a varint's value does not depend on its length). The leaves
-/// (attributes, names) have lengths worked out before they are written.
+/// a span is written into memory sized by a cheap upper bound (`spanBound`), and the
+/// span, its status and the envelope's two messages around all spans get a length of
+/// fixed width written after their bytes (`ProtoWriter.patch`): a varint padded with
+/// continuation bytes, which protobuf decoders read as the same number ("Encoding": a
+/// varint's value does not depend on its length). Events and attributes have lengths
+/// worked out before they are written.
 enum OTLPEncoder {
-    /// The bytes reserved for a nested message's length: a span or an event (2 MiB at most)
-    /// and the batch's two outer messages (256 MiB).
+    /// The bytes reserved for a span's length (2 MiB at most) and for the envelope's two
+    /// messages around all spans (256 MiB).
     static let innerLengthBytes = 3
     static let outerLengthBytes = 4
 
-    /// `ExportTraceServiceRequest { repeated ResourceSpans resource_spans = 1 }`, as bytes.
-    static func exportRequest(serviceName: String, spans: ArraySlice<SpanRecord>) -> [UInt8] {
-        let body = exportBody(serviceName: serviceName, spans: spans)
-        return Array(body.bytes)
+    /// At least the bytes `span` writes (a generous bound: each attribute's key and
+    /// lengths, and each event's name and time, counted as 64 bytes).
+    @inline(__always)
+    static func spanBound(_ s: SpanRecord, _ f: borrowing SpanFacts, events: Int, detailBytes: Int) -> Int {
+        16 + 64 + 18 + 12 + 14 + 22 + 2 * (f.method.count + (f.route?.count ?? 0)) + f.path.count
+            + 9 * 64 + (s.traceState?.count ?? 0) + 2 * f.requestId.countBound + (f.upstream?.utf8.count ?? 0)
+            + 2 * (s.errorCode?.rawValue.utf8.count ?? 0) + (f.parentRequestId?.countBound ?? 0)
+            + 2 * 64 * events + detailBytes
     }
 
-    /// The same in memory of its own, handed to libcurl without a copy (`OTLPPost`).
-    static func exportBody(serviceName: String, spans: ArraySlice<SpanRecord>) -> OTLPBody {
-        var service = serviceName
-        var version = QuickwayVersion.string
-        return service.withUTF8 { name in
-            version.withUTF8 { version in
-                let name = UnsafeRawBufferPointer(name), version = UnsafeRawBufferPointer(version)
-                var bound = 128 + 2 * name.count + version.count
-                for s in spans { bound += spanBound(s) }
-                let body = OTLPBody(capacity: bound)
-                var w = ProtoWriter(body.base, capacity: bound)
-                w.key(1, 2)                                            // ResourceSpans
-                let resourceSpans = w.reserve(outerLengthBytes)
-                w.key(1, 2)                                            // Resource
-                let resource = w.reserve(outerLengthBytes)
-                w.attribute(1, "service.name", name)
-                w.patch(resource, outerLengthBytes)
-                w.key(2, 2)                                            // ScopeSpans
-                let scopeSpans = w.reserve(outerLengthBytes)
-                w.key(1, 2)                                            // InstrumentationScope
-                let scope = w.reserve(outerLengthBytes)
-                w.bytesField(1, "quickway")
-                w.bytesField(2, version)
-                w.patch(scope, outerLengthBytes)
-                for s in spans {
-                    w.key(2, 2)
-                    let span = w.reserve(innerLengthBytes)
-                    self.span(s, &w)
-                    w.patch(span, innerLengthBytes)
-                }
-                w.patch(scopeSpans, outerLengthBytes)
-                w.patch(resourceSpans, outerLengthBytes)
-                body.count = w.at
-                return body
-            }
-        }
-    }
-
-    /// At least the bytes `span` writes for `s` with its key and length (a generous
-    /// bound: each attribute's key, lengths and name counted as 64 bytes).
-    static func spanBound(_ s: SpanRecord) -> Int {
-        let e = s.end
-        var n = 16 + 64 + 18 + 12 + 14 + 22 + 2 * (e.method.count + (e.route?.count ?? 0)) + e.path.count
-            + 9 * 64 + (s.traceState?.count ?? 0) + 2 * e.requestId.countBound + (e.upstream?.utf8.count ?? 0)
-            + 2 * (s.errorCode?.rawValue.utf8.count ?? 0) + (e.parentRequestId?.countBound ?? 0)
-        s.events.withEvents { events in
-            for i in events.indices { n += 3 * 64 + (events[i].ip?.utf8.count ?? 0) + (events[i].note?.utf8.count ?? 0) }
-        }
-        return n
-    }
-
-    /// `Span` (trace.proto): ids, name, kind, times, attributes, events, status.
-    static func span(_ s: SpanRecord, _ w: inout ProtoWriter) {
-        // Each field of the record read once (a class's `var` is checked at each read).
-        let e = s.end, errorCode = s.errorCode
-        w.key(1, 2); w.varint(16); w.bigEndian(s.traceHi); w.bigEndian(s.traceLo)
-        w.key(2, 2); w.varint(8); w.bigEndian(s.spanId)
+    /// One `Span` (trace.proto: ids, name, kind, times, attributes, events, status) as a
+    /// field 2 of `ScopeSpans`: its key, its length and its bytes.
+    static func span(_ s: SpanRecord, _ f: borrowing SpanFacts, events: UnsafeBufferPointer<SpanEvent>, details: [String],
+                     _ w: inout ProtoWriter) {
+        w.key(2, 2)
+        let start = w.reserve(innerLengthBytes)
+        let errorCode = s.errorCode
+        w.put(byte: 0x0a); w.put(byte: 16); w.word(s.traceHi); w.word(s.traceLo)          // trace_id = 1
+        w.put(byte: 0x12); w.put(byte: 8); w.word(s.spanId)                                // span_id = 2
         if let state = s.traceState { state.withUnsafeBytes { w.bytesField(3, $0) } }
-        if s.parentId != 0 { w.key(4, 2); w.varint(8); w.bigEndian(s.parentId) }
+        if s.parentId != 0 { w.put(byte: 0x22); w.put(byte: 8); w.word(s.parentId) }      // parent_span_id = 4
         // The name: method and route ("GET orders"), or the method alone when no route matched.
-        let route = e.route, method = e.method
+        let route = f.route
         w.key(5, 2)
-        w.varint(UInt64(method.count + (route.map { 1 + $0.count } ?? 0)))
-        method.withUnsafeBytes { w.put($0) }
+        w.varint(UInt64(f.method.count + (route.map { 1 + $0.count } ?? 0)))
+        w.put(f.method)
         if let route { w.put(byte: 0x20); route.withUnsafeBytes { w.put($0) } }
-        w.key(6, 0); w.varint(UInt64(s.kind))
+        w.put(byte: 0x30); w.varint(UInt64(s.kind))                                        // kind = 6
         w.fixed64(7, s.startWallNanos)
-        w.fixed64(8, s.wallNanos(e.monoNanos))
-        method.withUnsafeBytes { w.attribute(9, "http.request.method", $0) }
-        e.path.withUnsafeBytes { w.attribute(9, "url.path", $0) }
-        if let route { route.withUnsafeBytes { w.attribute(9, "http.route", $0) } }
-        w.attribute(9, "http.response.status_code", int: Int64(e.status))
-        e.requestId.withBytes { w.attribute(9, "quickway.request_id", $0) }
-        if let p = e.parentRequestId { p.withBytes { w.attribute(9, "quickway.batch.parent_request_id", $0) } }
-        if let c = errorCode { w.attribute(9, "quickway.error_code", c.rawValue) }
-        if let c = e.cacheStatus { w.attribute(9, "quickway.cache", UnsafeRawBufferPointer(start: c.utf8Start, count: c.utf8CodeUnitCount)) }
-        if let u = e.upstream { w.attribute(9, "network.peer.address", u) }
+        w.fixed64(8, s.wallNanos(f.endMonoNanos))
+        w.attribute(9, key: AttributeKey.method, f.method)
+        w.attribute(9, key: AttributeKey.path, f.path)
+        if let route { route.withUnsafeBytes { w.attribute(9, key: AttributeKey.route, $0) } }
+        w.attribute(9, key: AttributeKey.status, int: Int64(f.status))
+        f.requestId.withBytes { w.attribute(9, key: AttributeKey.requestId, $0) }
+        if let p = f.parentRequestId { p.withBytes { w.attribute(9, key: AttributeKey.parentRequestId, $0) } }
+        if let c = errorCode { w.attribute(9, key: AttributeKey.errorCode, c.rawValue) }
+        if let c = f.cacheStatus { w.attribute(9, key: AttributeKey.cache, UnsafeRawBufferPointer(start: c.utf8Start, count: c.utf8CodeUnitCount)) }
+        if let u = f.upstream { w.attribute(9, key: AttributeKey.peerAddress, u) }
         var attempt: Int64 = 0
-        s.events.withEvents { events in
-            for i in events.indices {
-                if events[i].kind == .upstreamConnect { attempt += 1 }
-                w.key(11, 2)
-                let at = w.reserve(innerLengthBytes)
-                event(s, events[i], attempt, &w)
-                w.patch(at, innerLengthBytes)
-            }
+        for i in events.indices {
+            if events[i].kind == .upstreamConnect { attempt += 1 }
+            event(s, events[i], attempt, details, &w)
         }
         let dropped = s.droppedEvents
         if dropped > 0 { w.key(12, 0); w.varint(UInt64(dropped)) }
         // Status: ERROR for an answer the gateway failed (5xx); else unset (OTel's HTTP
         // server conventions leave 4xx unset on server spans).
-        if e.status >= 500 {
+        if f.status >= 500 {
             w.key(15, 2)
             let at = w.reserve(innerLengthBytes)
             if let c = errorCode { var m = c.rawValue; m.withUTF8 { w.bytesField(2, UnsafeRawBufferPointer($0)) } }
             w.key(3, 0); w.varint(2)   // `Status { string message = 2; StatusCode code = 3 }`, STATUS_CODE_ERROR
             w.patch(at, innerLengthBytes)
         }
+        w.patch(start, innerLengthBytes)
     }
 
-    /// `Span.Event { fixed64 time_unix_nano = 1; string name = 2; repeated KeyValue attributes = 3 }`.
-    static func event(_ s: SpanRecord, _ ev: SpanEvent, _ attempt: Int64, _ w: inout ProtoWriter) {
+    /// The bytes reserved for an event's length: a padded varint of two bytes (16,383),
+    /// more than an event can be (`maxNoteBytes` bounds its one long string).
+    static let eventLengthBytes = 2
+    /// The longest retry reason an event carries (`error.message`); a longer one is cut.
+    static let maxNoteBytes = 512
+
+    /// `Span.Event { fixed64 time_unix_nano = 1; string name = 2; repeated KeyValue
+    /// attributes = 3 }` as field 11 of `Span`.
+    @inline(__always)
+    static func event(_ s: SpanRecord, _ ev: SpanEvent, _ attempt: Int64, _ details: [String], _ w: inout ProtoWriter) {
+        w.put(byte: 0x5a)                                                                  // events = 11
+        let at = w.reserve(eventLengthBytes)
         w.fixed64(1, s.wallNanos(ev.nanos))
         let name = ev.kind.name
-        w.key(2, 2)
-        w.varint(UInt64(name.utf8CodeUnitCount + (ev.waits ? 5 : 0)))
+        w.put(byte: 0x12)
+        w.put(byte: UInt8(truncatingIfNeeded: name.utf8CodeUnitCount + (ev.waits ? 5 : 0)))   // names are short
         w.put(name)
         if ev.waits { w.put(".wait") }
-        if ev.kind == .upstreamConnect { w.attribute(3, "quickway.attempt", int: attempt) }
-        if let ip = ev.ip { w.attribute(3, "network.peer.address", ip) }
-        if let note = ev.note { w.attribute(3, "error.message", note) }
+        if ev.kind == .upstreamConnect { w.attribute(3, key: AttributeKey.attempt, int: attempt) }
+        if ev.ip != 0 { w.attribute(3, key: AttributeKey.peerAddress, details[Int(ev.ip) - 1]) }
+        if ev.note != 0 {
+            var note = details[Int(ev.note) - 1]
+            note.withUTF8 { w.attribute(3, key: AttributeKey.errorMessage, UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer($0).prefix(maxNoteBytes))) }
+        }
+        w.patch(at, eventLengthBytes)
     }
 
+    /// Attribute keys as they are written (`ProtoWriter.attribute`): `KeyValue.key`
+    /// (field 1, `0a`), the name's length and the name, then the key of `KeyValue.value`
+    /// (field 2, `12`): one copy each. `TraceContextTests` checks every length.
+    enum AttributeKey {
+        static let method: StaticString = "\u{0A}\u{13}http.request.method\u{12}"
+        static let path: StaticString = "\u{0A}\u{08}url.path\u{12}"
+        static let route: StaticString = "\u{0A}\u{0A}http.route\u{12}"
+        static let status: StaticString = "\u{0A}\u{19}http.response.status_code\u{12}"
+        static let requestId: StaticString = "\u{0A}\u{13}quickway.request_id\u{12}"
+        static let parentRequestId: StaticString = "\u{0A}\u{20}quickway.batch.parent_request_id\u{12}"
+        static let errorCode: StaticString = "\u{0A}\u{13}quickway.error_code\u{12}"
+        static let cache: StaticString = "\u{0A}\u{0E}quickway.cache\u{12}"
+        static let peerAddress: StaticString = "\u{0A}\u{14}network.peer.address\u{12}"
+        static let attempt: StaticString = "\u{0A}\u{10}quickway.attempt\u{12}"
+        static let errorMessage: StaticString = "\u{0A}\u{0D}error.message\u{12}"
+        static let all = [method, path, route, status, requestId, parentRequestId, errorCode, cache, peerAddress, attempt, errorMessage]
+    }
+
+    /// The messages around the spans: `ExportTraceServiceRequest { repeated
+    /// ResourceSpans resource_spans = 1 }`, its `Resource` (`service.name`), and the
+    /// `ScopeSpans` whose field 2 the spans are, with its `InstrumentationScope`
+    /// (`quickway` and the version). Made once (`bytes`, the two outer lengths left as
+    /// zeros); `write` fills them in for a batch.
+    struct Envelope {
+        /// What comes before the spans.
+        let bytes: [UInt8]
+        /// Where the two outer lengths go, and the bytes of each message before the spans.
+        private let resourceSpansLength: Int
+        private let scopeSpansLength: Int
+
+        init(serviceName: String) {
+            var w = ProtoBytes()
+            w.key(1, 2)                                                // ResourceSpans
+            let resourceSpans = w.bytes.count
+            Envelope.zeroBytes.withUnsafeBytes { w.put($0) }
+            var resource = ProtoBytes()
+            var name = serviceName
+            name.withUTF8 { resource.attribute(1, "service.name", UnsafeRawBufferPointer($0)) }
+            w.lengthDelimited(1, resource.bytes.count)                 // Resource
+            resource.bytes.withUnsafeBytes { w.put($0) }
+            w.key(2, 2)                                                // ScopeSpans
+            let scopeSpans = w.bytes.count
+            Envelope.zeroBytes.withUnsafeBytes { w.put($0) }
+            var scope = ProtoBytes()
+            scope.bytesField(1, "quickway")
+            var version = QuickwayVersion.string
+            version.withUTF8 { scope.bytesField(2, UnsafeRawBufferPointer($0)) }
+            w.lengthDelimited(1, scope.bytes.count)                    // InstrumentationScope
+            scope.bytes.withUnsafeBytes { w.put($0) }
+            bytes = w.bytes
+            resourceSpansLength = resourceSpans
+            scopeSpansLength = scopeSpans
+        }
+
+        fileprivate static let zeroBytes = [UInt8](repeating: 0, count: OTLPEncoder.outerLengthBytes)
+
+        /// Writes the envelope at `at` for `spanBytes` bytes of spans that follow it.
+        func write(at: UnsafeMutablePointer<UInt8>, spanBytes: Int) {
+            bytes.withUnsafeBufferPointer { at.update(from: $0.baseAddress!, count: $0.count) }
+            let scopeSpans = bytes.count - scopeSpansLength - OTLPEncoder.outerLengthBytes + spanBytes
+            let resourceSpans = bytes.count - resourceSpansLength - OTLPEncoder.outerLengthBytes + spanBytes
+            Self.store(scopeSpans, at: at + scopeSpansLength)
+            Self.store(resourceSpans, at: at + resourceSpansLength)
+        }
+
+        /// `value` as a varint of exactly `outerLengthBytes` bytes.
+        private static func store(_ value: Int, at p: UnsafeMutablePointer<UInt8>) {
+            var v = value
+            precondition(v >> (7 * OTLPEncoder.outerLengthBytes) == 0, "an OTLP export longer than its length field")
+            for i in 0..<OTLPEncoder.outerLengthBytes {
+                p[i] = UInt8(truncatingIfNeeded: v & 0x7f) | (i < OTLPEncoder.outerLengthBytes - 1 ? 0x80 : 0)
+                v >>= 7
+            }
+        }
+    }
 }
 
-/// An export's bytes (`OTLPEncoder.exportBody`) in memory of their own, kept by the
-/// post that sends them until libcurl is done with them.
-final class OTLPBody {
-    let base: UnsafeMutablePointer<UInt8>
-    let capacity: Int
-    /// The bytes written.
-    var count = 0
-
-    init(capacity: Int) {
-        self.capacity = capacity
-        base = .allocate(capacity: capacity)
-    }
-
-    deinit { base.deallocate() }
-
-    var bytes: UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(start: base, count: count) }
+/// An export's bytes in memory of their own, kept by the post that sends them until
+/// libcurl is done with them (`OTLPPost`).
+protocol OTLPPostBody: AnyObject {
+    var postBytes: UnsafeRawBufferPointer { get }
 }
 
 /// Where protobuf bytes go: counted (`ProtoSize`) or stored (`ProtoWriter`).
@@ -276,6 +328,13 @@ struct ProtoWriter: ProtoSink {
     }
     func skip(_ n: Int) { preconditionFailure("the write pass skips nothing") }
 
+    /// `v`'s eight bytes as they lie in memory, in one store.
+    @inline(__always) mutating func store<T: FixedWidthInteger>(_ v: T) {
+        precondition(at + MemoryLayout<T>.size <= capacity, "OTLP bound too small")
+        UnsafeMutableRawPointer(base + at).storeBytes(of: v, as: T.self)
+        at += MemoryLayout<T>.size
+    }
+
     /// Leaves `width` bytes for a length written later (`patch`); returns where.
     @inline(__always) mutating func reserve(_ width: Int) -> Int {
         precondition(at + width <= capacity, "OTLP bound too small")
@@ -292,6 +351,48 @@ struct ProtoWriter: ProtoSink {
             base[start + i] = UInt8(truncatingIfNeeded: v & 0x7f) | (i < width - 1 ? 0x80 : 0)
             v >>= 7
         }
+    }
+}
+
+extension ProtoWriter {
+    /// A word as eight bytes, most significant first (ids), in one store.
+    @inline(__always) mutating func word(_ v: UInt64) { store(v.bigEndian) }
+
+    /// `fixed64` field `field` (below 16): its key and the value's eight bytes, little-endian.
+    @inline(__always) mutating func fixed64(_ field: UInt8, _ v: UInt64) {
+        put(byte: field << 3 | 1)
+        store(v.littleEndian)
+    }
+
+    /// `KeyValue` as field `field` (below 16), its key written as it is stored
+    /// (`OTLPEncoder.AttributeKey`), the value a string (`AnyValue.string_value = 1`).
+    @inline(__always) mutating func attribute(_ field: UInt8, key: StaticString, _ value: UnsafeRawBufferPointer) {
+        let k = key.utf8CodeUnitCount, v = value.count
+        let anyValue = 1 + Self.varintSize(UInt64(v)) + v
+        put(byte: field << 3 | 2)
+        varint(UInt64(k + Self.varintSize(UInt64(anyValue)) + anyValue))
+        put(key)
+        varint(UInt64(anyValue))
+        put(byte: 0x0a)
+        varint(UInt64(v))
+        put(value)
+    }
+
+    @inline(__always) mutating func attribute(_ field: UInt8, key: StaticString, _ value: String) {
+        var value = value
+        value.withUTF8 { attribute(field, key: key, UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The same with an integer (`AnyValue.int_value = 3`, a varint of the two's complement).
+    @inline(__always) mutating func attribute(_ field: UInt8, key: StaticString, int value: Int64) {
+        let raw = UInt64(bitPattern: value)
+        let anyValue = 1 + Self.varintSize(raw)
+        put(byte: field << 3 | 2)
+        varint(UInt64(key.utf8CodeUnitCount + 1 + anyValue))   // anyValue < 128
+        put(key)
+        put(byte: UInt8(truncatingIfNeeded: anyValue))
+        put(byte: 0x18)
+        varint(raw)
     }
 }
 

@@ -12,7 +12,7 @@ final class OTLPPost: CurlTask {
     private var headers: UnsafeMutablePointer<curl_slist>?
     private let done: (_ ok: Bool, _ detail: String) -> Void
     /// The body, lent to libcurl (`CURLOPT_POSTFIELDS`, not copied) until the post ends.
-    private var body: OTLPBody?
+    private var body: OTLPPostBody?
 
     init(client: UpstreamClient, done: @escaping (_ ok: Bool, _ detail: String) -> Void) {
         self.client = client
@@ -21,8 +21,9 @@ final class OTLPPost: CurlTask {
 
     /// Sends `body` to `url` (curl reads it in place; it is kept until the post ends),
     /// within `timeoutMillis` in all.
-    func start(url: String, body: OTLPBody, timeoutMillis: Int64) {
+    func start(url: String, body: OTLPPostBody, timeoutMillis: Int64) {
         self.body = body
+        let bytes = body.postBytes
         let h = curl_easy_init()!
         easy = h
         attach(to: h)
@@ -31,8 +32,8 @@ final class OTLPPost: CurlTask {
         qw_easy_setopt_ptr(h, CURLOPT_PROXY, "")
         qw_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Int(timeoutMillis))
         qw_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Int(timeoutMillis))
-        qw_easy_setopt_off(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
-        qw_easy_setopt_ptr(h, CURLOPT_POSTFIELDS, body.base)
+        qw_easy_setopt_off(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count))
+        qw_easy_setopt_ptr(h, CURLOPT_POSTFIELDS, bytes.baseAddress)
         // No `Expect: 100-continue` round trip for a large batch.
         headers = curl_slist_append(curl_slist_append(nil, "Content-Type: application/x-protobuf"), "Expect:")
         qw_easy_setopt_ptr(h, CURLOPT_HTTPHEADER, headers)

@@ -30,9 +30,9 @@ struct RequestTrace {
 
     /// The caller's `tracestate`, valid and within bounds, passed on as it came (nil: none).
     var traceState: [UInt8]? { extras?.traceState }
-    /// The span being recorded (sampled traces only); nil once it is queued.
+    /// The span being recorded (sampled traces only); nil once it is written out.
     var span: SpanRecord? {
-        guard sampled, let s = extras as? SpanRecord, !s.isQueued else { return nil }
+        guard sampled, let s = extras as? SpanRecord, !s.isFinished else { return nil }
         return s
     }
 
@@ -113,18 +113,22 @@ struct SpanEvent {
     var kind: Kind
     /// The stage suspended (it waits: a merged request for its leader, a nonce for Redis).
     var waits: Bool
+    /// The IP of an upstream event: its place in the log's `details` plus one (0: none).
+    /// An index, not a string, so an event is plain bytes: recording, reading and
+    /// freeing one costs no reference counting.
+    var ip: UInt8
+    /// For a retry, why: the same way.
+    var note: UInt8
     /// Monotonic time (`Clock.monotonicNanos`).
     var nanos: UInt64
-    /// The IP of an upstream event; for a retry, also why (`note`).
-    var ip: String?
-    var note: String?
 }
 
-/// One sampled request's span as it is recorded on its worker, then handed whole to the
-/// control plane (`SpanQueue`) when the request ends (`WorkerTracer.finish`).
+/// One sampled request's span as it is recorded on its worker. When the request ends
+/// (`WorkerTracer.finish`) it is written out in its export form into the worker's
+/// `SpanBuffer` and is done: it never leaves the worker's thread.
 ///
-/// `@unchecked Sendable`: written by its worker's loop only until `finish` queues it;
-/// from then on read only by the exporter on the admin loop.
+/// `@unchecked Sendable`: a batch envelope's trace (`TraceLink`) may name it; it is
+/// still read and written by its worker's loop only.
 final class SpanRecord: TraceExtras, @unchecked Sendable {
     let traceHi: UInt64
     let traceLo: UInt64
@@ -136,25 +140,12 @@ final class SpanRecord: TraceExtras, @unchecked Sendable {
     let startMonoNanos: UInt64
     /// Its events (`event`), at most `maxEvents`.
     let events: SpanEventLog
-    /// What the request's end fills in (`WorkerTracer.finish`), stored in one assignment
-    /// (each store to a class's `var` is checked for exclusive access at run time).
-    var end = SpanEnd()
     /// Set when a stage or the upstream call failed the request (`Exchange.respondError`).
     var errorCode: GatewayErrorCode?
 
-    var endMonoNanos: UInt64 { get { end.monoNanos } set { end.monoNanos = newValue } }
-    var method: [UInt8] { get { end.method } set { end.method = newValue } }
-    var path: [UInt8] { get { end.path } set { end.path = newValue } }
-    var route: [UInt8]? { get { end.route } set { end.route = newValue } }
-    var status: Int { get { end.status } set { end.status = newValue } }
-    var cacheStatus: StaticString? { get { end.cacheStatus } set { end.cacheStatus = newValue } }
-    var upstream: String? { get { end.upstream } set { end.upstream = newValue } }
-    var requestId: RequestId { get { end.requestId } set { end.requestId = newValue } }
-    var parentRequestId: RequestId? { get { end.parentRequestId } set { end.parentRequestId = newValue } }
-
-    /// Handed to the queue (`WorkerTracer.finish`): the request's trace no longer offers it.
-    private(set) var isQueued = false
-    func markQueued() { isQueued = true }
+    /// Written out (`WorkerTracer.finish`): the request's trace no longer offers it.
+    private(set) var isFinished = false
+    func markFinished() { isFinished = true }
 
     /// At most this many events a span (a retry loop cannot grow it without bound).
     static let maxEvents = 32
@@ -174,26 +165,11 @@ final class SpanRecord: TraceExtras, @unchecked Sendable {
     }
 
     /// Records that `kind` happened now.
-    func event(_ kind: SpanEvent.Kind, waits: Bool = false, ip: String? = nil, note: String? = nil) {
-        events.append(SpanEvent(kind: kind, waits: waits, nanos: Clock.monotonicNanos(), ip: ip, note: note), limit: Self.maxEvents)
+    @inline(__always) func event(_ kind: SpanEvent.Kind, waits: Bool = false, ip: String? = nil, note: String? = nil) {
+        events.append(kind, waits: waits, nanos: Clock.monotonicNanos(), ip: ip, note: note, limit: Self.maxEvents)
     }
 
     /// Wall-clock nanoseconds of a monotonic reading of this span.
     @inline(__always) func wallNanos(_ mono: UInt64) -> UInt64 { startWallNanos &+ (mono &- startMonoNanos) }
 }
 
-/// What a span gets when its request ends (`WorkerTracer.finish`): the request's method
-/// and path (cut at `WorkerTracer.maxPathBytes`), route, status and the rest.
-struct SpanEnd {
-    /// Monotonic time of the end (`Clock.monotonicNanos`).
-    var monoNanos: UInt64 = 0
-    var method: [UInt8] = []
-    var path: [UInt8] = []
-    var route: [UInt8]?
-    var status = 0
-    var cacheStatus: StaticString?
-    var upstream: String?
-    /// Kept as they are (written out by the exporter, off the worker).
-    var requestId = RequestId([])
-    var parentRequestId: RequestId?
-}

@@ -1,28 +1,31 @@
 /// Sends the workers' finished spans to the collector (`tracing.otlp_endpoint`) over
-/// OTLP/HTTP, from the admin loop: every `flushMillis` it takes what the workers queued
-/// (`SpanQueue.drain`), and posts batches of up to `batchSpans` (`OTLPPost`), one at a
-/// time, as soon as a batch is full or the oldest span waiting has waited
-/// `exportDelayMillis` (OpenTelemetry's batch processor's defaults: 5 s, 512): a post
-/// costs far more than a span, so few spans are not sent alone. Nothing here ever waits: a collector that is down or slow makes spans wait
-/// here, up to `maxPending`, past which they are dropped and counted, and a failed post
-/// drops its batch (counted, no retry: a retry would only hold more memory while the
-/// collector is down). Admin loop only, but its figures may be read from any thread.
+/// OTLP/HTTP, from the admin loop. Every `flushMillis` it takes each worker's chunk of
+/// spans (`SpanBuffer.take`) once it holds `batchSpans` spans or its oldest has waited
+/// `exportDelayMillis` (OpenTelemetry's batch processor's defaults: 512, 5 s: a post
+/// costs far more than a span, so few spans are not sent alone), and posts the chunks
+/// one at a time (`OTLPPost`), each from where it lies with the envelope written in
+/// front. Nothing here ever waits: a collector that is down or slow leaves each worker
+/// one chunk out at most, the worker's next chunk fills up to `queue_spans` and then
+/// drops spans (counted); a failed post drops its chunk (counted, no retry: a retry would
+/// only hold more memory while the collector is down). Admin loop only, but its figures
+/// may be read from any thread.
 final class TraceExporter: @unchecked Sendable {
     static let flushMillis: Int64 = 250
     static let batchSpans = 512
-    static let maxPending = 8192
     static let postTimeoutMillis: Int64 = 5000
     static let exportDelayMillis: Int64 = 5000
 
     let config: TracingConfig
-    private let queues: [SpanQueue]
+    private let buffers: [SpanBuffer]
+    private let envelope: OTLPEncoder.Envelope
     private let client: UpstreamClient
     private let base: OpaquePointer
     private var timer: LoopTimer?
-    private var pending: [SpanRecord] = []
+    /// Chunks taken and not yet posted, oldest first, with the buffer each goes back to.
+    private var ready: [(chunk: SpanChunk, from: Int)] = []
+    /// Whether each buffer has a chunk out (waiting or being posted): at most one.
+    private var out: [Bool]
     private var posting = false
-    /// When the oldest span in `pending` arrived here (monotonic ms).
-    private var pendingSince: Int64 = 0
     private var stopped = false
 
     /// `@unchecked Sendable`: the counters are read and written under `lock`; the rest
@@ -34,17 +37,19 @@ final class TraceExporter: @unchecked Sendable {
     private var batches: UInt64 = 0
     private var lastError = ""
 
-    init(config: TracingConfig, queues: [SpanQueue], client: UpstreamClient, base: OpaquePointer) {
+    init(config: TracingConfig, buffers: [SpanBuffer], client: UpstreamClient, base: OpaquePointer) {
         self.config = config
-        self.queues = queues
+        self.buffers = buffers
         self.client = client
         self.base = base
+        envelope = OTLPEncoder.Envelope(serviceName: config.serviceName)
+        out = Array(repeating: false, count: buffers.count)
     }
 
     /// Starts the flush timer (admin loop).
     func start() { schedule() }
 
-    /// Stops the timer; spans still queued are not sent (admin loop, at shutdown).
+    /// Stops the timer; spans still waiting are not sent (admin loop, at shutdown).
     func stop() {
         stopped = true
         timer?.cancel()
@@ -60,28 +65,21 @@ final class TraceExporter: @unchecked Sendable {
         }
     }
 
-    /// Takes the workers' spans and posts a batch if none is on its way.
+    /// Takes the workers' chunks that are due and posts one if none is on its way.
     func flush() {
-        let had = pending.count
-        for q in queues { q.drain(into: &pending) }
-        if had == 0 && !pending.isEmpty { pendingSince = Clock.monotonicMillis() }
-        if pending.count > Self.maxPending {
-            let over = pending.count - Self.maxPending
-            // The newest are dropped: the oldest waited longest, and a trace's early
-            // spans are its parents.
-            pending.removeLast(over)
-            count { $0.droppedHere &+= UInt64(over) }
+        let before = Clock.monotonicNanos() &- UInt64(Self.exportDelayMillis) &* 1_000_000
+        for (i, buffer) in buffers.enumerated() where !out[i] {
+            guard let chunk = buffer.take(atLeast: Self.batchSpans, before: before) else { continue }
+            out[i] = true
+            ready.append((chunk, i))
         }
         postNext()
     }
 
     private func postNext() {
-        guard !posting, !pending.isEmpty, !stopped else { return }
-        guard pending.count >= Self.batchSpans || Clock.monotonicMillis() - pendingSince >= Self.exportDelayMillis else { return }
-        let n = min(pending.count, Self.batchSpans)
-        let body = OTLPEncoder.exportBody(serviceName: config.serviceName, spans: pending[0..<n])
-        pending.removeFirst(n)
-        pendingSince = Clock.monotonicMillis()
+        guard !posting, !stopped, !ready.isEmpty else { return }
+        let (chunk, from) = ready.removeFirst()
+        let n = chunk.spans
         posting = true
         let post = OTLPPost(client: client) { [weak self] ok, detail in
             guard let self else { return }
@@ -92,9 +90,14 @@ final class TraceExporter: @unchecked Sendable {
                 self.count { $0.failures &+= 1; $0.droppedHere &+= UInt64(n); $0.lastError = detail }
                 Log.debug("tracing: export of \(n) span(s) to \(self.config.otlpEndpoint) failed (\(detail)); dropped")
             }
+            // After a stop, libcurl may not be done with the chunk: it is not filled again.
+            guard !self.stopped else { return }
+            self.buffers[from].giveBack(chunk)
+            self.out[from] = false
             self.postNext()
         }
-        post.start(url: config.otlpEndpoint, body: body, timeoutMillis: Self.postTimeoutMillis)
+        _ = chunk.seal(envelope)
+        post.start(url: config.otlpEndpoint, body: chunk, timeoutMillis: Self.postTimeoutMillis)
     }
 
     private func count(_ change: (TraceExporter) -> Void) {
@@ -106,8 +109,8 @@ final class TraceExporter: @unchecked Sendable {
     /// `/stats` `tracing` and the `quickway_tracing_*` metrics.
     var figures: TracingFigures {
         var f = TracingFigures(sampleRatio: config.sampleRatio, endpoint: config.otlpEndpoint)
-        for q in queues {
-            let (queued, dropped) = q.figures
+        for b in buffers {
+            let (queued, dropped) = b.figures
             f.spansRecorded &+= queued &+ dropped
             f.spansDropped &+= dropped
         }

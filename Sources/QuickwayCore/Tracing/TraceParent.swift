@@ -63,7 +63,7 @@ struct TraceParent: Equatable {
 
     /// The sixteen hex digits of `x` at `offset`.
     @inline(__always)
-    private static func store(_ x: UInt64, _ b: UnsafeMutableRawPointer, _ offset: Int) {
+    static func store(_ x: UInt64, _ b: UnsafeMutableRawPointer, _ offset: Int) {
         b.storeBytes(of: hex8(UInt32(truncatingIfNeeded: x >> 32)).bigEndian, toByteOffset: offset, as: UInt64.self)
         b.storeBytes(of: hex8(UInt32(truncatingIfNeeded: x)).bigEndian, toByteOffset: offset + 8, as: UInt64.self)
     }

@@ -1,7 +1,8 @@
 /// Tracing on one worker (`ProxyPipeline.tracer`, when `tracing` is configured):
 /// reads a request's `traceparent`/`tracestate` once (`begin`), decides whether it is
-/// sampled, and hands a sampled request's span to the worker's `SpanQueue` when it ends
-/// (`finish`). Loop thread only (the queue is the one thing shared, with the exporter).
+/// sampled, and writes a sampled request's span into the worker's `SpanBuffer` when it
+/// ends (`finish`). Loop thread only (the buffer is the one thing shared, with the
+/// exporter).
 ///
 /// Sampling: a request whose valid `traceparent` says sampled is sampled (the trace goes
 /// on); any other is sampled with probability `sample_ratio`, keeping the caller's trace
@@ -9,15 +10,15 @@
 /// its envelope's span and shares its decision (`BatchCallOrigin.trace`), whatever its
 /// own head says.
 final class WorkerTracer {
-    let queue: SpanQueue
+    let buffer: SpanBuffer
     /// A request without a sampled parent is sampled when a random word is below this
     /// (`always`: every one).
     private let threshold: UInt64
     private let always: Bool
     private var random: TraceIdGenerator
 
-    init(config: TracingConfig, queue: SpanQueue, seed: UInt64) {
-        self.queue = queue
+    init(config: TracingConfig, buffer: SpanBuffer, seed: UInt64) {
+        self.buffer = buffer
         always = config.sampleRatio >= 1
         threshold = config.sampleRatio <= 0 ? 0 : UInt64(min(config.sampleRatio * 18446744073709551616.0, 18446744073709549568.0))
         random = TraceIdGenerator(seed: seed)
@@ -29,13 +30,17 @@ final class WorkerTracer {
         let traceHi: UInt64, traceLo: UInt64, parentId: UInt64, sampled: Bool
         var state: [UInt8]?
         var kind: UInt8 = 2   // OTLP SPAN_KIND_SERVER
+        // The generator read once and stored once (each access to a class's `var` is
+        // checked at run time; four draws made it about a third of this function).
+        var random = self.random
+        defer { self.random = random }
         if let parent = link?.trace {
             (traceHi, traceLo, parentId, sampled, state) = (parent.traceHi, parent.traceLo, parent.spanId, parent.sampled, parent.traceState)
             kind = 1   // SPAN_KIND_INTERNAL: a call the gateway made of its envelope
         } else if case let (parent, s)? = ex.withHead({ Self.read($0) }) {
-            (traceHi, traceLo, parentId, sampled, state) = (parent.traceHi, parent.traceLo, parent.parentId, parent.sampled || sample(), s)
+            (traceHi, traceLo, parentId, sampled, state) = (parent.traceHi, parent.traceLo, parent.parentId, parent.sampled || sample(&random), s)
         } else {
-            (traceHi, traceLo, parentId, sampled) = (random.nonZero(), random.nonZero(), 0, sample())
+            (traceHi, traceLo, parentId, sampled) = (random.nonZero(), random.nonZero(), 0, sample(&random))
         }
         let spanId = random.nonZero()
         var span: SpanRecord?
@@ -46,7 +51,7 @@ final class WorkerTracer {
         return RequestTrace(traceHi: traceHi, traceLo: traceLo, spanId: spanId, parentId: parentId, sampled: sampled, traceState: state, span: span)
     }
 
-    @inline(__always) private func sample() -> Bool {
+    @inline(__always) private func sample(_ random: inout TraceIdGenerator) -> Bool {
         if always { return true }
         if threshold == 0 { return false }
         return random.next() < threshold
@@ -85,27 +90,25 @@ final class WorkerTracer {
         }
     }
 
-    /// The request ended (`Exchange.traceEnded`, once): a sampled request's span gets
-    /// what the stages found and goes to the queue.
+    /// The request ended (`Exchange.traceEnded`, once): a sampled request's span is
+    /// written out, with what the stages found, into the worker's buffer.
     func finish(_ ex: Exchange, status: Int) {
         guard let span = ex.trace.span else { return }
-        var end = SpanEnd(monoNanos: Clock.monotonicNanos(), status: status)
+        span.markFinished()
+        // Each of the exchange's fields read once (each read of a class's property is checked).
+        let route = ex.routeName, cacheStatus = ex.cacheStatus, upstream = ex.upstreamAddress
+        let requestId = ex.requestId, parentRequestId = ex.batchOrigin?.parentRequestId
+        let end = Clock.monotonicNanos()
         ex.withHead { head in
             head.withBytes { raw in
-                // A common method is a shared array (no copy).
-                end.method = ForwardStage.method(UnsafeRawBufferPointer(rebasing: raw[head.method]))
                 let p = head.path
-                end.path = Array(raw[p.lowerBound..<min(p.upperBound, p.lowerBound + Self.maxPathBytes)])
+                let facts = SpanFacts(method: UnsafeRawBufferPointer(rebasing: raw[head.method]),
+                                      path: UnsafeRawBufferPointer(rebasing: raw[p.lowerBound..<min(p.upperBound, p.lowerBound + Self.maxPathBytes)]),
+                                      route: route, status: status, cacheStatus: cacheStatus, upstream: upstream,
+                                      requestId: requestId, parentRequestId: parentRequestId, endMonoNanos: end)
+                buffer.append(span, facts)
             }
         }
-        end.route = ex.routeName
-        end.cacheStatus = ex.cacheStatus
-        end.upstream = ex.upstreamAddress
-        end.requestId = ex.requestId
-        end.parentRequestId = ex.batchOrigin?.parentRequestId
-        span.end = end
-        span.markQueued()
-        queue.push(span)
     }
 
     /// The longest path an exported span carries (`url.path`); a longer one is cut.
@@ -135,11 +138,11 @@ struct TraceIdGenerator {
 
 extension WorkerTracer {
     /// A worker's tracer (kept across reloads, handed to each of its pipelines) and its
-    /// queue, for the exporter.
-    static func make(_ config: TracingConfig) -> (WorkerTracer, SpanQueue) {
-        let queue = SpanQueue(capacity: config.queueSpans)
+    /// span buffer, for the exporter.
+    static func make(_ config: TracingConfig) -> (WorkerTracer, SpanBuffer) {
+        let buffer = SpanBuffer(capacity: config.queueSpans, headroom: OTLPEncoder.Envelope(serviceName: config.serviceName).bytes.count)
         var seed: UInt64 = 0
         while seed == 0 { seed = UInt64.random(in: .min ... .max) }
-        return (WorkerTracer(config: config, queue: queue, seed: seed), queue)
+        return (WorkerTracer(config: config, buffer: buffer, seed: seed), buffer)
     }
 }
