@@ -29,6 +29,9 @@
 # Case "redis": cache hits served from the shared Redis tier with a cold local tier,
 # against local hits (scripts/bench/bench-redis.sh).
 #
+# Case "redis-tls": QW1-signed calls with their nonces in Redis, reached over plain TCP
+# against over TLS (rediss://): the cost of TLS to Redis (scripts/bench/bench-redis-tls.sh).
+#
 # Case "tls": HTTP/1.1 over TLS against nginx ssl, kept-alive and a full handshake per
 # request (scripts/bench/bench-tls.sh).
 # Case "http2": HTTP/2 over TLS against nginx `ssl http2` with h2load: 1 and 100 streams per
@@ -47,7 +50,7 @@
 # nginx `gzip on` and `gzip_static`, an uncached compressed proxy against nginx proxy_pass
 # with gzip, and bytes on the wire per coding and level (scripts/bench/bench-gzip.sh).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|tls|http2|websocket|scaling|cors|gzip|jwt|upload|all]
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|redis-tls|tls|http2|websocket|scaling|cors|gzip|jwt|upload|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -113,6 +116,9 @@ fi
 if [ "$CASE" = gzip ]; then
   exec scripts/bench/bench-gzip.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi
+if [ "$CASE" = redis-tls ]; then
+  exec scripts/bench/bench-redis-tls.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
+fi
 if [ "$CASE" = redis ]; then
   exec scripts/bench/bench-redis.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$CONNS"
 fi
@@ -163,37 +169,7 @@ routes:
     service: backend
     auth: off
 CONF
-cat > "$WORK/replay.lua" <<'LUA'
--- Replays pre-signed requests from a file (one "path<TAB>authorization" a line), each once.
-local reqs, i = {}, 0
-function init(args)
-  for line in io.lines(args[1]) do
-    local path, auth = line:match("([^\t]+)\t(.*)")
-    reqs[#reqs + 1] = wrk.format("GET", args[2] .. path, { ["Authorization"] = auth })
-  end
-end
-function request()
-  i = i + 1
-  if i > #reqs then i = 1 end
-  return reqs[i]
-end
-LUA
-# Pre-signs N requests with fresh nonces (independent signer: examples/qw1_client.py).
-presign() {
-  python3 - "$1" "$2" <<'PY'
-import os, sys, time, secrets
-sys.path.insert(0, os.path.join(os.getcwd(), "examples"))
-import qw1_client
-n, out = int(sys.argv[1]), sys.argv[2]
-now, prefix = int(time.time()), secrets.token_hex(4)
-with open(out, "w") as f:
-    for i in range(n):
-        path = f"/items?id={i % 1000}"
-        auth = qw1_client.authorization("bench-app", "bench-secret", "bench-salt", "GET", "/signed" + path,
-                                        timestamp=now, nonce=f"{prefix}-{i:08d}")
-        f.write(f"{path}\t{auth}\n")
-PY
-}
+write_replay_lua "$WORK/replay.lua"
 
 taskset -c 1 nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" & PIDS+=($!)
 taskset -c 0 nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" & PIDS+=($!); NGINX_MASTER=$!

@@ -19,10 +19,13 @@
 # With --tracing RATIO the config has a tracing section (sample_ratio RATIO) whose spans go
 # to the nginx backend as collector (it answers every POST 200): the cost of tracing per
 # request, the export on the admin loop included (issue 36's budget).
-# Usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy | --jwt] [--limits] [--tracing RATIO]
+# With --redis plain|tls the config has a redis section (nonces shared, cache not) on a
+# redis-server started here, reached over TCP or over TLS (rediss://, a CA made here):
+# with --signed, each request's nonce claim is a Redis round trip (the cost of TLS to Redis).
+# Usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy | --jwt] [--limits] [--tracing RATIO] [--redis plain|tls]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECONDS_RUN=8; SIGNED=0; CACHE=0; POLICY=0; LIMITS=0; JWT=0; TRACING=
+SECONDS_RUN=8; SIGNED=0; CACHE=0; POLICY=0; LIMITS=0; JWT=0; TRACING=; REDIS=
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) SECONDS_RUN=$2; shift 2 ;;
@@ -32,7 +35,8 @@ while [ $# -gt 0 ]; do
     --limits) LIMITS=1; shift ;;
     --jwt) JWT=1; shift ;;
     --tracing) TRACING=$2; shift 2 ;;
-    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy | --jwt] [--limits] [--tracing RATIO]" >&2; exit 2 ;;
+    --redis) REDIS=$2; shift 2 ;;
+    *) echo "usage: scripts/profile.sh [--seconds N] [--signed | --cache | --policy | --jwt] [--limits] [--tracing RATIO] [--redis plain|tls]" >&2; exit 2 ;;
   esac
 done
 for tool in valgrind nginx wrk; do
@@ -97,6 +101,20 @@ fi
 if [ -n "$TRACING" ]; then
   printf 'tracing: { otlp_endpoint: "http://127.0.0.2:%s/v1/traces", sample_ratio: %s, service_name: profile }\n' "$BPORT" "$TRACING" >> "$WORK/q.yaml"
 fi
+if [ -n "$REDIS" ]; then
+  # Under callgrind the gateway runs many times slower: a long timeout, so no claim fails.
+  RPORT=$((QPORT + 20))
+  if [ "$REDIS" = tls ]; then
+    write_redis_tls_files "$WORK"
+    redis-server --port 0 --tls-port "$RPORT" --tls-cert-file "$WORK/redis.pem" --tls-key-file "$WORK/redis.key" \
+      --tls-ca-cert-file "$WORK/ca.pem" --tls-auth-clients no --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 & PIDS+=($!)
+    printf 'redis: { url: "rediss://127.0.0.1:%s/0", ca_file: %s, timeout: 2s, cache: false }\n' "$RPORT" "$WORK/ca.pem" >> "$WORK/q.yaml"
+  else
+    redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 & PIDS+=($!)
+    printf 'redis: { url: "redis://127.0.0.1:%s/0", timeout: 2s, cache: false }\n' "$RPORT" >> "$WORK/q.yaml"
+  fi
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$RPORT") 2>/dev/null && break; sleep 0.1; done
+fi
 WRK_ARGS=("http://127.0.0.1:$QPORT/")
 [ "$CACHE" = 1 ] && WRK_ARGS=("http://127.0.0.1:$QPORT/cached/item")
 [ "$JWT" = 1 ] && WRK_ARGS=(-H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$QPORT/jwt/item")
@@ -149,11 +167,18 @@ spans_settled() {
 # replay must use each nonce once), then count from zero.
 wrk -t1 -c8 -d1s "$READY_URL" >/dev/null
 spans_settled
+if [ -n "$REDIS" ]; then
+  for _ in $(seq 100); do
+    curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["redis"]["connected"] else 1)' && break
+    sleep 0.2
+  done
+fi
 BEFORE=$(count)
 callgrind_control -i on "$QW" >/dev/null 2>&1
 wrk -t1 -c8 -d"${SECONDS_RUN}s" "${WRK_ARGS[@]}" > "$WORK/wrk.txt"
 grep -q "Non-2xx" "$WORK/wrk.txt" && { echo "profile: some answers were not 2xx:"; cat "$WORK/wrk.txt"; }
 REQUESTS=$(( $(count) - BEFORE ))
+[ -z "$REDIS" ] || curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; r=json.load(sys.stdin)["redis"]; print("redis:", r["url"], "nonces", json.dumps(r["nonces"]), "timeouts", r["timeouts"], "unavailable", r["unavailable"])'
 [ -z "$TRACING" ] || curl -s "http://127.0.0.1:$APORT/stats" | python3 -c 'import json,sys; print("tracing:", json.dumps(json.load(sys.stdin)["tracing"]))'
 kill -INT "$QW"; wait "$QW" 2>/dev/null || true
 callgrind_annotate "$WORK/cg.out" > "$WORK/annotate.txt" 2>/dev/null

@@ -7,12 +7,13 @@ cd "$(dirname "$0")/.."
 QW_SKIP_BUILD=1 scripts/setup.sh || exit 1
 
 # The shared-tier tests start their own redis-server (Debian's) on loopback; the rediss://
-# tests make their CA with the openssl command line.
-if ! command -v redis-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
-  echo "test: installing redis-server and openssl (the tests start their own Redis; the system service is not used)"
+# tests make their CA with the openssl command line; the partition test puts gateways in
+# network namespaces with iproute2's `ip`.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
+  echo "test: installing redis-server, openssl and iproute2 (the tests start their own Redis; the system service is not used)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server openssl >/dev/null; } \
-    || { echo "test: cannot install redis-server and openssl" >&2; exit 1; }
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server openssl iproute2 >/dev/null; } \
+    || { echo "test: cannot install redis-server, openssl and iproute2" >&2; exit 1; }
 fi
 
 # Python test dependencies (PyPI), as module:package: pytest; botocore (SigV4 signer),

@@ -241,20 +241,25 @@ class Backend:
 
 
 class Gateway:
-    """The real quickway binary with a config written for the test."""
+    """The real quickway binary with a config written for the test.
 
-    def __init__(self, config_text, workers=1, env=None):
+    `host`: the address its listener and admin listener are reached on (the config's
+    `{HOST}`); `prefix`: a command it runs under, which must exec it in place so the PID
+    stays the gateway's (`ip netns exec NS`, for a gateway in a network namespace)."""
+
+    def __init__(self, config_text, workers=1, env=None, host="127.0.0.1", prefix=()):
+        self.host = host
         self.port = free_port()
         self.admin_port = free_port()
         self.dir = tempfile.mkdtemp(prefix="qw-test-")
         self.config_path = os.path.join(self.dir, "config.yaml")
         text = config_text.replace("{PORT}", str(self.port)).replace("{ADMIN}", str(self.admin_port))
-        text = text.replace("{WORKERS}", str(workers))
+        text = text.replace("{WORKERS}", str(workers)).replace("{HOST}", host)
         with open(self.config_path, "w") as f:
             f.write(text)
         self.log_path = os.path.join(self.dir, "quickway.log")
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([quickway_binary(), "serve", "--config", self.config_path],
+        self.proc = subprocess.Popen([*prefix, quickway_binary(), "serve", "--config", self.config_path],
                                      stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         try:
             wait_until(self._healthy, timeout=15, what="gateway /health")
@@ -266,7 +271,7 @@ class Gateway:
         if self.proc.poll() is not None:
             raise AssertionError("gateway exited:\n" + self.logs())
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/health", timeout=1) as r:
+            with urllib.request.urlopen(f"http://{self.host}:{self.admin_port}/health", timeout=1) as r:
                 return r.status == 200
         except OSError:
             return False
@@ -278,10 +283,10 @@ class Gateway:
             return f.read().decode("utf-8", "replace")
 
     def url(self, path):
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     def stats(self):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5) as r:
+        with urllib.request.urlopen(f"http://{self.host}:{self.admin_port}/stats", timeout=5) as r:
             return json.loads(r.read())
 
     def signal(self, sig):
@@ -302,7 +307,7 @@ class Gateway:
 def http_call(g, method, path, headers=None, body=None, timeout=15):
     """One request on its own connection: (status, headers with lower-case names, body)."""
     import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=timeout)
+    conn = http.client.HTTPConnection(getattr(g, "host", "127.0.0.1"), g.port, timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()

@@ -12,16 +12,15 @@ after healing it replays the purges it missed before its local tier serves again
 no purged entry is served. A log trimmed past what B missed makes B drop its whole
 local tier.
 """
-import json
 import select
 import socket
 import threading
 import time
-import urllib.request
 
 import pytest
 
-from harness import Backend, Gateway, RedisServer, free_port, http_call, wait_until
+from harness import Backend, Gateway, RedisServer, free_port, wait_until
+from purge_helpers import HEARTBEAT_S, TIMEOUT_S, get, purge, purges, wait_following, warm
 
 CONFIG = """
 listen: 127.0.0.1:{PORT}
@@ -40,10 +39,6 @@ routes:
     auth: off
     cache: { ttl: 300s }
 """
-HOST = {"Host": "api.example.com"}
-# The follower's heartbeat (PurgeFollower.heartbeatMillis) plus redis.timeout: the
-# longest a silent cut can go unnoticed while the local tier still serves.
-HEARTBEAT_S, TIMEOUT_S = 1.0, 0.1
 
 
 class CuttableRelay:
@@ -122,28 +117,7 @@ class CuttableRelay:
 
 
 def make_gateway(redis_port, backend):
-    g = Gateway(CONFIG.replace("REDIS_PORT", str(redis_port)).replace("BACKEND_PORT", str(backend.server.server_address[1])), workers=2)
-    try:
-        wait_until(lambda: g.stats()["redis"]["connected"] and g.stats()["redis"]["purges"]["local_tier_serving"],
-                   timeout=10, what="redis up and purges followed")
-    except BaseException:
-        g.stop()
-        raise
-    return g
-
-
-def get(g, path):
-    return http_call(g, "GET", path, HOST)
-
-
-def purge(g, body):
-    req = urllib.request.Request(f"http://127.0.0.1:{g.admin_port}/cache/purge", data=json.dumps(body).encode(), method="POST")
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.loads(r.read())
-
-
-def purges(g):
-    return g.stats()["redis"]["purges"]
+    return wait_following(Gateway(CONFIG.replace("REDIS_PORT", str(redis_port)).replace("BACKEND_PORT", str(backend.server.server_address[1])), workers=2))
 
 
 @pytest.fixture()
@@ -165,18 +139,9 @@ def setup():
         assert codes == [0] * len(codes), (a.logs() if a else "") + (b.logs() if b else "")
 
 
-def warm(a, b, backend, paths):
-    """Each path cached in B's local tier (a local HIT at B)."""
-    for p in paths:
-        assert get(a, p)[0] == 200
-    for p in paths:
-        wait_until(lambda: get(b, p)[1]["x-cache"] == "HIT", what=f"{p} cached at B")
-        assert get(b, p)[1]["x-cache"] == "HIT"
-
-
 def test_a_purge_missed_while_cut_off_is_replayed_before_the_local_tier_serves(setup):
     backend, redis, relay, a, b = setup
-    warm(a, b, backend, ["/cached/gone/1", "/cached/gone/2", "/cached/kept/1"])
+    warm(a, b, ["/cached/gone/1", "/cached/gone/2", "/cached/kept/1"])
     epoch_before = purges(b)["epoch"]
 
     relay.cut()
@@ -216,7 +181,7 @@ def test_a_purge_missed_while_cut_off_is_replayed_before_the_local_tier_serves(s
 
 def test_a_log_trimmed_past_what_was_missed_drops_the_whole_local_tier(setup):
     backend, redis, relay, a, b = setup
-    warm(a, b, backend, ["/cached/x/1", "/cached/y/1"])
+    warm(a, b, ["/cached/x/1", "/cached/y/1"])
     relay.cut()
     wait_until(lambda: purges(b)["local_tier_serving"] is False, timeout=5, what="B gated")
     purge(a, {"prefix": "/cached/x/"})

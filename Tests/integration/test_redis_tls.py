@@ -7,6 +7,7 @@ address the certificate does not carry, refuses the server: the link stays down,
 failure is counted and logged with the certificate error, and the gateway behaves as
 it does when Redis is down (on_failure). Signed calls come from examples/qw1_client.py.
 """
+import hashlib
 import json
 import os
 import sys
@@ -33,6 +34,8 @@ redis:
   ca_file: CA_FILE
   timeout: 200ms
   on_failure: fail_closed
+  max_entry_bytes: 4MiB
+cache: { max_object_bytes: 4MiB }
 services:
   api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2] }
 routes:
@@ -43,6 +46,11 @@ routes:
     match: { path_prefix: /open/ }
     service: api
     auth: off
+  - name: big
+    match: { path_prefix: /big/ }
+    service: api
+    auth: off
+    cache: { ttl: 60s }
 """
 
 
@@ -181,3 +189,28 @@ def test_plain_redis_url_does_not_speak_tls_and_ca_file_needs_rediss(redis, back
     bad.write_text(bad.read_text().replace("redis://", "rediss://").replace(ca.cert, str(empty)))
     out = subprocess.run([quickway_binary(), "check", "--config", str(bad)], capture_output=True, text=True, timeout=30)
     assert out.returncode != 0 and "redis.ca_file" in out.stdout + out.stderr, out
+
+
+def test_a_large_entry_from_the_shared_tier_over_tls_arrives_whole(redis, backend, ca):
+    """1.5 MB from Redis's tier: about 92 TLS records of 16 KiB, more than one read event
+    takes (64); the rest must come on the next event, byte for byte the backend's."""
+    host = {"Host": "api.example.com"}
+    path, n = "/big/1500000", 1500000
+    expected = (hashlib.sha256(b"seed").hexdigest().encode() * (n // 64 + 1))[:n]
+    a = gateway(redis, backend, ca.cert)
+    b = None
+    try:
+        b = gateway(redis, backend, ca.cert)
+        st, h, body = http_call(a, "GET", path, host)
+        assert st == 200 and body == expected
+        # Stores reach Redis just after the answer.
+        wait_until(lambda: redis.command("EXISTS", f"quickway:c:GET api.example.com{path}?", db=2) == 1,
+                   what="the entry stored in Redis")
+        hits = b.stats()["redis"]["cache"]["hits"]
+        st, h, body = http_call(b, "GET", path, host)
+        assert st == 200 and h["x-cache"] == "HIT" and len(body) == n and body == expected
+        assert b.stats()["redis"]["cache"]["hits"] == hits + 1
+        assert backend.path_hits(path) == 1
+    finally:
+        codes = [g.stop() for g in (a, b) if g]
+        assert codes == [0] * len(codes)

@@ -137,3 +137,56 @@ services: { backend: { host: backend.local, port: ${5#*:}, ips: [${5%:*}] } }
 routes: [ { name: all, match: { path_prefix: / }, service: backend } ]
 CONF
 }
+
+# wrk's Lua script replaying pre-signed requests from a file (one "path<TAB>authorization"
+# a line), each once, the path after the script's second argument (a path prefix).
+# Usage: write_replay_lua FILE
+write_replay_lua() {
+  cat > "$1" <<'LUA'
+-- Replays pre-signed requests from a file (one "path<TAB>authorization" a line), each once.
+local reqs, i = {}, 0
+function init(args)
+  for line in io.lines(args[1]) do
+    local path, auth = line:match("([^\t]+)\t(.*)")
+    reqs[#reqs + 1] = wrk.format("GET", args[2] .. path, { ["Authorization"] = auth })
+  end
+end
+function request()
+  i = i + 1
+  if i > #reqs then i = 1 end
+  return reqs[i]
+end
+LUA
+}
+
+# Pre-signs N requests for key bench-app (secret bench-secret, salt bench-salt) with fresh
+# nonces, signed for "/signed" + path (independent signer: examples/qw1_client.py).
+# Usage: presign N OUT
+presign() {
+  python3 - "$1" "$2" <<'PY'
+import os, sys, time, secrets
+sys.path.insert(0, os.path.join(os.getcwd(), "examples"))
+import qw1_client
+n, out = int(sys.argv[1]), sys.argv[2]
+now, prefix = int(time.time()), secrets.token_hex(4)
+with open(out, "w") as f:
+    for i in range(n):
+        path = f"/items?id={i % 1000}"
+        auth = qw1_client.authorization("bench-app", "bench-secret", "bench-salt", "GET", "/signed" + path,
+                                        timestamp=now, nonce=f"{prefix}-{i:08d}")
+        f.write(f"{path}\t{auth}\n")
+PY
+}
+
+# A throw-away CA and a certificate for Redis at 127.0.0.1 signed by it (as the TLS tests
+# make them): DIR/ca.pem, DIR/redis.pem, DIR/redis.key. Usage: write_redis_tls_files DIR
+write_redis_tls_files() {
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=bench CA" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" \
+    -keyout "$1/ca.key" -out "$1/ca.pem" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=redis" \
+    -keyout "$1/redis.key" -out "$1/redis.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > "$1/redis.ext"
+  openssl x509 -req -in "$1/redis.csr" -CA "$1/ca.pem" -CAkey "$1/ca.key" -CAcreateserial -days 1 \
+    -extfile "$1/redis.ext" -out "$1/redis.pem" 2>/dev/null
+}

@@ -33,6 +33,9 @@ final class RedisSocket {
     private var readWantsWrite = false
     private var out: [UInt8] = []
     private var outHead = 0
+    /// Kept for the connection's life: a fresh zeroed 16 KiB array per read event cost
+    /// more than the read (with TLS there was an event per reply, one record each).
+    private var inBuffer = [UInt8](repeating: 0, count: 16384)
 
     var onOpen: (() -> Void)?
     var onReply: ((UnsafeMutablePointer<redisReply>) -> Void)?
@@ -189,12 +192,16 @@ final class RedisSocket {
 
     // MARK: reading
 
-    /// Reads what is there, then hands every complete reply on.
+    /// Reads what is there, then hands every complete reply on. With TLS it reads until
+    /// OpenSSL wants more bytes: `SSL_read` returns one record at a time, and Redis sends
+    /// a record per reply. At most 64 reads an event, leaving the rest to the next one
+    /// (the event is level-triggered; OpenSSL holds no decrypted bytes back then).
     private func readAll() {
-        var buf = [UInt8](repeating: 0, count: 16384)
         var closedBy: String?
+        var reads = 0
         readLoop: while true {
-            let n: Int = buf.withUnsafeMutableBytes { b in
+            reads += 1
+            let n: Int = inBuffer.withUnsafeMutableBytes { b in
                 if let ssl {
                     qw_tls_clear_error()
                     let r = SSL_read(ssl, b.baseAddress, Int32(b.count))
@@ -220,9 +227,9 @@ final class RedisSocket {
                 closedBy = closedBy ?? "Redis closed the connection"
                 break readLoop
             }
-            let fed = buf.withUnsafeBytes { redisReaderFeed(reader, $0.baseAddress!.assumingMemoryBound(to: CChar.self), n) }
+            let fed = inBuffer.withUnsafeBytes { redisReaderFeed(reader, $0.baseAddress!.assumingMemoryBound(to: CChar.self), n) }
             if fed != REDIS_OK { return fail("bad reply from Redis") }
-            if n < buf.count && (ssl == nil || SSL_pending(ssl!) == 0) { break readLoop }
+            if ssl == nil ? n < inBuffer.count : reads >= 64 && SSL_pending(ssl!) == 0 { break readLoop }
         }
         // Replies already complete are handed on even when the connection then ended.
         while phase == .open {
