@@ -279,6 +279,37 @@ final class TraceContextTests: XCTestCase {
         }
     }
 
+    func testClientBytesAreCutAtACharacterAndMadeValidUTF8() {
+        let text = Array("aé€z".utf8)   // 61 | c3 a9 | e2 82 ac | 7a
+        text.withUnsafeBytes { b in
+            XCTAssertEqual(Array(SpanText.cut(b, at: 2)), [0x61], "not half of é")
+            XCTAssertEqual(Array(SpanText.cut(b, at: 3)), Array("aé".utf8))
+            XCTAssertEqual(Array(SpanText.cut(b, at: 5)), Array("aé".utf8), "not two thirds of €")
+            XCTAssertEqual(Array(SpanText.cut(b, at: 6)), Array("aé€".utf8))
+            XCTAssertEqual(Array(SpanText.cut(b, at: 100)), text)
+            XCTAssertEqual(SpanText.validated(b), text, "valid UTF-8 kept")
+        }
+        let bad: [UInt8] = [0x2f, 0xff, 0xc3, 0x41]
+        bad.withUnsafeBytes { XCTAssertEqual(SpanText.validated($0), Array("/??A".utf8)) }
+    }
+
+    func testAChunkHoldsAtMostItsBytes() {
+        // Spans of a 1 KiB path each, far more than fit in `maxChunkBytes`: the buffer
+        // drops (and counts) what does not fit, whatever its span count allows.
+        let q = SpanBuffer(capacity: 1_000_000, headroom: 64)
+        let span = SpanRecord(traceHi: 1, traceLo: 2, spanId: 3, parentId: 0, kind: 2, traceState: nil, startWallNanos: 0, startMonoNanos: 0)
+        var taken = 0
+        facts(Array("GET".utf8), Array(repeating: UInt8(ascii: "p"), count: 1024), status: 200) { f in
+            for _ in 0..<6000 { if q.append(span, f) { taken += 1 } }
+        }
+        XCTAssertLessThan(taken, 6000)
+        XCTAssertEqual(q.figures.dropped, UInt64(6000 - taken))
+        let chunk = q.take(atLeast: 1_000_000, before: 0)
+        XCTAssertNotNil(chunk, "past `dueChunkBytes`: due whatever its count")
+        XCTAssertLessThanOrEqual(chunk?.spanBytes ?? .max, SpanBuffer.maxChunkBytes)
+        XCTAssertGreaterThan(chunk?.spanBytes ?? 0, SpanBuffer.maxChunkBytes - 8192)
+    }
+
     func testAFullBufferDropsAndCounts() {
         let q = SpanBuffer(capacity: 2, headroom: 64)
         let span = SpanRecord(traceHi: 1, traceLo: 2, spanId: 3, parentId: 0, kind: 2, traceState: nil, startWallNanos: 0, startMonoNanos: 0)

@@ -86,7 +86,7 @@ class Collector:
         self.server.server_close()
 
 
-def config(endpoint, ratio, backend_port, log, extra_ips=""):
+def config(endpoint, ratio, backend_port, log, extra_ips="", extra=""):
     return f"""
 listen: 127.0.0.1:{{PORT}}
 workers: 2
@@ -108,7 +108,7 @@ routes:
     match: {{ path_prefix: /open/ }}
     service: api
     auth: off
-"""
+""" + extra
 
 
 @pytest.fixture
@@ -118,9 +118,10 @@ def world(tmp_path):
     collector = Collector()
     gateways = []
 
-    def start(ratio, endpoint=None, extra_ips=""):
+    def start(ratio, endpoint=None, extra_ips="", extra=""):
         log = tmp_path / f"access-{len(gateways)}.log"
-        g = Gateway(config(endpoint or f"http://127.0.0.1:{collector.port}/v1/traces", ratio, backend.server.server_address[1], log, extra_ips))
+        g = Gateway(config(endpoint or f"http://127.0.0.1:{collector.port}/v1/traces", ratio, backend.server.server_address[1], log,
+                           extra_ips, extra))
         g.access_log = log
         gateways.append(g)
         return g
@@ -374,3 +375,37 @@ routes:
     finally:
         assert g.stop() == 0, g.logs()
         backend.stop()
+
+
+def raw_call(g, head: bytes):
+    """Sends `head` as it is; the status line's code (the gateway must answer)."""
+    with socket.create_connection(("127.0.0.1", g.port), timeout=10) as s:
+        s.sendall(head)
+        data = b""
+        while b"\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 "), data[:100]
+    return int(data[9:12])
+
+
+def test_client_bytes_are_cut_so_a_huge_method_or_a_bad_path_cannot_break_the_export(world):
+    """A review's findings: the method is bounded only by the head's size and a span
+    writes it twice, so a 1 MB method overflowed the span's length field (an abort); and
+    a path's bytes from 0x80 up are let in by the parser but a protobuf `string` must be
+    UTF-8, so one such span got the collector to refuse its whole export. Methods are now
+    cut to 32 bytes and such paths written with `?` for those bytes."""
+    backend, collector, start = world
+    g = start(1, extra="limits: { max_header_bytes: 1MiB }\n")
+    huge = b"X" * 1_040_000
+    raw_call(g, huge + b" /open/huge HTTP/1.1\r\nHost: a\r\ntraceparent: " + SAMPLED_PARENT.encode() + b"\r\n\r\n")
+    raw_call(g, b"GET /open/bad\xff\xfez HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert get(g, "/open/after")[0] == 200, "the gateway is still up"
+    spans = collector.wait_for(lambda s: attrs(s.attributes).get("url.path") == "/open/huge", "the huge method's span")
+    assert attrs(spans[0].attributes)["http.request.method"] == "X" * 32
+    assert len(spans[0].name.split(" ")[0]) == 32
+    bad = collector.wait_for(lambda s: attrs(s.attributes).get("url.path", "").startswith("/open/bad"), "the bad path's span")
+    assert attrs(bad[0].attributes)["url.path"] == "/open/bad??z"
+    collector.wait_for(lambda s: attrs(s.attributes).get("url.path") == "/open/after", "the span after")

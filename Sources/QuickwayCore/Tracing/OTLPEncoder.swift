@@ -25,6 +25,33 @@ struct SpanFacts {
     var endMonoNanos: UInt64
 }
 
+/// Client bytes made fit for a protobuf `string` (which decoders check as UTF-8: one
+/// bad span would get its whole export refused).
+enum SpanText {
+    /// `b` cut to at most `limit` bytes, back to the start of a character.
+    @inline(__always)
+    static func cut(_ b: UnsafeRawBufferPointer, at limit: Int) -> UnsafeRawBufferPointer {
+        guard b.count > limit else { return b }
+        var n = limit
+        while n > 0 && b[n] & 0xC0 == 0x80 { n -= 1 }   // b[n] is the first byte left out
+        return UnsafeRawBufferPointer(rebasing: b[0..<n])
+    }
+
+    /// Whether `b` is all ASCII (the usual path: written as it is).
+    @inline(__always)
+    static func isASCII(_ b: UnsafeRawBufferPointer) -> Bool {
+        for x in b where x >= 0x80 { return false }
+        return true
+    }
+
+    /// `b` as valid UTF-8 of the same length: as it is when valid, else with every
+    /// byte from 0x80 up written as `?` (the parser lets such bytes into a path).
+    static func validated(_ b: UnsafeRawBufferPointer) -> [UInt8] {
+        if String(validating: b, as: UTF8.self) != nil { return Array(b) }
+        return b.map { $0 >= 0x80 ? UInt8(ascii: "?") : $0 }
+    }
+}
+
 /// The OTLP/HTTP body of an export: an `ExportTraceServiceRequest` in protobuf
 /// (opentelemetry-proto, `collector/trace/v1/trace_service.proto` and
 /// `trace/v1/trace.proto`), written by hand for the few messages and fields the gateway
@@ -85,7 +112,11 @@ enum OTLPEncoder {
         w.fixed64(7, s.startWallNanos)
         w.fixed64(8, s.wallNanos(f.endMonoNanos))
         w.attribute(9, key: AttributeKey.method, f.method)
-        w.attribute(9, key: AttributeKey.path, f.path)
+        if SpanText.isASCII(f.path) {
+            w.attribute(9, key: AttributeKey.path, f.path)
+        } else {
+            SpanText.validated(f.path).withUnsafeBytes { w.attribute(9, key: AttributeKey.path, $0) }
+        }
         if let route { route.withUnsafeBytes { w.attribute(9, key: AttributeKey.route, $0) } }
         w.attribute(9, key: AttributeKey.status, int: Int64(f.status))
         f.requestId.withBytes { w.attribute(9, key: AttributeKey.requestId, $0) }
@@ -134,7 +165,7 @@ enum OTLPEncoder {
         if ev.ip != 0 { w.attribute(3, key: AttributeKey.peerAddress, details[Int(ev.ip) - 1]) }
         if ev.note != 0 {
             var note = details[Int(ev.note) - 1]
-            note.withUTF8 { w.attribute(3, key: AttributeKey.errorMessage, UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer($0).prefix(maxNoteBytes))) }
+            note.withUTF8 { w.attribute(3, key: AttributeKey.errorMessage, SpanText.cut(UnsafeRawBufferPointer($0), at: maxNoteBytes)) }
         }
         w.patch(at, eventLengthBytes)
     }

@@ -10,11 +10,13 @@ final class OTLPPost: CurlTask {
     private let client: UpstreamClient
     private var easy: UnsafeMutableRawPointer?
     private var headers: UnsafeMutablePointer<curl_slist>?
-    private let done: (_ ok: Bool, _ detail: String) -> Void
+    private let done: (_ ok: Bool, _ detail: String, _ bodyFree: Bool) -> Void
     /// The body, lent to libcurl (`CURLOPT_POSTFIELDS`, not copied) until the post ends.
     private var body: OTLPPostBody?
 
-    init(client: UpstreamClient, done: @escaping (_ ok: Bool, _ detail: String) -> Void) {
+    /// `done`: the outcome, and whether libcurl is done with the body (false: it may
+    /// still hold its pointer, so the memory must not be written again).
+    init(client: UpstreamClient, done: @escaping (_ ok: Bool, _ detail: String, _ bodyFree: Bool) -> Void) {
         self.client = client
         self.done = done
     }
@@ -38,7 +40,7 @@ final class OTLPPost: CurlTask {
         headers = curl_slist_append(curl_slist_append(nil, "Content-Type: application/x-protobuf"), "Expect:")
         qw_easy_setopt_ptr(h, CURLOPT_HTTPHEADER, headers)
         qw_easy_setopt_datafn(h, CURLOPT_WRITEFUNCTION, otlpDiscardBody)
-        client.add(h)
+        client.add(h) { [self] why in refused(h, why) }
     }
 
     override func finished(_ code: CURLcode) {
@@ -52,11 +54,25 @@ final class OTLPPost: CurlTask {
         headers = nil
         if removed { body = nil }
         if code != CURLE_OK {
-            done(false, String(cString: curl_easy_strerror(code)))
+            done(false, String(cString: curl_easy_strerror(code)), removed)
         } else {
-            done((200..<300).contains(status), "status \(status)")
+            done((200..<300).contains(status), "status \(status)", removed)
         }
         if removed { letGo() }
+    }
+}
+
+extension OTLPPost {
+    /// libcurl did not take the transfer: it never started, so the body is free again.
+    fileprivate func refused(_ h: UnsafeMutableRawPointer, _ why: String) {
+        guard easy == h else { return }
+        curl_easy_cleanup(h)
+        easy = nil
+        curl_slist_free_all(headers)
+        headers = nil
+        body = nil
+        done(false, "libcurl refused the transfer: \(why)", true)
+        letGo()
     }
 }
 

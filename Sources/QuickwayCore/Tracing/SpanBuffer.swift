@@ -9,11 +9,16 @@ import Glibc
 /// (`take`) and hands the worker another, posts it from where it lies (the envelope goes
 /// in the room left in front, `SpanChunk.headroom`), and gives it back when the post
 /// is over (`giveBack`), so in the steady state no span costs an allocation. A full
-/// chunk drops the new span and counts it.
+/// chunk (`capacity` spans, or `maxChunkBytes`) drops the new span and counts it.
 ///
 /// `@unchecked Sendable`: every field is read and written under `lock`.
 final class SpanBuffer: @unchecked Sendable {
     let capacity: Int
+    /// The most bytes of spans a chunk holds (well under a collector's usual 4 to 20 MiB
+    /// request limit; a span is at most a few KiB, its client bytes cut).
+    static let maxChunkBytes = 4 << 20
+    /// A chunk holding this much is due for export whatever its span count.
+    static let dueChunkBytes = 1 << 20
     /// Bytes left in front of every chunk's spans for the envelope.
     let headroom: Int
     private let lock = Lock()
@@ -40,7 +45,7 @@ final class SpanBuffer: @unchecked Sendable {
             lock.lock()
             defer { lock.unlock() }
             let chunk = filling
-            guard chunk.spans < capacity else {
+            guard chunk.spans < capacity, chunk.spanBytes + bound <= Self.maxChunkBytes else {
                 dropped &+= 1
                 return false
             }
@@ -60,7 +65,7 @@ final class SpanBuffer: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         let chunk = filling
-        guard chunk.spans > 0, chunk.spans >= atLeast || chunk.firstNanos < before else { return nil }
+        guard chunk.spans > 0, chunk.spans >= atLeast || chunk.firstNanos < before || chunk.spanBytes >= Self.dueChunkBytes else { return nil }
         filling = spare ?? SpanChunk(headroom: headroom)
         spare = nil
         return chunk

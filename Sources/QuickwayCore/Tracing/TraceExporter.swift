@@ -81,7 +81,7 @@ final class TraceExporter: @unchecked Sendable {
         let (chunk, from) = ready.removeFirst()
         let n = chunk.spans
         posting = true
-        let post = OTLPPost(client: client) { [weak self] ok, detail in
+        let post = OTLPPost(client: client) { [weak self] ok, detail, bodyFree in
             guard let self else { return }
             self.posting = false
             if ok {
@@ -90,10 +90,10 @@ final class TraceExporter: @unchecked Sendable {
                 self.count { $0.failures &+= 1; $0.droppedHere &+= UInt64(n); $0.lastError = detail }
                 Log.debug("tracing: export of \(n) span(s) to \(self.config.otlpEndpoint) failed (\(detail)); dropped")
             }
-            // After a stop, libcurl may not be done with the chunk: it is not filled again.
-            guard !self.stopped else { return }
-            self.buffers[from].giveBack(chunk)
+            // After a stop, or when libcurl may still hold the chunk's address, it is
+            // not filled again (the worker gets a new one).
             self.out[from] = false
+            if bodyFree && !self.stopped { self.buffers[from].giveBack(chunk) }
             self.postNext()
         }
         _ = chunk.seal(envelope)

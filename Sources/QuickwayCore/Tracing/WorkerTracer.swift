@@ -101,9 +101,11 @@ final class WorkerTracer {
         let end = Clock.monotonicNanos()
         ex.withHead { head in
             head.withBytes { raw in
-                let p = head.path
-                let facts = SpanFacts(method: UnsafeRawBufferPointer(rebasing: raw[head.method]),
-                                      path: UnsafeRawBufferPointer(rebasing: raw[p.lowerBound..<min(p.upperBound, p.lowerBound + Self.maxPathBytes)]),
+                // The client's bytes, cut (a method is bounded only by the head's size) at
+                // a character's start, so a cut never splits one.
+                let method = SpanText.cut(UnsafeRawBufferPointer(rebasing: raw[head.method]), at: Self.maxMethodBytes)
+                let path = SpanText.cut(UnsafeRawBufferPointer(rebasing: raw[head.path]), at: Self.maxPathBytes)
+                let facts = SpanFacts(method: method, path: path,
                                       route: route, status: status, cacheStatus: cacheStatus, upstream: upstream,
                                       requestId: requestId, parentRequestId: parentRequestId, endMonoNanos: end)
                 buffer.append(span, facts)
@@ -113,6 +115,8 @@ final class WorkerTracer {
 
     /// The longest path an exported span carries (`url.path`); a longer one is cut.
     static let maxPathBytes = 1024
+    /// The longest method (`http.request.method` and the span's name).
+    static let maxMethodBytes = 32
 }
 
 /// Random 64-bit words for trace and span ids and sampling (SplitMix64, seeded per

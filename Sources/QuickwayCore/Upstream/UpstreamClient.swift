@@ -111,11 +111,16 @@ final class UpstreamClient {
     }
 
     /// Puts `h` on the multi handle (once curl has returned, if called from a callback:
-    /// curl refuses it there too).
-    func add(_ h: UnsafeMutableRawPointer) {
-        guard curlDepth == 0 else { return afterCurl.append { [self] in add(h) } }
+    /// curl refuses it there too). `refused`: told when libcurl does not take it (the
+    /// transfer will never finish).
+    func add(_ h: UnsafeMutableRawPointer, refused: ((String) -> Void)? = nil) {
+        guard curlDepth == 0 else { return afterCurl.append { [self] in add(h, refused: refused) } }
         let rc = curl_multi_add_handle(multi, h)
-        if rc != CURLM_OK { Log.error("libcurl refused a transfer: \(String(cString: curl_multi_strerror(rc)))") }
+        if rc != CURLM_OK {
+            let why = String(cString: curl_multi_strerror(rc))
+            Log.error("libcurl refused a transfer: \(why)")
+            refused?(why)
+        }
     }
 
     /// Takes `h` off the multi handle. False when libcurl refused (never pool or free such
