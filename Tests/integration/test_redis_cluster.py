@@ -45,6 +45,7 @@ redis:
   timeout: 250ms
   on_failure: fail_closed
   cluster: { nodes: [SEEDS] }
+rate_limits: { store: redis, sync_interval: 50ms }
 services:
   api: { host: api.internal, port: BACKEND_PORT, ips: [127.0.0.2] }
 routes:
@@ -56,6 +57,11 @@ routes:
     service: api
     auth: off
     cache: { ttl: 300s }
+  - name: limited
+    match: { path_prefix: /limited/ }
+    service: api
+    auth: off
+    rate_limit: [{ by: route, rate: 60/m, burst: 10 }]
 """
 HOST = {"Host": "api.example.com"}
 
@@ -310,6 +316,37 @@ def test_shared_cache_and_purges_across_nodes(cluster, pair, backend):
     assert int(cluster.node(epoch_owner).command("GET", "quickway:{purge}:epoch")) >= 2
     for g in pair:
         wait_until(lambda: g.stats()["redis"]["purges"]["local_tier_serving"] is True, what="local tiers serving")
+
+
+def test_rate_limits_are_shared_through_the_cluster(cluster, pair):
+    """`rate_limits.store: redis` (`LimitSync`'s INCRBY/PEXPIRE routed by key): a burst
+    spent at A is charged at B after a sync, so B refuses what it alone would admit."""
+    a, b = pair
+
+    def count():
+        keys = cluster.keys_anywhere("quickway:rl:limited:*")
+        return sum(int(cluster.node(cluster.owner(slot_of(k))).command("GET", k)) for k in keys), keys
+
+    # Each gateway sees the client once (a gateway charges what others admit only for
+    # clients it has seen), and both counts reach the cluster.
+    assert http_call(a, "GET", "/limited/0", HOST)[0] == 200
+    assert http_call(b, "GET", "/limited/0", HOST)[0] == 200
+    wait_until(lambda: count()[0] == 2, timeout=5, what="both gateways' calls counted in the cluster")
+    admitted_a = sum(http_call(a, "GET", f"/limited/{i}", HOST)[0] == 200 for i in range(10))
+    wait_until(lambda: count()[0] == 2 + admitted_a, timeout=5, what="A's calls counted")
+    # B reads the count back in its next sync rounds (every 50 ms, an INCRBY and a
+    # PEXPIRE each while it watches the client): wait for three of them.
+    sent = b.stats()["redis"]["commands"]
+    wait_until(lambda: b.stats()["redis"]["commands"] >= sent + 6, timeout=5, what="B's sync rounds")
+    # Then the burst both spent leaves B at most the refill (60/m: one call a second).
+    deadline = time.monotonic() + 2
+    admitted_b = 0
+    while time.monotonic() < deadline:
+        if http_call(b, "GET", "/limited/b", HOST)[0] != 200:
+            break
+        admitted_b += 1
+    assert admitted_a >= 8 and admitted_b <= 3, (admitted_a, admitted_b)
+    assert len(count()[1]) == 1
 
 
 def migrate_slot(cluster, slot, src, dst, on_batch=None, batch=10, pause=0.004, deadline_s=60):
