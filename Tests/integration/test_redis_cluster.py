@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -502,3 +503,55 @@ def test_rediss_reaches_every_node_over_tls(backend):
         for g in gateways:
             g.stop()
         c.stop()
+
+
+def test_the_purge_log_slot_migrated_while_purging(cluster, pair):
+    """The purge log's keys (`{purge}`: one slot, one script with both keys) moved to
+    another master while purges are made at A: every purge is recorded and published
+    (the scripts follow ASK, or TRYAGAIN while the two keys are split), and B applies
+    each one (its epoch reaches the cluster's)."""
+    a, b = pair
+    slot = slot_of("quickway:{purge}:epoch")
+    src = cluster.owner(slot)
+    dst = next(p for p in cluster.masters() if p != src)
+    fill = cluster.node(src)
+    fill.command("MSET", *[x for j in range(1000) for x in (f"fill:{{purge}}:{j}", "x")])
+    before = a.stats()["redis"]["cluster"]
+    res = {"ok": 0, "failed": []}
+    stop = threading.Event()
+
+    def purges():
+        deadline = time.monotonic() + 30
+        i = 0
+        while not stop.is_set() and i < 500 and time.monotonic() < deadline:
+            i += 1
+            try:
+                out = purge(a, {"prefix": f"/cached/pl/{i}/"})
+                if out.get("published") is True:
+                    res["ok"] += 1
+                else:
+                    res["failed"].append(out)
+            except urllib.error.HTTPError as e:
+                res["failed"].append((e.code, e.read()[:200]))
+            stop.wait(0.005)
+
+    t = threading.Thread(target=purges)
+    t.start()
+    try:
+        wait_until(lambda: res["ok"] >= 5, timeout=10, what="purges running")
+        migrate_slot(cluster, slot, src, dst, batch=5)
+        done_at = res["ok"]
+        wait_until(lambda: res["ok"] >= done_at + 5, timeout=10, what="purges after the migration")
+    finally:
+        stop.set()
+        t.join(30)
+    epoch = int(cluster.node(dst).command("GET", "quickway:{purge}:epoch"))
+    wait_until(lambda: b.stats()["redis"]["purges"]["epoch"] == epoch, timeout=5, what="B applied every purge")
+    after = a.stats()["redis"]["cluster"]
+    moved, ask, retries = (after[k] - before[k] for k in ("moved", "ask", "retries"))
+    print(f"\npurge-log slot migration: {res['ok']} purges recorded, {len(res['failed'])} failed, epoch {epoch}; "
+          f"A followed MOVED {moved}, ASK {ask}, retried {retries}")
+    assert moved > 0
+    assert res["failed"] == [], res["failed"]
+    for g in pair:
+        assert g.stats()["redis"]["purges"]["local_tier_serving"] is True
