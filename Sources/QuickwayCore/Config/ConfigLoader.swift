@@ -255,12 +255,14 @@ public enum ConfigLoader {
     static func readRedis(_ r: YAMLMapReader, environment: [String: String], sink: ConfigIssueSink) -> RedisConfig? {
         defer { r.finish() }
         var endpoint: RedisEndpoint?
+        // With `cluster` the url is optional and gives no host (`readRedisClusterURL`).
+        let clustered = r.node("cluster") != nil
         if let url = r.string("url") {
-            switch RedisEndpoint.parse(url) {
+            switch RedisEndpoint.parse(url, hostRequired: !clustered) {
             case .success(let e): endpoint = e
             case .failure(let e): r.report("url", "\(e.message), got \"\(url)\"")
             }
-        } else if r.node("url") == nil {
+        } else if r.node("url") == nil && !clustered {
             sink.add(r.childPath("url"), r.line, "is required")
         }
         // Every other key is read (and checked) even when the URL is bad.
@@ -285,6 +287,7 @@ public enum ConfigLoader {
         if let v = r.bool("cache") { rc.cache = v }
         readRedisTLS(r, &rc)
         readRedisSentinel(r, &rc)
+        if clustered { return readRedisCluster(r, &rc, urlParsed: endpoint != nil) ? rc : nil }
         guard endpoint != nil, let url = r.string("url") else { return nil }
         rc.url = url
         return rc

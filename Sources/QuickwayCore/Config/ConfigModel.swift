@@ -242,6 +242,8 @@ public struct RedisConfig: Sendable, Equatable {
     public var caFile: String?
     /// `sentinel`: the master is found (and followed) through these sentinels.
     public var sentinel: RedisSentinelConfig?
+    /// `cluster`: Redis Cluster, found from these nodes (see `RedisClusterConfig`).
+    public var cluster: RedisClusterConfig?
 
     public init(url: String, endpoint: RedisEndpoint) {
         self.url = url
@@ -260,7 +262,8 @@ public struct RedisEndpoint: Sendable, Equatable {
     public var tls = false
 
     /// Parses `redis[s]://[[user]:password@]host[:port][/db]`; nil with the reason on error.
-    public static func parse(_ url: String) -> Result<RedisEndpoint, RedisURLError> {
+    /// `hostRequired: false` (`redis.cluster`) lets the host be absent (empty).
+    public static func parse(_ url: String, hostRequired: Bool = true) -> Result<RedisEndpoint, RedisURLError> {
         let tls = url.hasPrefix("rediss://")
         guard tls || url.hasPrefix("redis://") else { return .failure(RedisURLError("expected redis://host:port/db or rediss:// (unix sockets are not supported)")) }
         var rest = Substring(url.dropFirst(tls ? "rediss://".count : "redis://".count))
@@ -289,7 +292,7 @@ public struct RedisEndpoint: Sendable, Equatable {
             e.port = p
             rest = rest[..<colon]
         }
-        guard !rest.isEmpty else { return .failure(RedisURLError("the host is missing")) }
+        guard !rest.isEmpty || !hostRequired else { return .failure(RedisURLError("the host is missing")) }
         e.host = String(rest)
         return .success(e)
     }

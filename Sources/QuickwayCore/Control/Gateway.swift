@@ -233,11 +233,8 @@ public final class Gateway {
         for (name, f) in list where !f.members.contains(where: { $0.state == "up" }) {
             reasons.append(f.members.isEmpty ? "service \(name) has no IPs" : "service \(name) has no IP up")
         }
-        if let r = redisConfig, r.onFailure == .failClosed, let tier = redisTier {
-            let up = tier.stats.value(.linksUp)
-            if up < Int64(tier.linkCount) {
-                reasons.append("redis \(r.endpoint.display) is not connected (\(up) of \(tier.linkCount) links up; on_failure: fail_closed)")
-            }
+        if let r = redisConfig, r.onFailure == .failClosed, let tier = redisTier, !tier.connected {
+            reasons.append("redis \(r.display) is not connected (\(tier.stats.value(.linksUp)) of \(tier.linksOpen) links up; on_failure: fail_closed)")
         }
         return reasons
     }
@@ -376,7 +373,7 @@ public final class Gateway {
             Log.info("route \(r.name): \(r.pathPrefix) (\(methods)) -> \(r.service), auth \(r.auth.rawValue)\(r.stripPrefix ? ", prefix stripped" : "")")
         }
         if let r = config.redis {
-            Log.info("redis: \(r.endpoint.display) shared \([r.nonces ? "nonces" : nil, r.cache ? "cache" : nil].compactMap { $0 }.joined(separator: " and ")), timeout \(Units.formatMillis(r.timeoutMillis)), \(r.onFailure.rawValue)")
+            Log.info("redis: \(r.display) shared \([r.nonces ? "nonces" : nil, r.cache ? "cache" : nil].compactMap { $0 }.joined(separator: " and ")), timeout \(Units.formatMillis(r.timeoutMillis)), \(r.onFailure.rawValue)")
         }
         if let a = config.auth {
             Log.info("auth: \(a.scheme.rawValue), \(a.keys.filter { !$0.disabled }.count) active key(s), max_skew \(Units.formatMillis(a.maxSkewMillis)), nonce_ttl \(Units.formatMillis(a.nonceTTLMillis))")

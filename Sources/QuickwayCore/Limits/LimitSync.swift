@@ -77,12 +77,12 @@ final class LimitSync {
     }
 
     private let registry: RateLimitRegistry
-    private let link: RedisLink
+    private let link: RedisCommandSink
     private let base: OpaquePointer
     private var timer: LoopTimer?
     private var stopped = false
 
-    init(registry: RateLimitRegistry, link: RedisLink, base: OpaquePointer) {
+    init(registry: RateLimitRegistry, link: RedisCommandSink, base: OpaquePointer) {
         self.registry = registry
         self.link = link
         self.base = base
@@ -127,17 +127,17 @@ final class LimitSync {
             }
             for (fp, name, delta) in batch {
                 let key = prefix + name
-                link.send(RedisCommand([Array("INCRBY".utf8), key, Array(String(delta).utf8)])) { [weak self] reply in
+                link.send(RedisCommand([Array("INCRBY".utf8), key, Array(String(delta).utf8)]), key: key) { [weak self] reply in
                     self?.answered(table, fp, reply)
                 }
-                link.send(RedisCommand([Array("PEXPIRE".utf8), key, Array(ttl.utf8)])) { _ in }
+                link.send(RedisCommand([Array("PEXPIRE".utf8), key, Array(ttl.utf8)]), key: key) { _ in }
                 sent += 1
             }
         }
         // Nothing to send while Redis is marked down (fail_closed refuses the calls that
         // would make some): a PING finds out when it is back.
         if sent == 0 && registry.sharedStoreDown {
-            link.send(RedisCommand("PING")) { [weak self] reply in
+            link.send(RedisCommand("PING"), key: nil) { [weak self] reply in
                 if case .status = reply { self?.registry.setSharedStoreDown(false) }
             }
         }

@@ -21,6 +21,12 @@
 ///
 /// At start nothing is known: the first catch-up empties the local tier (answers stored
 /// before it might predate a purge it never saw) and takes Redis's epoch as its own.
+///
+/// On a Redis Cluster the subscription is on any node (`RedisTier` re-picks one when
+/// it goes down): Redis Cluster relays each `PUBLISH` to every node over its bus, and a
+/// message relayed while a bus link is broken is lost. So each heartbeat also reads the
+/// epoch (`checkEpoch`): a purge recorded before the previous heartbeat and not applied
+/// yet was missed, and starts a catch-up (within two heartbeats of its recording).
 final class PurgeFollower {
     enum State { case behind, catchingUp, following }
 
@@ -40,6 +46,10 @@ final class PurgeFollower {
     private var stopped = false
     static let heartbeatMillis: Int64 = 1000
     private var stats: RedisStats { subscriber.stats }
+    /// Runs after the subscription went down (the cluster re-picks its node here).
+    var onSubscriberDown: (() -> Void)?
+    /// Cluster: the epoch the previous heartbeat read.
+    private var epochAtLastBeat: Int64 = 0
 
     init(subscriber: RedisLink, reader: SharedTier, cache: ResponseCache, base: OpaquePointer) {
         self.subscriber = subscriber
@@ -49,7 +59,10 @@ final class PurgeFollower {
         cache.gate.close()
         subscriber.subscribe(PurgeLog.eventChannel(reader.config)) { [unowned self] in self.message($0) }
         subscriber.onSubscribed = { [unowned self] in self.catchUp() }
-        subscriber.onDown = { [unowned self] in self.fallBehind("the purge subscription is down") }
+        subscriber.onDown = { [unowned self] in
+            self.fallBehind("the purge subscription is down")
+            self.onSubscriberDown?()
+        }
     }
 
     func start() {
@@ -150,6 +163,7 @@ final class PurgeFollower {
 
     private func beat() {
         guard subscriber.state == .up else { return }
+        if reader.link.isCluster { checkEpoch() }
         subscriber.send(RedisCommand("PING")) { [weak self] reply in
             guard let self else { return }
             if let why = reply.failure {
@@ -157,6 +171,17 @@ final class PurgeFollower {
             } else if self.state == .behind {
                 self.catchUp()
             }
+        }
+    }
+
+    /// Cluster: a purge recorded a heartbeat ago that has not arrived was lost on the way.
+    private func checkEpoch() {
+        reader.readPurgeEpoch { [weak self] epoch in
+            guard let self, let epoch else { return }
+            if self.state == .following, let applied = self.applied, self.epochAtLastBeat > applied {
+                self.catchUp()
+            }
+            self.epochAtLastBeat = epoch
         }
     }
 }

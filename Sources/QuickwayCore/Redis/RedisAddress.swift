@@ -31,6 +31,17 @@ final class RedisAddress: @unchecked Sendable {
         failure = "the sentinels have not named master \(sentinelMaster) yet"
     }
 
+    /// A cluster node's IP address (`ClusterRouter`): nothing to look up, ever.
+    init(literalIP ip: String) {
+        host = ip
+        sentinelMaster = nil
+        resolved = ip
+        literal = true
+    }
+
+    /// Set for `init(literalIP:)`.
+    private var literal = false
+
     init(host: String) {
         self.host = host
         sentinelMaster = nil
@@ -89,7 +100,7 @@ final class RedisAddress: @unchecked Sendable {
     /// Looks the name up again on a thread of its own (not more than once a second); the
     /// next connect uses the answer. A failed lookup keeps the last good address.
     func refresh() {
-        guard sentinelMaster == nil else { return }   // SentinelWatcher asks on its own
+        guard sentinelMaster == nil, !literal else { return }   // SentinelWatcher asks on its own
         lock.lock()
         let now = Clock.monotonicMillis()
         guard !resolving, now - lastAttemptMillis >= Self.minIntervalMillis else { lock.unlock(); return }

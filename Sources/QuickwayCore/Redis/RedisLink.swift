@@ -68,9 +68,14 @@ final class RedisLink {
     var onSubscribed: (() -> Void)?
     var onDown: (() -> Void)?
 
+    /// TLS: the certificate must name the address connected to (its IP), not the
+    /// endpoint's host (an address that moves: the cluster's purge subscription).
+    let tlsNameFromAddress: Bool
+
     init(base: OpaquePointer, endpoint: RedisEndpoint, address: RedisAddress, timeoutMillis: Int64, stats: RedisStats, tls: RedisTLS? = nil,
-         requireMaster: Bool = false) {
+         requireMaster: Bool = false, tlsNameFromAddress: Bool = false) {
         self.base = base
+        self.tlsNameFromAddress = tlsNameFromAddress
         self.tls = tls
         self.requireMaster = requireMaster
         self.endpoint = endpoint
@@ -81,6 +86,9 @@ final class RedisLink {
 
     /// Connects (on the loop thread).
     func start() { connect() }
+
+    /// Whether a command sent on this link awaits its reply (or its late reply).
+    var hasPending: Bool { pendingHead < pending.count }
 
     /// Makes this a subscriber link: after every (re)connect it subscribes to `channel`
     /// and hands each message's payload to `onMessage`. Call before `start()`.
@@ -217,7 +225,7 @@ final class RedisLink {
         if endpoint.tls && tls == nil { return connectFailed("rediss:// without a TLS context (see the error at start)") }
         let s: RedisSocket
         do {
-            s = try RedisSocket(base: base, ip: ip, port: target.port, host: requireMaster ? ip : endpoint.host, tls: tls)
+            s = try RedisSocket(base: base, ip: ip, port: target.port, host: requireMaster || tlsNameFromAddress ? ip : endpoint.host, tls: tls)
         } catch {
             connectFailed((error as? RedisFailure)?.message ?? "\(error)")
             return

@@ -27,6 +27,12 @@ final class RedisStats: @unchecked Sendable {
         /// Sentinel: master moves followed, connections dropped because `ROLE` said
         /// replica, and connections dropped on a `READONLY` reply.
         case failoversFollowed, replicaRefusals, readonlyErrors
+        /// Cluster (`ClusterRouter`): `MOVED` and `ASK` replies followed, `TRYAGAIN` and
+        /// `CLUSTERDOWN` replies retried, commands given up after too many redirects,
+        /// slot maps read (`CLUSTER SLOTS`) and reads that failed; node links open now
+        /// and event loops that have a slot map (gauges).
+        case clusterMoved, clusterAsk, clusterRetries, clusterRedirectsExhausted, clusterMapRefreshes, clusterRefreshFailures
+        case clusterLinks, clusterMappedLoops
     }
 
     private let slots: UnsafeMutablePointer<Int64>
@@ -49,6 +55,14 @@ final class RedisStats: @unchecked Sendable {
         failureLock.lock()
         lastFailureText = why
         failureLock.unlock()
+    }
+
+    private var clusterMastersSeen = 0
+
+    /// Cluster: the masters the last slot map read named (for `/stats`).
+    var clusterMasters: Int {
+        get { failureLock.lock(); defer { failureLock.unlock() }; return clusterMastersSeen }
+        set { failureLock.lock(); clusterMastersSeen = newValue; failureLock.unlock() }
     }
 
     var lastFailure: String {

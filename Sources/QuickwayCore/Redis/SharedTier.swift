@@ -1,7 +1,8 @@
 import Glibc
 
-/// The shared Redis tier as one worker sees it: that worker's `RedisLink` plus the key
-/// layout of the two shared stores.
+/// The shared Redis tier as one worker sees it: that worker's `RedisLink` (or, with
+/// `redis.cluster`, its `ClusterRouter`) plus the key layout of the two shared stores.
+/// Every command names its key, by which a cluster routes it.
 ///
 /// - Nonces: `<prefix>n:<key id>:<nonce>` set with `SET ... NX PX <nonce_ttl>`; "OK"
 ///   means this call is the first anywhere, nil means a replay.
@@ -9,13 +10,13 @@ import Glibc
 ///
 /// Loop thread only, like its link.
 final class SharedTier {
-    let link: RedisLink
+    let link: RedisCommandSink
     let config: RedisConfig
     var stats: RedisStats { link.stats }
     private let noncePrefix: [UInt8]
     private let cachePrefix: [UInt8]
 
-    init(link: RedisLink, config: RedisConfig) {
+    init(link: RedisCommandSink, config: RedisConfig) {
         self.link = link
         self.config = config
         noncePrefix = Array((config.keyPrefix + "n:").utf8)
@@ -46,7 +47,7 @@ final class SharedTier {
     /// `SET key 1 NX PX ttl`: claimed if this is the first use anywhere.
     func claimNonce(_ key: [UInt8], ttlMillis: Int64, _ done: @escaping (NonceClaim) -> Void) {
         let cmd = RedisCommand([Array("SET".utf8), key, [UInt8(ascii: "1")], Array("NX".utf8), Array("PX".utf8), Array(String(ttlMillis).utf8)])
-        link.send(cmd) { reply in
+        link.send(cmd, key: key) { reply in
             switch reply {
             case .status: done(.claimed)
             case .null: done(.replayed)
@@ -62,7 +63,8 @@ final class SharedTier {
     /// Looks `key` up; `done` gets the response and the TTL it has left, or nil (a miss,
     /// or Redis unavailable: either way the caller goes upstream).
     func lookup(_ key: [UInt8], _ done: @escaping ((CachedResponse, ttlMillis: Int64)?) -> Void) {
-        link.send(RedisCommand([Array("GET".utf8), cacheKey(key)])) { [stats] reply in
+        let k = cacheKey(key)
+        link.send(RedisCommand([Array("GET".utf8), k]), key: k) { [stats] reply in
             switch reply {
             case .string(let v):
                 if let (r, expires) = SharedCacheEntry.decode(v) {
@@ -94,7 +96,8 @@ final class SharedTier {
         }
         let expires = Int64(Clock.wallSeconds() * 1000) + ttlMillis
         let value = SharedCacheEntry.encode(response, expiresAtWallMillis: expires)
-        link.send(RedisCommand([Array("SET".utf8), cacheKey(key), value, Array("PX".utf8), Array(String(ttlMillis).utf8)])) { [stats] reply in
+        let k = cacheKey(key)
+        link.send(RedisCommand([Array("SET".utf8), k, value, Array("PX".utf8), Array(String(ttlMillis).utf8)]), key: k) { [stats] reply in
             if case .status = reply { stats.add(.cacheStores) } else { stats.add(.cacheFailures) }
         }
     }
@@ -103,6 +106,7 @@ final class SharedTier {
     /// server-side script (SCAN over our prefix; the path rule of `CacheKey.path`).
     /// `done` gets the number of keys deleted, or the reason it failed.
     func purge(_ what: ResponseCache.Purge, _ done: @escaping (Result<Int, RedisFailure>) -> Void) {
+        if link.isCluster { return purgeCluster(what, done) }
         let cmd: RedisCommand
         switch what {
         case .key(let k): cmd = RedisCommand([Array("DEL".utf8)] + CacheKey.schemeVariants(of: k).map(cacheKey))
@@ -112,7 +116,7 @@ final class SharedTier {
         }
         // Bounded like every other Redis call (`redis.timeout`): a frozen Redis costs the
         // admin caller that long, not 30 s.
-        link.send(cmd) { reply in
+        link.send(cmd, key: nil) { reply in
             if case .integer(let n) = reply { done(.success(Int(n))) } else {
                 done(.failure(RedisFailure(message: reply.failure ?? "unexpected reply")))
             }
@@ -133,15 +137,29 @@ final class SharedTier {
     func publishPurge(_ what: ResponseCache.Purge, _ done: @escaping (RedisReply) -> Void) {
         let keys = PurgeLog.keys(config)
         link.send(RedisCommand([Array("EVAL".utf8), Array(PurgeLog.recordScript.utf8), [UInt8(ascii: "2")], keys.epoch, keys.log,
-                                Self.encodePurge(what), Array(String(PurgeLog.capacity).utf8), PurgeLog.eventChannel(config), purgeChannel]), done)
+                                Self.encodePurge(what), Array(String(PurgeLog.capacity).utf8), PurgeLog.eventChannel(config), purgeChannel]),
+                  key: keys.epoch, done)
     }
 
     /// Reads the purge epoch and the whole log in one step (`PurgeFollower`'s catch-up).
     func readPurgeLog(_ done: @escaping (Result<PurgeLog.Snapshot, RedisFailure>) -> Void) {
         let keys = PurgeLog.keys(config)
-        link.send(RedisCommand([Array("EVAL".utf8), Array(PurgeLog.readScript.utf8), [UInt8(ascii: "2")], keys.epoch, keys.log])) { reply in
+        link.send(RedisCommand([Array("EVAL".utf8), Array(PurgeLog.readScript.utf8), [UInt8(ascii: "2")], keys.epoch, keys.log]), key: keys.epoch) { reply in
             if let snapshot = PurgeLog.Snapshot(reply) { done(.success(snapshot)) } else {
                 done(.failure(RedisFailure(message: reply.failure ?? "unexpected reply to the purge log read")))
+            }
+        }
+    }
+
+    /// The purge epoch alone (`PurgeFollower`'s check on a cluster); nil when Redis
+    /// could not say.
+    func readPurgeEpoch(_ done: @escaping (Int64?) -> Void) {
+        let keys = PurgeLog.keys(config)
+        link.send(RedisCommand([Array("GET".utf8), keys.epoch]), key: keys.epoch) { reply in
+            switch reply {
+            case .string(let e): done(Int64(String(decoding: e, as: UTF8.self)))
+            case .null: done(0)
+            default: done(nil)
             }
         }
     }

@@ -194,7 +194,7 @@ public enum PrometheusText {
     private static func redis(_ r: RedisTier.Figures, _ w: inout Writer) {
         let c = { (k: RedisStats.Counter) in Double(r.counters[k] ?? 0) }
         w.family("quickway_redis_up", "gauge", "1 when every event loop's Redis link is connected.")
-        w.sample("quickway_redis_up", [], c(.linksUp) >= Double(r.links) ? 1 : 0)
+        w.sample("quickway_redis_up", [], r.connected ? 1 : 0)
         w.family("quickway_redis_links_up", "gauge", "Redis links connected (one per worker plus the admin loop).")
         w.sample("quickway_redis_links_up", [], c(.linksUp))
         w.family("quickway_redis_commands_total", "counter", "Commands sent to Redis.")
@@ -216,6 +216,14 @@ public enum PrometheusText {
             w.sample("quickway_redis_purges_replayed_total", [], c(.purgesReplayed))
             w.family("quickway_redis_local_tier_dropped_total", "counter", "Times the whole local tier was dropped because the purge log did not reach back far enough.")
             w.sample("quickway_redis_local_tier_dropped_total", [], c(.purgeResets))
+        }
+        if r.clusterSeeds != nil {
+            w.family("quickway_redis_cluster_redirects_total", "counter", "Redis Cluster redirects followed (MOVED, ASK) and TRYAGAIN/CLUSTERDOWN retries.")
+            w.sample("quickway_redis_cluster_redirects_total", [("kind", "moved")], c(.clusterMoved))
+            w.sample("quickway_redis_cluster_redirects_total", [("kind", "ask")], c(.clusterAsk))
+            w.sample("quickway_redis_cluster_redirects_total", [("kind", "retry")], c(.clusterRetries))
+            w.family("quickway_redis_cluster_map_refreshes_total", "counter", "Redis Cluster slot maps read (CLUSTER SLOTS).")
+            w.sample("quickway_redis_cluster_map_refreshes_total", [], c(.clusterMapRefreshes))
         }
         w.family("quickway_redis_nonce_checks_total", "counter", "Nonce checks in the shared store, by outcome.")
         for (o, k) in [("claimed", RedisStats.Counter.nonceClaims), ("replayed", .nonceReplays), ("fail_closed", .nonceFailClosed), ("fail_open", .nonceFailOpen)] {

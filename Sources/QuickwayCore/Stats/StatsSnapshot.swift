@@ -75,7 +75,7 @@ public struct StatsSnapshot {
     /// `/stats` `redis`: the link's health and what the two shared stores did.
     static func redisJSON(_ r: RedisTier.Figures) -> String {
         let c = { (k: RedisStats.Counter) in r.counters[k] ?? 0 }
-        var s = "{\"url\":\(JSONText.quoted(r.url)),\"connected\":\(c(.linksUp) >= Int64(r.links)),\"links\":\(r.links),\"links_up\":\(c(.linksUp)),"
+        var s = "{\"url\":\(JSONText.quoted(r.url)),\"connected\":\(r.connected),\"links\":\(r.links),\"links_up\":\(c(.linksUp)),"
         s += "\"timeout_ms\":\(r.timeoutMillis),\"on_failure\":\(JSONText.quoted(r.onFailure)),"
         s += "\"commands\":\(c(.commands)),\"errors\":\(c(.errors)),\"timeouts\":\(c(.timeouts)),\"unavailable\":\(c(.unavailable)),"
         s += "\"connects\":\(c(.connects)),\"connect_failures\":\(c(.connectFailures)),\"disconnects\":\(c(.disconnects)),"
@@ -86,6 +86,12 @@ public struct StatsSnapshot {
         if let m = r.sentinelMaster {
             s += "\"sentinel\":{\"master\":\(JSONText.quoted(m)),\"address\":\(r.masterAddress.map(JSONText.quoted) ?? "null"),"
             s += "\"failovers_followed\":\(c(.failoversFollowed)),\"replica_refusals\":\(c(.replicaRefusals)),\"readonly_errors\":\(c(.readonlyErrors))},"
+        }
+        if let seeds = r.clusterSeeds {
+            s += "\"cluster\":{\"seeds\":[\(seeds.map(JSONText.quoted).joined(separator: ","))],\"nodes\":\(r.clusterMasters),"
+            s += "\"node_links\":\(c(.clusterLinks)),\"moved\":\(c(.clusterMoved)),\"ask\":\(c(.clusterAsk)),\"retries\":\(c(.clusterRetries)),"
+            s += "\"redirects_exhausted\":\(c(.clusterRedirectsExhausted)),\"map_refreshes\":\(c(.clusterMapRefreshes)),"
+            s += "\"map_refresh_failures\":\(c(.clusterRefreshFailures))},"
         }
         s += "\"nonces\":{\"claimed\":\(c(.nonceClaims)),\"replayed\":\(c(.nonceReplays)),\"fail_closed\":\(c(.nonceFailClosed)),\"fail_open\":\(c(.nonceFailOpen))},"
         s += "\"cache\":{\"hits\":\(c(.cacheHits)),\"misses\":\(c(.cacheMisses)),\"stores\":\(c(.cacheStores)),"
