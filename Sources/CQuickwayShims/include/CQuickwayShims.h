@@ -8,3 +8,4 @@
 #include "qw_inflate.h"
 #include "qw_jws.h"
 #include "qw_file.h"
+#include "qw_malloc.h"
