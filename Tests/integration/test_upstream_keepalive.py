@@ -141,3 +141,43 @@ def test_memory_is_trimmed_once_a_burst_is_over():
     finally:
         g.stop()
         backend.stop()
+
+
+def test_https_services_bound_libcurls_connection_cache(tmp_path):
+    """For `scheme: https` the bound is libcurl's connection cache (one per worker), sized
+    to the https services' keepalive: after a burst, at most that many stay open."""
+    import pytest
+    import ssl
+    pytest.importorskip("cryptography")
+    from test_routing import make_ca_and_cert
+    paths = make_ca_and_cert(str(tmp_path), "b.internal")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(paths["cert.pem"], paths["key.pem"])
+    host = "127.0.0.6"
+    bport = free_port(host)
+    backend = Backend(host, bport, ssl_context=ctx)
+    text = CONFIG.replace("BPORT", str(bport)).replace("BHOST", host).replace(
+        "KEEPALIVE", f"keepalive: 2, scheme: https, tls: {{ ca_file: {paths['ca.pem']} }},")
+    g = Gateway(text, workers=1)
+    peak = [0]
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            peak[0] = max(peak[0], len(backend_connections(host, bport)))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        statuses = concurrent_gets(g.port, 8, "/delay/400")
+        stop.set()
+        watcher.join(5)
+        assert statuses == [200] * 8
+        assert peak[0] >= 4, f"the burst should have opened more connections than the cache keeps (saw {peak[0]})"
+        wait_until(lambda: len(backend_connections(host, bport)) <= 2, timeout=10,
+                   what="at most keepalive (2) cached https connections")
+    finally:
+        stop.set()
+        g.stop()
+        backend.stop()
