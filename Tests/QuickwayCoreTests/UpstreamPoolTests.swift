@@ -17,12 +17,16 @@ final class UpstreamPoolTests: XCTestCase {
     }
 
     /// A connection on one end of a socket pair (the other end stays open: it is silent).
-    private func connection(_ member: UpstreamMember, _ pool: UpstreamPool) -> UpstreamConnection {
+    /// Stands for the connections' service (`serviceKey`).
+    private let service = ServiceStandIn()
+
+    private func connection(_ member: UpstreamMember, _ pool: UpstreamPool, keepalive: Int = 128) -> UpstreamConnection {
         var fds: [Int32] = [0, 0]
         XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
         _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)   // as libcurl's connected sockets are
         peers.append(fds[1])
-        return UpstreamConnection(fd: fds[0], peer: member.ip, memberKey: ObjectIdentifier(member), pool: pool)
+        return UpstreamConnection(fd: fds[0], peer: member.ip, memberKey: ObjectIdentifier(member), serviceKey: ObjectIdentifier(service),
+                                  keepalive: keepalive, pool: pool)
     }
 
     private func member(_ ip: String) -> UpstreamMember {
@@ -175,5 +179,91 @@ final class UpstreamPoolTests: XCTestCase {
         pool.put(c)
         XCTAssertLessThanOrEqual(c.transport.output.heldBytes, UpstreamConnection.keptBufferBytes)
         pool.closeAll()
+    }
+}
+
+/// An object whose identity stands for a service in the pool's tables.
+private final class ServiceStandIn {}
+
+/// `services.<name>.keepalive`: the bound on a service's idle connections in one worker's
+/// pool, over all its IPs; the oldest idle one makes room, as in nginx's `keepalive N`.
+final class UpstreamPoolKeepaliveTests: XCTestCase {
+    private var base: OpaquePointer!
+    private var peers: [Int32] = []
+    private let serviceA = ServiceStandIn(), serviceB = ServiceStandIn()
+
+    override func setUp() { base = event_base_new() }
+    override func tearDown() {
+        for fd in peers { close(fd) }
+        event_base_free(base)
+    }
+
+    private func connection(_ member: UpstreamMember, _ service: AnyObject, keepalive: Int, _ pool: UpstreamPool) -> UpstreamConnection {
+        var fds: [Int32] = [0, 0]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
+        _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
+        peers.append(fds[1])
+        return UpstreamConnection(fd: fds[0], peer: member.ip, memberKey: ObjectIdentifier(member), serviceKey: ObjectIdentifier(service),
+                                  keepalive: keepalive, pool: pool)
+    }
+
+    private func member(_ ip: String) -> UpstreamMember {
+        UpstreamMember(ip: ip, service: ServiceConfig(name: "svc", host: "svc.local"), startsUp: true)
+    }
+
+    func testAFullPoolClosesTheServicesOldestIdleConnectionOverAllItsIPs() {
+        let stats = WorkerStats(routeCount: 0)
+        let pool = UpstreamPool(base: base, buffers: nil, stats: stats)
+        let a = member("127.0.0.2"), b = member("127.0.0.3")
+        let a1 = connection(a, serviceA, keepalive: 2, pool), b1 = connection(b, serviceA, keepalive: 2, pool)
+        let a2 = connection(a, serviceA, keepalive: 2, pool)
+        pool.put(a1)
+        pool.put(b1)
+        XCTAssertEqual(pool.idleCount, 2)
+        a1.idleSince = b1.idleSince - 1   // a1 came back first
+        pool.put(a2)   // full: a1, the oldest of the service (on either IP), goes
+        XCTAssertTrue(a1.isClosed)
+        XCTAssertFalse(b1.isClosed)
+        XCTAssertFalse(a2.isClosed)
+        XCTAssertEqual(pool.idleCount, 2)
+        XCTAssertEqual(stats.count(of: .upstreamIdleClosedOverKeepalive), 1)
+        XCTAssertTrue(pool.take(a) === a2)
+        XCTAssertNil(pool.take(a))
+        XCTAssertTrue(pool.take(b) === b1)
+        XCTAssertEqual(pool.idleCount, 0)
+        pool.closeAll()
+    }
+
+    func testEachServiceHasItsOwnBoundAndZeroKeepsNone() {
+        let pool = UpstreamPool(base: base, buffers: nil)
+        let a = member("127.0.0.2"), b = member("127.0.0.3")
+        let kept = (0..<3).map { _ in connection(a, serviceA, keepalive: 3, pool) }
+        for c in kept { pool.put(c) }
+        let none = connection(b, serviceB, keepalive: 0, pool)
+        pool.put(none)
+        XCTAssertTrue(none.isClosed, "keepalive 0: closed as it comes back")
+        XCTAssertFalse(kept.contains { $0.isClosed }, "another service's bound")
+        XCTAssertEqual(pool.idleCount, 3)
+        pool.closeAll()
+    }
+
+    func testCountsStayRightThroughDiscardsAndSweeps() {
+        let pool = UpstreamPool(base: base, buffers: nil)
+        let a = member("127.0.0.2")
+        let cs = (0..<4).map { _ in connection(a, serviceA, keepalive: 4, pool) }
+        for c in cs { pool.put(c) }
+        pool.discard(cs[1])
+        XCTAssertEqual(pool.idleCount, 3)
+        cs[0].idleSince = 0
+        pool.sweep(nowMillis: UpstreamPool.idleTimeoutMillis + 1)   // cs[0] idled past the timeout
+        XCTAssertTrue(cs[0].isClosed)
+        XCTAssertEqual(pool.idleCount, 2)
+        // Room for two more before the oldest goes.
+        let more = (0..<2).map { _ in connection(a, serviceA, keepalive: 4, pool) }
+        for c in more { pool.put(c) }
+        XCTAssertFalse(cs[2].isClosed || cs[3].isClosed)
+        XCTAssertEqual(pool.idleCount, 4)
+        pool.closeAll()
+        XCTAssertEqual(pool.idleCount, 0)
     }
 }

@@ -7,7 +7,7 @@
 # (as in the proxy case); with 2 workers, everything shares both cores (this machine has
 # two), so the 2-worker rows measure how each proxy shares a loaded machine, not a
 # clean doubling. nginx keeps up to 1,024 idle upstream connections per worker
-# (`keepalive 1024`), as Quickway does (`UpstreamPool.maxIdlePerMember`). Rounds are
+# (`keepalive 1024`), and so does Quickway (`services.backend.keepalive: 1024`). Rounds are
 # interleaved (Quickway, nginx) per cell; the table gives median req/s and p99 and the
 # Quickway/nginx ratio of each.
 #
@@ -44,7 +44,7 @@ workers: $w
 admin: { listen: 127.0.0.1:$QW_ADMIN }
 log: { level: warn, access_log: off }
 limits: { max_connections: 4096 }
-services: { backend: { host: backend.local, port: $BACKEND_PORT, ips: [127.0.0.2] } }
+services: { backend: { host: backend.local, port: $BACKEND_PORT, ips: [127.0.0.2], keepalive: 1024 } }
 routes: [ { name: all, match: { path_prefix: / }, service: backend, auth: off } ]
 CONF
   taskset -c "$cpus" "$QW" serve --config "$WORK/q-$w.yaml" 2>"$WORK/q-$w.log" & PIDS+=($!); QW_PID=$!

@@ -8,3 +8,5 @@
 #include "qw_inflate.h"
 #include "qw_jws.h"
 #include "qw_file.h"
+#include "qw_malloc.h"
+#include "qw_event_memory.h"

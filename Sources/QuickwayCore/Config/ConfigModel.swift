@@ -354,6 +354,8 @@ public struct ServiceConfig: Sendable, Equatable {
     public var responseTimeoutMillis: Int64 = 10_000
     public var retries = 1
     public var tls: TLSConfig?
+    /// `keepalive`: idle upstream connections kept per worker (`UpstreamPool`).
+    public var keepalive = ServiceConfig.defaultKeepalive
 }
 
 /// `required`/`optional`: a QW1 or SigV4 signature (`auth`); `jwt`: a bearer token of

@@ -76,6 +76,8 @@ public final class Gateway {
     private var identity = ConfigIdentity()
     /// The last minute of `/stats`, for the dashboard (recorded on the admin loop).
     let history = StatsHistory()
+    /// Gives freed memory back once load drops (admin loop, with each history point).
+    private let memoryGiveBack = MemoryGiveBack()
     /// Records `history` every second; admin loop only.
     private var historyTimer: LoopTimer?
 
@@ -112,7 +114,7 @@ public final class Gateway {
             let w = try Worker(id: i, name: "quickway-worker-\(i)", limits: config.limits, maxConnections: config.limits.maxConnections)
             w.budget = budget
             w.ownDescriptorTable = config.workersPrivateFDTables
-            let client = UpstreamClient(base: w.base, buffers: w.bufferPool)
+            let client = UpstreamClient(base: w.base, buffers: w.bufferPool, stats: w.stats)
             let tier = redisTier?.makeTier(base: w.base)
             var proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
             if let t = config.tracing {
@@ -213,6 +215,8 @@ public final class Gateway {
         s.redis = redisTier?.figures
         s.tracing = traceExporter?.figures
         s.rateLimits = shared.rateLimits.figures(routeNames: config.routes.map(\.name))
+        s.memory = memoryGiveBack.figures
+        s.memory.residentBytes = MemoryGiveBack.residentBytes()
         lock.lock()
         s.services = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
         s.configIdentity = identity
@@ -352,7 +356,9 @@ public final class Gateway {
     /// One point of `history` now, and again in a second (admin loop).
     private func recordHistory() {
         guard !isDraining else { return }
-        history.record(statsSnapshot(), now: Date().timeIntervalSince1970)
+        let s = statsSnapshot()
+        history.record(s, now: Date().timeIntervalSince1970)
+        memoryGiveBack.sample(connections: s.connections, inFlight: Int(s.inFlight), finished: s.total)
         historyTimer = LoopTimer(base: admin.base, afterMillis: 1000) { [unowned self] in recordHistory() }
     }
 

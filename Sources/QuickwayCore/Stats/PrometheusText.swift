@@ -102,6 +102,7 @@ public enum PrometheusText {
         w.sample("quickway_request_bodies_streamed_total", [], Double(s.counter(.requestBodiesStreamed)))
         w.family("quickway_request_bodies_spooled_total", "counter", "Buffered request bodies past client_body_buffer_size, kept in a temporary file.")
         w.sample("quickway_request_bodies_spooled_total", [], Double(s.counter(.requestBodiesSpooled)))
+        memory(s, &w)
         w.family("quickway_underscore_headers_dropped_total", "counter", "Request header lines dropped because their names hold an underscore.")
         w.sample("quickway_underscore_headers_dropped_total", [], Double(s.underscoreHeadersDropped))
         w.family("quickway_cache_hits_total", "counter", "Answers served from the cache.")

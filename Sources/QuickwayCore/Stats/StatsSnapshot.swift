@@ -49,6 +49,8 @@ public struct StatsSnapshot {
     public var webSocket = WebSocketFigures()
     /// Calls refused by rate limits and quotas, per route and key (`rate_limits`).
     var rateLimits = RateLimitFigures()
+    /// Resident memory and the trims that gave memory back (`MemoryGiveBack`).
+    var memory = MemoryFigures()
 
     /// Empty figures; `StatsAggregator` fills in the workers' counters and the gateway
     /// the shared stores' figures.
@@ -136,6 +138,7 @@ public struct StatsSnapshot {
         s += "\"cache\":{\"hits\":\(cache.hits),\"misses\":\(cache.misses),\"stores\":\(cache.stores),\"evictions\":\(cache.evictions),"
         s += "\"expired\":\(cache.expired),\"bytes\":\(cache.bytes),\"entries\":\(cache.entries),\"max_bytes\":\(cacheMaxBytes)},"
         s += "\"coalescing\":{\"leaders\":\(coalescedLeaders),\"waiters\":\(coalescedWaiters)},"
+        s += upstreamMemoryJSON()
         s += "\"redis\":\(redis.map(Self.redisJSON) ?? "null"),"
         s += "\"tracing\":\(tracing.map { $0.json() } ?? "null"),"
         s += "\"auth\":{\"accepted\":\(authAccepted),\"rejected\":{"

@@ -41,6 +41,11 @@ public final class WorkerStats {
         case requestBodiesStreamed
         /// Buffered request bodies that passed `client_body_buffer_size` and went to a file.
         case requestBodiesSpooled
+        /// Idle plain-HTTP upstream connections closed because their service's pool held
+        /// `keepalive` already (`UpstreamPool.put`).
+        case upstreamIdleClosedOverKeepalive
+        /// A gauge: idle plain-HTTP upstream connections in the pool, as of its last sweep.
+        case upstreamIdleConnections
         /// TLS handshake failures by reason.
         case tlsFailedNotTLS, tlsFailedVersion, tlsFailedCipher, tlsFailedALPN, tlsFailedClosed, tlsFailedOther
 
@@ -155,6 +160,8 @@ public final class WorkerStats {
     public func http2ProtocolError() { count(.http2ProtocolErrors) }
     /// Moves a gauge kept among the connection counters.
     @inline(__always) func add(_ c: ConnectionCounter, _ n: Int) { qw_counter_add(cells + Slot.connectionCounters + c.rawValue, Int64(n)) }
+    /// Sets a gauge kept among the connection counters (its worker is its only writer).
+    func set(_ c: ConnectionCounter, _ v: Int) { add(c, v - Int(count(of: c))) }
     @inline(__always) public func authAccepted() { qw_counter_add(cells + Slot.authAccepted, 1) }
     @inline(__always) public func authRejected(_ r: AuthRejection) { qw_counter_add(cells + Slot.authRejected + r.rawValue, 1) }
 

@@ -37,14 +37,19 @@ final class UpstreamClient {
     private var afterCurl: [() -> Void] = []
     /// Watches the connections that tasks with `watchesIdleConnection` leave in curl's pool.
     let idle: CurlIdleWatch
+    /// The https services' `keepalive` by name, whose sum sizes curl's connection cache
+    /// (`fitConnectionCache`), and the service last fitted (the common case: no change).
+    var httpsKeepalive: [String: Int] = [:]
+    weak var lastFittedService: ServiceRuntime?
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
-    /// `buffers`: the worker's buffer pool, for the plain-HTTP connections' transports.
-    init(base: OpaquePointer, buffers: BufferPool? = nil) {
+    /// `buffers`: the worker's buffer pool, for the plain-HTTP connections' transports;
+    /// `stats`: the worker's counters, for the pool's.
+    init(base: OpaquePointer, buffers: BufferPool? = nil, stats: WorkerStats? = nil) {
         _ = Self.globalInit
         self.base = base
-        pool = UpstreamPool(base: base, buffers: buffers)
+        pool = UpstreamPool(base: base, buffers: buffers, stats: stats)
         deadlines = DeadlineQueue(base: base)
         idle = CurlIdleWatch(base: base)
         multi = curl_multi_init()
@@ -54,7 +59,7 @@ final class UpstreamClient {
         qw_multi_setopt_ptr(multi, CURLMOPT_SOCKETDATA, me)
         qw_multi_setopt_timerfn(multi, upstreamMultiTimerCallback)
         qw_multi_setopt_ptr(multi, CURLMOPT_TIMERDATA, me)
-        qw_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 1024)
+        qw_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, ServiceConfig.defaultKeepalive)
         sweepEvent = event_new(base, -1, Int16(EV_PERSIST), upstreamPoolSweepCallback, me)
         var tv = EventLoopSupport.timeval(millis: 5000)
         event_add(sweepEvent, &tv)

@@ -18,6 +18,10 @@ import Glibc
 final class UpstreamConnection: TransportUser {
     let transport: TCPTransport
     let memberKey: ObjectIdentifier
+    /// Its service (`ServiceRuntime`), and the service's `keepalive`: the pool's bound on
+    /// that service's idle connections.
+    let serviceKey: ObjectIdentifier
+    let keepalive: Int
     private unowned let pool: UpstreamPool
     /// The transport's `sentBytes` when the current request was handed to it (`wroteAny`).
     private var sentBeforeRequest = 0
@@ -51,10 +55,12 @@ final class UpstreamConnection: TransportUser {
     /// call now (see `TCPTransport.init`).
     static let edgeTriggered = false
 
-    init(fd: Int32, peer: String, memberKey: ObjectIdentifier, pool: UpstreamPool) {
+    init(fd: Int32, peer: String, memberKey: ObjectIdentifier, serviceKey: ObjectIdentifier, keepalive: Int, pool: UpstreamPool) {
         transport = TCPTransport(fd: fd, peer: Peer(label: peer), base: pool.base, readAheadLimit: Self.readAheadLimit, pool: pool.buffers,
                                  edgeTriggered: Self.edgeTriggered)
         self.memberKey = memberKey
+        self.serviceKey = serviceKey
+        self.keepalive = keepalive
         self.pool = pool
         super.init()
         transport.user = self
@@ -276,141 +282,4 @@ final class UpstreamConnection: TransportUser {
         idleList = nil
         call?.connectionFailed(self, errno: transport.closingError == 0 ? EPIPE : transport.closingError)
     }
-}
-
-/// Idle keep-alive connections per upstream IP, for one worker. Most recently used
-/// first out (the least likely to have been closed by the upstream). At most
-/// `maxIdlePerMember` per IP; idle longer than `idleTimeoutMillis`, closed.
-///
-/// The cap is as high as the client connections a worker commonly serves at once: each
-/// in-flight request holds its own upstream connection, and one turned away at `put` is
-/// a new connection (through libcurl) for a later request. A cap below the busy client
-/// connections cut a worker's req/s sharply (`scripts/bench.sh --case scaling`;
-/// docs/benchmarks-history.md, "Upstream pool keeps up to 1,024 idle connections").
-///
-/// Each IP's list is an object the pool finds with one hash lookup per `take`, and a
-/// connection remembers it for its `put` (none): a dictionary of arrays mutated in place
-/// cost two lookups and a heap-allocated accessor frame per request.
-///
-/// The table and the lists are `UncheckedState`: `take` and `put` reach both once a
-/// request, on the loop thread, and no access spans a call that could come back here.
-final class UpstreamPool {
-    static let maxIdlePerMember = 1024
-    static let idleTimeoutMillis: Int64 = 60_000
-    /// Idle this long, a connection's buffers go back at the next sweep.
-    static let buffersBackAfterMillis: Int64 = 1_000
-    private let byMember = UncheckedState([ObjectIdentifier: IdleConnections]())
-    /// `closeAll` ran (the worker is stopping): a connection coming back is closed, not
-    /// kept in a new list that nothing would ever empty (a list and its connections hold
-    /// each other).
-    private var isClosed = false
-    /// The worker's loop, where the connections' transports put their events.
-    let base: OpaquePointer
-    /// The worker's buffer pool, which the transports' buffers draw from.
-    let buffers: BufferPool?
-    /// Closed connections, kept to the end of the loop turn (their code may be on the stack).
-    private let closing: EndOfTurnRelease
-
-    init(base: OpaquePointer, buffers: BufferPool?) {
-        self.base = base
-        self.buffers = buffers
-        closing = EndOfTurnRelease(base: base)
-    }
-
-    func holdToEndOfTurn(_ c: UpstreamConnection) { closing.hold(c) }
-
-    /// The most recently used idle connection to `member`. `checkAlive`: first peek at
-    /// the socket and drop connections the upstream has closed or written to unasked.
-    func take(_ member: UpstreamMember, checkAlive: Bool = false) -> UpstreamConnection? {
-        guard let idle = byMember.value[ObjectIdentifier(member)] else { return nil }
-        while let c = idle.value.list.popLast() {
-            guard checkAlive else { return c }
-            if c.isSilent { return c }
-            c.close()
-        }
-        return nil
-    }
-
-    func put(_ c: UpstreamConnection) {
-        guard !c.isClosed else { return }
-        c.user = nil
-        guard !isClosed else { c.close(); return }
-        c.trimBuffers()
-        c.resumeReading()
-        let idle = idleList(of: c)
-        guard idle.value.list.count < Self.maxIdlePerMember else { c.close(); return }
-        c.idleSince = Clock.coarseMillis()
-        idle.value.list.append(c)
-    }
-
-    /// The list `c` goes back to: the one it remembers, unless the pool dropped it.
-    private func idleList(of c: UpstreamConnection) -> IdleConnections {
-        if let l = c.idleList, !l.value.dropped { return l }
-        let l: IdleConnections
-        if let found = byMember.value[c.memberKey] {
-            l = found
-        } else {
-            l = IdleConnections(IdleList())
-            byMember.value[c.memberKey] = l
-        }
-        c.idleList = l
-        return l
-    }
-
-    /// Drops an idle connection the upstream closed.
-    func discard(_ c: UpstreamConnection) {
-        closing.hold(c)   // first: its idle list may hold the last reference
-        forgetIdle(c)
-        c.close()
-    }
-
-    /// Takes `c` out of its IP's idle list, if it is there.
-    func forgetIdle(_ c: UpstreamConnection) {
-        if let idle = c.idleList ?? byMember.value[c.memberKey], let i = idle.value.list.firstIndex(where: { $0 === c }) {
-            idle.value.list.remove(at: i)
-        }
-    }
-
-    /// Closes connections idle for longer than the idle timeout, gives back the buffers
-    /// of those idle for a second or more (what a burst took goes back within a sweep);
-    /// forgets empty lists.
-    func sweep(nowMillis: Int64) {
-        for (key, idle) in byMember.value {
-            if idle.value.list.contains(where: { nowMillis - $0.idleSince >= Self.idleTimeoutMillis }) {
-                let list = idle.value.list
-                idle.value.list = list.filter { nowMillis - $0.idleSince < Self.idleTimeoutMillis }
-                for c in list where nowMillis - c.idleSince >= Self.idleTimeoutMillis { c.close() }
-            }
-            for c in idle.value.list where nowMillis - c.idleSince >= Self.buffersBackAfterMillis { c.giveBuffersBack() }
-            if idle.value.list.isEmpty {
-                idle.value.dropped = true
-                byMember.value[key] = nil
-            }
-        }
-    }
-
-    func closeAll() {
-        isClosed = true
-        let lists = byMember.value.values
-        byMember.value = [:]
-        for idle in lists {
-            idle.value.dropped = true
-            let list = idle.value.list
-            idle.value.list = []
-            for c in list { c.close() }
-        }
-        closing.shutdown()
-    }
-}
-
-/// One upstream IP's idle connections in one worker's pool, most recently used last:
-/// one object that the pool's table and the connections that remember it share.
-/// Loop thread only.
-typealias IdleConnections = UncheckedState<IdleList>
-
-struct IdleList {
-    var list: [UpstreamConnection] = []
-    /// No longer in the pool's table (it was empty at a sweep): a connection that still
-    /// remembers it looks its IP's list up again.
-    var dropped = false
 }
