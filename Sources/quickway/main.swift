@@ -1,13 +1,9 @@
 import ArgumentParser
 import Foundation
-import QuickwayCore
 
 // Runs the command line (`QuickwayCommand`). Exit codes: 0 done, 1 an invalid config or a
 // gateway that cannot start, 2 a usage error (argument-parser's default, 64, is mapped
 // to 2, which scripts have always seen).
-// First, libevent's blocks apart from the requests' heap: before any libevent call
-// (`EventMemory`).
-EventMemory.install()
 do {
     var command = try QuickwayCommand.parseAsRoot()
     try command.run()

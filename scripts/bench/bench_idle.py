@@ -40,7 +40,6 @@ usage: bench_idle.py [--protocol http1|h2|websocket] [--burst | --given-back] [-
 """
 import argparse
 import base64
-import json
 import os
 import resource
 import signal
@@ -51,7 +50,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-import urllib.request
 
 BODY = '{"items":[' + ",".join('{"id":%d}' % i for i in range(120)) + "]}"
 
@@ -393,12 +391,6 @@ routes: [ {{ name: all, match: {{ path_prefix: / }}, service: b{route_extra} }} 
                     else:
                         per = measure(p.pid, port, a.connections, a.settle, a.protocol)
                         note = ""
-                    if name == "quickway" and (a.burst or a.given_back):
-                        with urllib.request.urlopen(f"http://127.0.0.1:{aport}/stats", timeout=5) as r:
-                            m = json.loads(r.read()).get("memory", {})
-                        if m:
-                            note += (f"; {m['trims']} trims, last {m['last_trim_micros'] / 1000:.1f} ms, "
-                                     f"{m['given_back_bytes'] / 1048576:.1f} MiB given back")
                 finally:
                     stop(p)
                     procs.remove(p)

@@ -9,4 +9,3 @@
 #include "qw_jws.h"
 #include "qw_file.h"
 #include "qw_malloc.h"
-#include "qw_event_memory.h"
