@@ -110,6 +110,25 @@ final class RedisClusterTests: XCTestCase {
         }
     }
 
+    /// A review's finding: a node's redirect or slot map could send the gateway (its
+    /// Redis password first, then nonce claims) anywhere. Addresses no Redis node has are
+    /// refused: 0.0.0.0/8, link-local 169.254/16 (cloud metadata), multicast, broadcast.
+    func testRedirectsAndMapsNameNoAddressNoNodeHas() {
+        let here = ClusterNode(ip: "10.0.0.5", port: 7000)
+        for bad in ["0.0.0.0", "169.254.169.254", "224.0.0.1", "255.255.255.255", "239.1.2.3"] {
+            XCTAssertNil(ClusterRedirect("MOVED 1 \(bad):6379", from: here), bad)
+            XCTAssertFalse(ClusterNode.isDialable(bad), bad)
+        }
+        for good in ["10.0.0.6", "127.0.0.1", "192.168.1.20", "172.16.0.3"] { XCTAssertTrue(ClusterNode.isDialable(good), good) }
+        // A slot map naming only such an address knows no master.
+        let map: RedisReply = .array([.array([.integer(0), .integer(16383), .array([.string(Array("169.254.169.254".utf8)), .integer(6379)])])])
+        XCTAssertNil(ClusterSlotMap(slotsReply: map, answering: here))
+        // More ranges than there are slots is no cluster's answer.
+        let range: RedisReply = .array([.integer(0), .integer(0), .array([.string(Array("10.0.0.6".utf8)), .integer(6379)])])
+        XCTAssertNil(ClusterSlotMap(slotsReply: .array(Array(repeating: range, count: ClusterSlot.count + 1)), answering: here))
+        XCTAssertNotNil(ClusterSlotMap(slotsReply: .array([range]), answering: here))
+    }
+
     // MARK: config
 
     let minimal = "listen: 127.0.0.1:8080\nservices: {c: {host: c, port: 80, ips: [127.0.0.2]}}\nroutes: [{name: r, match: {path_prefix: /}, service: c}]\n"

@@ -25,7 +25,7 @@ final class UpstreamPoolTests: XCTestCase {
         XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
         _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)   // as libcurl's connected sockets are
         peers.append(fds[1])
-        return UpstreamConnection(fd: fds[0], peer: member.ip, memberKey: ObjectIdentifier(member), serviceKey: ObjectIdentifier(service),
+        return UpstreamConnection(fd: fds[0], member: member, service: service,
                                   keepalive: keepalive, pool: pool)
     }
 
@@ -203,7 +203,7 @@ final class UpstreamPoolKeepaliveTests: XCTestCase {
         XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
         _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
         peers.append(fds[1])
-        return UpstreamConnection(fd: fds[0], peer: member.ip, memberKey: ObjectIdentifier(member), serviceKey: ObjectIdentifier(service),
+        return UpstreamConnection(fd: fds[0], member: member, service: service,
                                   keepalive: keepalive, pool: pool)
     }
 

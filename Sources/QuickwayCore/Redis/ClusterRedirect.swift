@@ -47,9 +47,23 @@ struct ClusterNode: Hashable, CustomStringConvertible {
         if host.isEmpty {
             ip = answering.ip
         } else {
-            guard IPAddressSyntax.isIPv4(host) else { return nil }
+            guard Self.isDialable(host) else { return nil }
             ip = host
         }
         self.port = port
+    }
+
+    /// Whether a node a redirect or a slot map names may be dialed: IPv4, and not an
+    /// address no Redis node has (0.0.0.0/8, link-local 169.254/16 where cloud metadata
+    /// services answer, multicast, broadcast). A node whose answers point the gateway
+    /// elsewhere would otherwise get the Redis password (sent first on every link) and the
+    /// nonce claims.
+    static func isDialable(_ ip: String) -> Bool {
+        guard IPAddressSyntax.isIPv4(ip) else { return false }
+        let octets = ip.split(separator: ".").compactMap { Int($0) }
+        guard octets.count == 4 else { return false }
+        if octets[0] == 0 || octets[0] >= 224 { return false }             // unspecified, multicast, reserved, broadcast
+        if octets[0] == 169 && octets[1] == 254 { return false }           // link-local
+        return true
     }
 }

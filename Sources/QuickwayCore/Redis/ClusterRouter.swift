@@ -104,9 +104,17 @@ final class ClusterRouter: RedisCommandSink {
 
     func sendToEveryMaster(_ command: RedisCommand, _ done: @escaping ([RedisReply]) -> Void) {
         let nodes = map.masters
+        // The map is read again now: a purge's second pass (`purgeCluster`) then reaches
+        // a master added since this loop last looked (this loop sends few keyed commands,
+        // so few redirects would have told it).
+        requestRefresh()
         guard !nodes.isEmpty else {
-            requestRefresh()
             return done([.unavailable("no Redis Cluster slot map yet (\(lastError))")])
+        }
+        // A slot with no known master (a node named by host name, or `?`): its keys
+        // cannot all be reached, and a purge must not say it reached them.
+        guard map.coversEverySlot else {
+            return done([.unavailable("the Redis Cluster slot map does not name a master for every slot")])
         }
         let gather = ReplyGather(count: nodes.count, done)
         for (i, n) in nodes.enumerated() {

@@ -7,6 +7,9 @@ struct ClusterSlotMap {
     /// Per slot: index + 1 into `masters`, 0 when no master is known.
     private var owner: [UInt16]
 
+    /// Every slot has a known master (a purge that must reach every key needs this).
+    var coversEverySlot: Bool { !owner.contains(0) }
+
     init() { owner = Array(repeating: 0, count: ClusterSlot.count) }
 
     var isEmpty: Bool { masters.isEmpty }
@@ -42,7 +45,9 @@ struct ClusterSlotMap {
     /// commands for them go to a node that redirects them. nil when the reply is not such
     /// an array (an error, `.unavailable`) or names no slot.
     init?(slotsReply reply: RedisReply, answering: ClusterNode) {
-        guard case .array(let ranges) = reply else { return nil }
+        // More ranges than slots is no cluster's answer (each range costs up to 16,384
+        // writes on the loop).
+        guard case .array(let ranges) = reply, ranges.count <= ClusterSlot.count else { return nil }
         self.init()
         for r in ranges {
             guard case .array(let f) = r, f.count >= 3, case .integer(let start) = f[0], case .integer(let end) = f[1],
@@ -52,7 +57,7 @@ struct ClusterSlotMap {
             let ip = String(decoding: ipBytes, as: UTF8.self)
             let node: ClusterNode
             if ip.isEmpty { node = ClusterNode(ip: answering.ip, port: Int(port)) } else {
-                guard IPAddressSyntax.isIPv4(ip) else { continue }
+                guard ClusterNode.isDialable(ip) else { continue }
                 node = ClusterNode(ip: ip, port: Int(port))
             }
             guard let i = index(of: node) else { continue }

@@ -177,7 +177,14 @@ final class PurgeFollower {
     /// Cluster: a purge recorded a heartbeat ago that has not arrived was lost on the way.
     private func checkEpoch() {
         reader.readPurgeEpoch { [weak self] epoch in
-            guard let self, let epoch else { return }
+            guard let self else { return }
+            // The `{purge}` master did not answer while the subscription's node did (a
+            // partition between them): purges may go unheard, so stop serving as for a
+            // missed heartbeat.
+            guard let epoch else {
+                if self.state == .following { self.fallBehind("the purge log's node did not answer (the subscription's did)") }
+                return
+            }
             if self.state == .following, let applied = self.applied, self.epochAtLastBeat > applied {
                 self.catchUp()
             }

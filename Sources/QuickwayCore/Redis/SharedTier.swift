@@ -44,12 +44,15 @@ final class SharedTier {
         return key
     }
 
+    private static let ok: [UInt8] = Array("OK".utf8)
+
     /// `SET key 1 NX PX ttl`: claimed if this is the first use anywhere.
     func claimNonce(_ key: [UInt8], ttlMillis: Int64, _ done: @escaping (NonceClaim) -> Void) {
         let cmd = RedisCommand([Array("SET".utf8), key, [UInt8(ascii: "1")], Array("NX".utf8), Array("PX".utf8), Array(String(ttlMillis).utf8)])
         link.send(cmd, key: key) { reply in
             switch reply {
-            case .status: done(.claimed)
+            // Exactly `+OK`: anything else that answers is not Redis claiming the key.
+            case .status(let s) where s == Self.ok: done(.claimed)
             case .null: done(.replayed)
             default: done(.unavailable(reply.failure ?? "unexpected reply to SET NX"))
             }

@@ -37,10 +37,11 @@ final class UpstreamClient {
     private var afterCurl: [() -> Void] = []
     /// Watches the connections that tasks with `watchesIdleConnection` leave in curl's pool.
     let idle: CurlIdleWatch
-    /// The https services' `keepalive` by name, whose sum sizes curl's connection cache
-    /// (`fitConnectionCache`), and the service last fitted (the common case: no change).
-    var httpsKeepalive: [String: Int] = [:]
-    weak var lastFittedService: ServiceRuntime?
+
+    /// libcurl's connection cache per worker (https services). curl counts connections in
+    /// use in it as well as idle ones, so it is sized for the calls in flight, not to
+    /// `services.<name>.keepalive` (which bounds the plain-HTTP pool's idle connections).
+    static let curlConnectionCache = 1024
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
@@ -59,7 +60,7 @@ final class UpstreamClient {
         qw_multi_setopt_ptr(multi, CURLMOPT_SOCKETDATA, me)
         qw_multi_setopt_timerfn(multi, upstreamMultiTimerCallback)
         qw_multi_setopt_ptr(multi, CURLMOPT_TIMERDATA, me)
-        qw_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, ServiceConfig.defaultKeepalive)
+        qw_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, Self.curlConnectionCache)
         sweepEvent = event_new(base, -1, Int16(EV_PERSIST), upstreamPoolSweepCallback, me)
         var tv = EventLoopSupport.timeval(millis: 5000)
         event_add(sweepEvent, &tv)

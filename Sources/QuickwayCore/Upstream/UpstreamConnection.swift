@@ -55,7 +55,15 @@ final class UpstreamConnection: TransportUser {
     /// call now (see `TCPTransport.init`).
     static let edgeTriggered = false
 
-    init(fd: Int32, peer: String, memberKey: ObjectIdentifier, serviceKey: ObjectIdentifier, keepalive: Int, pool: UpstreamPool) {
+    /// The IP and the service whose identities are `memberKey` and `serviceKey`, held so
+    /// that no other object can take their address (and so their pool tables) while
+    /// this connection may sit in those tables: a reload frees the old ones.
+    private let keyOwners: (member: UpstreamMember, service: AnyObject)
+
+    init(fd: Int32, member: UpstreamMember, service: AnyObject, keepalive: Int, pool: UpstreamPool) {
+        let peer = member.ip
+        let memberKey = ObjectIdentifier(member), serviceKey = ObjectIdentifier(service)
+        keyOwners = (member, service)
         transport = TCPTransport(fd: fd, peer: Peer(label: peer), base: pool.base, readAheadLimit: Self.readAheadLimit, pool: pool.buffers,
                                  edgeTriggered: Self.edgeTriggered)
         self.memberKey = memberKey

@@ -101,7 +101,7 @@ final class UpstreamHTTPCall: DeadlineEntry, UpstreamCall {
         UpstreamConnector(client: client).start(service: service, member: member) { [self] result in
             switch result {
             case .success(let fd):
-                let c = UpstreamConnection(fd: fd, peer: member.ip, memberKey: ObjectIdentifier(member), serviceKey: ObjectIdentifier(service),
+                let c = UpstreamConnection(fd: fd, member: member, service: service,
                                            keepalive: service.config.keepalive, pool: client.pool)
                 // The call may have ended meanwhile (cancelled, timed out): the fresh
                 // connection is still good for the next one.

@@ -61,6 +61,9 @@ final class UpstreamPool {
         guard !isClosed else { c.close(); return }
         let idle = idleList(of: c)
         let service = idle.value.service
+        // The bound of the config the connection was made under (a table entry may
+        // outlive the service object whose address keyed it: a reload).
+        service.value.keepalive = c.keepalive
         if service.value.count >= service.value.keepalive, !closeOldest(of: service) {
             c.close()   // `keepalive: 0`: nothing is kept
             return
@@ -196,7 +199,7 @@ struct IdleList {
 typealias ServiceIdleConnections = UncheckedState<ServiceIdle>
 
 struct ServiceIdle {
-    let keepalive: Int
+    var keepalive: Int
     var count = 0
     var lists: [IdleConnections] = []
 

@@ -73,8 +73,9 @@ final class UpstreamTransfer: CurlTask, UpstreamCall {
         // A request that must not be sent twice goes on a fresh connection: libcurl sends
         // a request again by itself when a reused connection dies before any answer.
         qw_easy_setopt_long(h, CURLOPT_FRESH_CONNECT, r.idempotent ? 0 : 1)
-        // `keepalive`: curl's connection cache holds what the https services keep; 0 keeps none.
-        client.fitConnectionCache(to: service)
+        // `keepalive: 0` keeps no connection. (Other values do not size curl's cache: curl
+        // counts connections in use in it too, so a cache sized to the idle bound would
+        // close each busy call's connection as it ends.)
         qw_easy_setopt_long(h, CURLOPT_FORBID_REUSE, service.config.keepalive == 0 ? 1 : 0)
 
         // Method and body.
