@@ -550,8 +550,12 @@ def test_the_purge_log_slot_migrated_while_purging(cluster, pair):
     after = a.stats()["redis"]["cluster"]
     moved, ask, retries = (after[k] - before[k] for k in ("moved", "ask", "retries"))
     print(f"\npurge-log slot migration: {res['ok']} purges recorded, {len(res['failed'])} failed, epoch {epoch}; "
-          f"A followed MOVED {moved}, ASK {ask}, retried {retries}")
-    assert moved > 0
+          f"A followed MOVED {moved}, ASK {ask}, retried {retries}, map refreshes {after['map_refreshes'] - before['map_refreshes']}")
+    # A learns of the move either from a redirect or from a map refresh: every purge
+    # fans out to all masters and asks for a fresh map, so the log's script may reach
+    # the new owner without ever being told MOVED. Either way it must have followed.
+    refreshed = after["map_refreshes"] - before["map_refreshes"]
+    assert moved + ask + retries + refreshed > 0, (before, after)
     assert res["failed"] == [], res["failed"]
     for g in pair:
         assert g.stats()["redis"]["purges"]["local_tier_serving"] is True
