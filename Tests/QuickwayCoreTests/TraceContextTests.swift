@@ -93,10 +93,11 @@ final class TraceContextTests: XCTestCase {
 
     // MARK: headers sent upstream
 
-    func upstreamLines(_ text: String, _ trace: RequestTrace?) -> [String] {
+    func upstreamLines(_ text: String, _ trace: RequestTrace?, traceState: [UInt8]? = nil) -> [String] {
         let h = parsedHead(text)
         var lines: [String] = []
-        UpstreamRequestHeaders.build(head: h, clientAddress: "127.0.0.9", requestId: RequestId(Array("rid".utf8)), trace: trace)
+        UpstreamRequestHeaders.build(head: h, clientAddress: "127.0.0.9", requestId: RequestId(Array("rid".utf8)), trace: trace,
+                                     traceState: traceState)
             .forEach { n, v in lines.append(String(decoding: n, as: UTF8.self) + ": " + String(decoding: v, as: UTF8.self)) }
         return lines
     }
@@ -104,8 +105,8 @@ final class TraceContextTests: XCTestCase {
     func testGatewaySpanReplacesTheClientsTraceparent() {
         let req = "GET / HTTP/1.1\nHost: a\ntraceparent: \(example)\nTraceState: rojo=1\nTrace_Parent: x\n\n"
         let trace = RequestTrace(traceHi: 0x4bf92f3577b34da6, traceLo: 0xa3ce929d0e0e4736, spanId: 0x1122334455667788, parentId: 0x00f067aa0ba902b7,
-                                 sampled: true, traceState: Array("rojo=1".utf8), span: nil)
-        let lines = upstreamLines(req, trace)
+                                 sampled: true)
+        let lines = upstreamLines(req, trace, traceState: Array("rojo=1".utf8))
         XCTAssertEqual(lines.filter { $0.lowercased().hasPrefix("traceparent:") }, ["traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-1122334455667788-01"])
         XCTAssertEqual(lines.filter { $0.lowercased().hasPrefix("tracestate:") }, ["tracestate: rojo=1"])
         XCTAssertFalse(lines.contains { $0.lowercased().hasPrefix("trace_parent") }, "an underscore spelling does not pass either")
@@ -125,6 +126,56 @@ final class TraceContextTests: XCTestCase {
         let badState = parsedHead("GET / HTTP/1.1\nHost: a\ntraceparent: \(example)\ntracestate: A=1\n\n")
         XCTAssertNotNil(WorkerTracer.read(badState))
         XCTAssertNil(WorkerTracer.read(badState)!.1, "an invalid tracestate is dropped, the parent kept")
+    }
+
+    /// The parser notes a `traceparent` field (any case of the name), and `begin` reads
+    /// the caller's trace only then; an unsampled parent's `tracestate` still goes upstream
+    /// (it is the exchange's `traceExtras`, with no span).
+    func testBeginContinuesTheCallersTraceInAnyCaseOfTheName() {
+        var never = TracingConfig(); never.sampleRatio = 0
+        let tracer = WorkerTracer(config: never, buffer: SpanBuffer(capacity: 4, headroom: 64), seed: 7)
+        let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+        let head = parsedHead("GET / HTTP/1.1\nHost: a\nTraceParent: \(unsampled)\ntracestate: rojo=1\n\n")
+        XCTAssertTrue(head.namesTraceParent)
+        XCTAssertFalse(parsedHead("GET / HTTP/1.1\nHost: a\ntracestate: rojo=1\ntraceparenx: 1\n\n").namesTraceParent)
+        let ex = Exchange(head: head, sink: RecordingSink(), requestId: RequestId(Array("r".utf8)), peer: "127.0.0.1", handler: NoHandler())
+        XCTAssertNil(tracer.begin(ex), "not sampled: no span")
+        XCTAssertEqual(ex.trace.traceIdHex, "4bf92f3577b34da6a3ce929d0e0e4736")
+        XCTAssertEqual(ex.trace.parentId, 0x00f067aa0ba902b7)
+        XCTAssertFalse(ex.trace.sampled)
+        XCTAssertNil(ex.traceSpan)
+        XCTAssertEqual(ex.traceState.map { String(decoding: $0, as: UTF8.self) }, "rojo=1")
+        let lines = upstreamLines("GET / HTTP/1.1\nHost: a\n\n", ex.trace, traceState: ex.traceState)
+        XCTAssertEqual(lines.filter { $0.hasPrefix("tracestate:") }, ["tracestate: rojo=1"])
+        XCTAssertEqual(lines.filter { $0.hasPrefix("traceparent:") }.count, 1)
+        // Without a traceparent the trace is a new one (a tracestate alone is not read).
+        let fresh = Exchange(head: parsedHead("GET / HTTP/1.1\nHost: a\ntracestate: rojo=1\n\n"), sink: RecordingSink(),
+                             requestId: RequestId(Array("r".utf8)), peer: "127.0.0.1", handler: NoHandler())
+        XCTAssertNil(tracer.begin(fresh))
+        XCTAssertNotEqual(fresh.trace.traceIdHex, "4bf92f3577b34da6a3ce929d0e0e4736")
+        XCTAssertEqual(fresh.trace.parentId, 0)
+        XCTAssertNil(fresh.traceState)
+    }
+
+    /// New traces share a drawn high word (its digits kept) and differ in the low one;
+    /// the upstream line carries the same id the access log and the span report.
+    func testNewTracesAreDistinctAndTheirLineNamesTheirId() {
+        var never = TracingConfig(); never.sampleRatio = 0
+        let tracer = WorkerTracer(config: never, buffer: SpanBuffer(capacity: 4, headroom: 64), seed: 99)
+        var ids = Set<String>(), spans = Set<UInt64>()
+        for _ in 0..<1000 {
+            let ex = Exchange(head: parsedHead("GET / HTTP/1.1\nHost: a\n\n"), sink: RecordingSink(), requestId: RequestId(Array("r".utf8)),
+                              peer: "127.0.0.1", handler: NoHandler())
+            XCTAssertNil(tracer.begin(ex))
+            let t = ex.trace
+            ids.insert(t.traceIdHex)
+            spans.insert(t.spanId)
+            let line = upstreamLines("GET / HTTP/1.1\nHost: a\n\n", t).filter { $0.hasPrefix("traceparent:") }
+            XCTAssertEqual(line, ["traceparent: 00-\(t.traceIdHex)-\(TraceParent.spanIdHex(t.spanId))-00"])
+            XCTAssertEqual(TraceParent.parse(String(line[0].dropFirst("traceparent: ".count)))?.traceLo, t.traceLo)
+        }
+        XCTAssertEqual(ids.count, 1000)
+        XCTAssertEqual(spans.count, 1000)
     }
 
     // MARK: protobuf wire format
@@ -240,12 +291,13 @@ final class TraceContextTests: XCTestCase {
         let on = WorkerTracer(config: always, buffer: q, seed: 7)
         let head = "GET / HTTP/1.1\nHost: a\n\n"
         let ex = Exchange(head: parsedHead(head), sink: RecordingSink(), requestId: RequestId(Array("r".utf8)), peer: "127.0.0.1", handler: NoHandler())
-        for _ in 0..<100 { XCTAssertFalse(off.begin(ex, parent: nil).sampled) }
-        for _ in 0..<100 { XCTAssertTrue(on.begin(ex, parent: nil).sampled) }
+        for _ in 0..<100 { XCTAssertNil(off.begin(ex)); XCTAssertFalse(ex.trace.sampled); XCTAssertTrue(ex.trace.isOn) }
+        for _ in 0..<100 { XCTAssertNotNil(on.begin(ex)); XCTAssertTrue(ex.trace.sampled) }
         // A sampled parent is followed even at ratio 0, in the parent's trace.
         let sampledParent = Exchange(head: parsedHead("GET / HTTP/1.1\nHost: a\ntraceparent: \(example)\n\n"), sink: RecordingSink(),
                                      requestId: RequestId(Array("r".utf8)), peer: "127.0.0.1", handler: NoHandler())
-        let t = off.begin(sampledParent, parent: nil)
+        XCTAssertNotNil(off.begin(sampledParent))
+        let t = sampledParent.trace
         XCTAssertTrue(t.sampled)
         XCTAssertEqual(t.traceIdHex, "4bf92f3577b34da6a3ce929d0e0e4736")
         XCTAssertEqual(t.parentId, 0x00f067aa0ba902b7)
@@ -256,10 +308,10 @@ final class TraceContextTests: XCTestCase {
         var line = [UInt8](repeating: 0, count: 200)
         for sampled in [true, false] {
             let t = RequestTrace(traceHi: 0x4bf92f3577b34da6, traceLo: 0xa3ce929d0e0e4736, spanId: 0x00f067aa0ba902b7, parentId: 0,
-                                 sampled: sampled, traceState: nil, span: nil)
+                                 sampled: sampled)
             let n = line.withUnsafeMutableBytes { b -> Int in
                 var w = BufferWriter(b)
-                XCTAssertEqual(TraceHeaders.write(t, into: &w), 1)
+                XCTAssertEqual(TraceHeaders.write(t, traceState: nil, into: &w), 1)
                 return w.at
             }
             // The spec's example (section 3.2.2.5... "Examples"), with our span as the parent.

@@ -55,6 +55,9 @@ public struct HTTPRequestHead: Sendable {
     public let upgradeWebSocket: Bool
     /// `Connection` names `upgrade`.
     public let connectionUpgrade: Bool
+    /// Some field is named `traceparent` (any case): tracing reads the fields for it
+    /// (`WorkerTracer.read`) only then.
+    let namesTraceParent: Bool
 
     /// `method` starts the head (at 0); every offset is below 4 GiB. `pathLength`: the
     /// target's path, up to its `?` (the normaliser found it). `fieldsTableStart` and
@@ -63,7 +66,7 @@ public struct HTTPRequestHead: Sendable {
     init(bytes: [UInt8], headLength: Int, method: Range<Int>, target: Range<Int>, pathLength: Int, signedTarget: Range<Int>,
          encodedSlashInPath: Bool, rawPlusInQuery: Bool, droppedUnderscoreFields: Int, keptUnderscoreFields: Bool,
          minorVersion: Int, fieldsTableStart: Int, fieldCount: Int, body: HTTPBodyFraming, statesContentLength: Bool, keepAlive: Bool,
-         expectsContinue: Bool, hostField: Int?, upgradeWebSocket: Bool, connectionUpgrade: Bool) {
+         expectsContinue: Bool, hostField: Int?, upgradeWebSocket: Bool, connectionUpgrade: Bool, namesTraceParent: Bool) {
         precondition(method.lowerBound == 0 && bytes.count <= Int(UInt32.max), "a head's method starts it; offsets are 32-bit")
         // Every value below is an offset or count within `bytes` (checked above).
         headEnd = UInt32(truncatingIfNeeded: headLength)
@@ -93,6 +96,7 @@ public struct HTTPRequestHead: Sendable {
         self.expectsContinue = expectsContinue
         self.upgradeWebSocket = upgradeWebSocket
         self.connectionUpgrade = connectionUpgrade
+        self.namesTraceParent = namesTraceParent
     }
 
     /// The head's own bytes: `bytes[0..<headLength]`.

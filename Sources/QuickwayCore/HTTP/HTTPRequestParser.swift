@@ -214,6 +214,7 @@ public struct HTTPRequestParser: Sendable {
         var hopByHop: [Range<Int>] = []
         var upgradeWebSocket = false
         var connectionUpgrade = false
+        var namesTraceParent = false
 
         while i < n - 2 {
             let c = raw[i]
@@ -274,6 +275,10 @@ public struct HTTPRequestParser: Sendable {
                 forEachToken(raw, value) { t in
                     if HTTPSyntax.equalsLowercase(raw, t, "websocket") { upgradeWebSocket = true }
                 }
+            case 11 where HTTPSyntax.equalsLowercase(raw, name, "traceparent"):
+                // Noted here, where every name is looked at anyway: tracing reads the
+                // fields again only for the requests that carry one.
+                namesTraceParent = true
             case 6 where HTTPSyntax.equalsLowercase(raw, name, "expect"):
                 guard HTTPSyntax.equalsLowercase(raw, value, "100-continue") else {
                     throw .badRequest("unsupported Expect value")
@@ -335,7 +340,8 @@ public struct HTTPRequestParser: Sendable {
                                minorVersion: minor, fieldsTableStart: tableStart, fieldCount: fieldCount,
                                body: framing, statesContentLength: contentLength != nil,
                                keepAlive: keepAlive, expectsContinue: expectsContinue && framing != .none,
-                               hostField: hostField, upgradeWebSocket: upgradeWebSocket, connectionUpgrade: connectionUpgrade)
+                               hostField: hostField, upgradeWebSocket: upgradeWebSocket, connectionUpgrade: connectionUpgrade,
+                               namesTraceParent: namesTraceParent)
     }
 
     /// The head's one array (`HTTPRequestHead.bytes`): the head with the normalised

@@ -58,7 +58,7 @@ final class BatchRun {
         }
         let timeout = timeoutMillis
         timer = LoopTimer(base: loopBase, afterMillis: timeout) { [weak self] in self?.timedOut() }
-        let origin = BatchCallOrigin(keyId: ctx.authKeyId, parentRequestId: ctx.requestId, trace: ctx.trace.isOn ? TraceLink(ctx.trace) : nil)
+        let origin = BatchCallOrigin(keyId: ctx.authKeyId, parentRequestId: ctx.requestId, trace: ctx.trace.isOn ? TraceLink(ctx.trace, ctx.traceExtras) : nil)
         for call in calls {
             let index = call.index
             let ex = layer.runInternal(head: call.head, body: call.body, peer: ctx.peer, overTLS: ctx.overTLS,

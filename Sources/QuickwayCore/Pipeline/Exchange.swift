@@ -95,6 +95,12 @@ class Exchange {
     var batchOrigin: BatchCallOrigin?
     /// The request's trace when tracing is on (`WorkerTracer.begin`); `isOn` false when off.
     var trace = RequestTrace()
+    /// Its `tracestate` and a sampled request's span (nil for most traced requests).
+    var traceExtras: TraceExtras?
+    /// The span a sampled request records, until it is written out.
+    var traceSpan: SpanRecord? { traceExtras?.openSpan }
+    /// The caller's `tracestate`, valid and within bounds, to pass on (nil: none).
+    var traceState: [UInt8]? { traceExtras?.traceState }
 
     private(set) var status = 0
     private(set) var bytesSent = 0
@@ -205,7 +211,7 @@ class Exchange {
 
     /// Answers with the gateway's JSON error body (`LocalReply`).
     func respondError(_ code: GatewayErrorCode, _ message: String) {
-        trace.span?.errorCode = code
+        traceExtras?.openSpan?.errorCode = code
         let reply = LocalReply(code, message, requestId: requestId, challenge: authChallenge, allow: allowedMethods,
                                retryAfter: retryAfterSeconds, rateLimitFields: rateLimitFields)
         reply.headerLines.withUnsafeBytes { lines in

@@ -75,7 +75,11 @@ final class ProxyContext: Exchange {
 
     override func clientLeft() { pipeline.clientLeft(self) }
 
-    override func traceEnded(_ status: Int) { pipeline.tracer?.finish(self, status: status) }
+    /// Only a sampled request's span is written out: the others cost one test here.
+    override func traceEnded(_ status: Int) {
+        guard let span = traceSpan else { return }
+        pipeline.tracer?.finish(self, span, status: status)
+    }
 
     init(head: consuming HTTPRequestHead, sink: ResponseSink, requestId: RequestId, peer: Peer, pipeline: ProxyPipeline) {
         super.init(head: head, sink: sink, requestId: requestId, peer: peer, handler: pipeline)

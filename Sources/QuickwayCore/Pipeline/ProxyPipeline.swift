@@ -222,11 +222,7 @@ final class ProxyPipeline: RequestHandler {
         ctx.setOwned()
         // The trace starts here, the first step of every request (a batch call's origin is
         // set). A sampled request's stages record their ends in its span.
-        if let tracer {
-            let trace = tracer.begin(ctx, parent: ctx.batchOrigin?.trace)
-            ctx.trace = trace
-            if let span = trace.span { return runHeadStages(ctx, span) }
-        }
+        if let span = tracer?.begin(ctx) { return runHeadStages(ctx, span) }
         return runHeadStages(ctx, NoStageEvents())
     }
 
@@ -267,7 +263,7 @@ final class ProxyPipeline: RequestHandler {
     func resume(_ ctx: ProxyContext) {
         // Read once for the run (each read of the context's property is counted).
         guard let route = ctx.route else { preconditionFailure("stages resumed before routing") }
-        if tracer != nil, let span = ctx.trace.span { return runStages(ctx, route, span) }
+        if tracer != nil, let span = ctx.traceSpan { return runStages(ctx, route, span) }
         runStages(ctx, route, NoStageEvents())
     }
 

@@ -24,6 +24,15 @@ struct BufferWriter {
         at += n
     }
 
+    /// The next `n` bytes, for the caller to store (all of them) right away: `putFixed`
+    /// without a closure, which the compiler did not always inline.
+    @inline(__always) mutating func take(_ n: Int) -> UnsafeMutableRawPointer {
+        precondition(at + n <= buffer.count)
+        let p = buffer.baseAddress! + at
+        at += n
+        return p
+    }
+
     @inline(__always) mutating func put(_ s: StaticString) { put(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)) }
 
     @inline(__always) mutating func put(byte: UInt8) {

@@ -1,39 +1,44 @@
 /// The trace a request belongs to, set by the stream layer when tracing is on
 /// (`Exchange.trace`, from `WorkerTracer.begin`): the trace id (the caller's, read from a
 /// valid `traceparent`, or a new one), the gateway's own span id for the request (sent
-/// upstream as the parent), the caller's span id and `tracestate`, and whether the trace
-/// is sampled. Only a sampled trace records a span (`span`); every traced request sends
-/// its `traceparent` upstream and logs its trace id.
+/// upstream as the parent), the caller's span id, and whether the trace is sampled.
+/// Every traced request sends its `traceparent` upstream and logs its trace id.
 ///
-/// Plain words and one reference (`extras`, only when there is a `tracestate` or a span):
-/// the exchange holds it inline, and copying it or letting it go costs no more than one
-/// reference, on every request.
+/// Plain words only: the exchange holds it inline and every copy (the upstream headers,
+/// the access log, a batch call's origin) costs no reference counting. What few requests
+/// have beyond it, a `tracestate` to pass on and a sampled request's span, is the
+/// exchange's `traceExtras`.
 struct RequestTrace {
     var traceHi: UInt64
+    /// `traceHi`'s sixteen hex digits as two words (`TraceParent.hexWords`), ready for
+    /// the upstream `traceparent`: a new trace's come with its high word, which many
+    /// traces share (`TraceIdGenerator.newTraceHi`).
+    var traceHiHex: (UInt64, UInt64)
     var traceLo: UInt64
     /// This request's span id.
     var spanId: UInt64
     /// The caller's span id (0: the trace starts here).
     var parentId: UInt64
     var sampled: Bool
-    private var extras: TraceExtras?
 
-    init(traceHi: UInt64, traceLo: UInt64, spanId: UInt64, parentId: UInt64, sampled: Bool, traceState: [UInt8]?, span: SpanRecord?) {
+    @inline(__always)
+    init(traceHi: UInt64, traceHiHex: (UInt64, UInt64), traceLo: UInt64, spanId: UInt64, parentId: UInt64, sampled: Bool) {
         self.traceHi = traceHi
+        self.traceHiHex = traceHiHex
         self.traceLo = traceLo
         self.spanId = spanId
         self.parentId = parentId
         self.sampled = sampled
-        // A span carries the `tracestate` itself: one object for a sampled request.
-        extras = span ?? (traceState == nil ? nil : TraceExtras(traceState: traceState))
     }
 
-    /// The caller's `tracestate`, valid and within bounds, passed on as it came (nil: none).
-    var traceState: [UInt8]? { extras?.traceState }
-    /// The span being recorded (sampled traces only); nil once it is written out.
-    var span: SpanRecord? {
-        guard sampled, let s = extras as? SpanRecord, !s.isFinished else { return nil }
-        return s
+    init(traceHi: UInt64, traceLo: UInt64, spanId: UInt64, parentId: UInt64, sampled: Bool) {
+        self.init(traceHi: traceHi, traceHiHex: TraceParent.hexWords(traceHi), traceLo: traceLo, spanId: spanId, parentId: parentId, sampled: sampled)
+    }
+
+    /// No trace (tracing off): what every exchange starts with. Not an optional: an
+    /// optional costs each request a test and a wider value to store.
+    init() {
+        self.init(traceHi: 0, traceHiHex: (0, 0), traceLo: 0, spanId: 0, parentId: 0, sampled: false)
     }
 
     /// `traceparent` for the upstream request: this request's span as the parent.
@@ -46,27 +51,27 @@ struct RequestTrace {
     @inline(__always) var isOn: Bool { spanId != 0 }
 }
 
-extension RequestTrace {
-    /// No trace (tracing off): what every exchange starts with. Not an optional: an
-    /// optional of this struct cost every request (tracing off too) a value-witness call
-    /// to test and to destroy it.
-    init() {
-        self.init(traceHi: 0, traceLo: 0, spanId: 0, parentId: 0, sampled: false, traceState: nil, span: nil)
-    }
-}
-
-/// What few requests have: a `tracestate` to pass on (`SpanRecord`, a sampled request's
-/// span, is one with its span).
+/// What few traced requests have beside their `RequestTrace` (`Exchange.traceExtras`):
+/// the caller's `tracestate` to pass on, and, for a sampled request, its span
+/// (`SpanRecord`, which is one of these with its span).
 class TraceExtras: @unchecked Sendable {
     let traceState: [UInt8]?
     init(traceState: [UInt8]?) { self.traceState = traceState }
+
+    /// The span being recorded, if this is a sampled request's and it is not yet written
+    /// out. Overridden by `SpanRecord`: no cast on the way.
+    var openSpan: SpanRecord? { nil }
 }
 
 /// A batch envelope's trace, handed to its calls (`BatchCallOrigin.trace`): one
 /// reference, so the origin every exchange carries stays small.
 final class TraceLink {
     let trace: RequestTrace
-    init(_ trace: RequestTrace) { self.trace = trace }
+    let extras: TraceExtras?
+    init(_ trace: RequestTrace, _ extras: TraceExtras?) {
+        self.trace = trace
+        self.extras = extras
+    }
 }
 
 /// A point in a request's span: a stage finished (or began waiting), the upstream call
@@ -146,6 +151,7 @@ final class SpanRecord: TraceExtras, @unchecked Sendable {
     /// Written out (`WorkerTracer.finish`): the request's trace no longer offers it.
     private(set) var isFinished = false
     func markFinished() { isFinished = true }
+    override var openSpan: SpanRecord? { isFinished ? nil : self }
 
     /// At most this many events a span (a retry loop cannot grow it without bound).
     static let maxEvents = 32

@@ -5,26 +5,25 @@
 /// reading of the trace context, the gateway's.
 enum TraceHeaders {
     /// The bytes `write` adds at most.
-    static func bytes(_ t: RequestTrace) -> Int {
-        "traceparent: \r\n".utf8.count + TraceParent.length + (t.traceState.map { "tracestate: \r\n".utf8.count + $0.count } ?? 0)
+    static func bytes(traceState: [UInt8]?) -> Int {
+        "traceparent: \r\n".utf8.count + TraceParent.length + (traceState.map { "tracestate: \r\n".utf8.count + $0.count } ?? 0)
     }
 
-    /// Writes the lines; returns how many.
-    static func write(_ t: RequestTrace, into w: inout BufferWriter) -> Int {
+    /// Writes the lines (`traceState`: the caller's, to pass on); returns how many.
+    static func write(_ t: RequestTrace, traceState: [UInt8]?, into w: inout BufferWriter) -> Int {
         // "traceparent: " (13 bytes), the value (55), CRLF: 70 bytes stored in place, a
         // word at a time ("traceparent: 00-" is two words, the ids six; no copy call).
-        w.putFixed(13 + TraceParent.length + 2) { b in
-            b.storeBytes(of: Self.lineStart.0, as: UInt64.self)
-            b.storeBytes(of: Self.lineStart.1, toByteOffset: 8, as: UInt64.self)
-            TraceParent.store(t.traceHi, b, 16)
-            TraceParent.store(t.traceLo, b, 32)
-            b.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 48, as: UInt8.self)
-            TraceParent.store(t.spanId, b, 49)
-            // "-0" and the flag, then CRLF.
-            b.storeBytes(of: (t.sampled ? Self.lineEndSampled : Self.lineEndUnsampled), toByteOffset: 65, as: UInt32.self)
-            b.storeBytes(of: UInt8(ascii: "\n"), toByteOffset: 69, as: UInt8.self)
-        }
-        guard let state = t.traceState else { return 1 }
+        let b = w.take(13 + TraceParent.length + 2)
+        b.storeBytes(of: Self.lineStart.0, as: UInt64.self)
+        b.storeBytes(of: Self.lineStart.1, toByteOffset: 8, as: UInt64.self)
+        TraceParent.store(t.traceHiHex, b, 16)
+        TraceParent.store(t.traceLo, b, 32)
+        b.storeBytes(of: UInt8(ascii: "-"), toByteOffset: 48, as: UInt8.self)
+        TraceParent.store(t.spanId, b, 49)
+        // "-0" and the flag, then CRLF.
+        b.storeBytes(of: (t.sampled ? Self.lineEndSampled : Self.lineEndUnsampled), toByteOffset: 65, as: UInt32.self)
+        b.storeBytes(of: UInt8(ascii: "\n"), toByteOffset: 69, as: UInt8.self)
+        guard let state = traceState else { return 1 }
         w.put("tracestate: ")
         state.withUnsafeBytes { w.put($0) }
         w.put("\r\n")

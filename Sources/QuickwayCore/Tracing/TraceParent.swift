@@ -64,8 +64,21 @@ struct TraceParent: Equatable {
     /// The sixteen hex digits of `x` at `offset`.
     @inline(__always)
     static func store(_ x: UInt64, _ b: UnsafeMutableRawPointer, _ offset: Int) {
-        b.storeBytes(of: hex8(UInt32(truncatingIfNeeded: x >> 32)).bigEndian, toByteOffset: offset, as: UInt64.self)
-        b.storeBytes(of: hex8(UInt32(truncatingIfNeeded: x)).bigEndian, toByteOffset: offset + 8, as: UInt64.self)
+        store(hexWords(x), b, offset)
+    }
+
+    /// Sixteen hex digits (`hexWords`) at `offset`.
+    @inline(__always)
+    static func store(_ digits: (UInt64, UInt64), _ b: UnsafeMutableRawPointer, _ offset: Int) {
+        b.storeBytes(of: digits.0, toByteOffset: offset, as: UInt64.self)
+        b.storeBytes(of: digits.1, toByteOffset: offset + 8, as: UInt64.self)
+    }
+
+    /// The sixteen hex digits of `x` as two words, in memory order (stored as they are,
+    /// they read left to right).
+    @inline(__always)
+    static func hexWords(_ x: UInt64) -> (UInt64, UInt64) {
+        (hex8(UInt32(truncatingIfNeeded: x >> 32)).bigEndian, hex8(UInt32(truncatingIfNeeded: x)).bigEndian)
     }
 
     /// The trace id as 32 lowercase hex digits (the access log, tests).

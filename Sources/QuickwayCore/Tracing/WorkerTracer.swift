@@ -24,18 +24,42 @@ final class WorkerTracer {
         random = TraceIdGenerator(seed: seed)
     }
 
-    /// The trace of a request about to run its first stage (`ProxyPipeline.preflight`).
-    /// `parent`: a batch call's envelope trace (`BatchCallOrigin.trace`), nil otherwise.
-    func begin(_ ex: Exchange, parent link: TraceLink?) -> RequestTrace {
+    /// Starts the trace of a request about to run its first stage
+    /// (`ProxyPipeline.preflight`): sets `ex.trace` and, when there is a `tracestate` or a
+    /// span, `ex.traceExtras`. Returns the span a sampled request records (nil: not
+    /// sampled, so nothing is retained on the common path).
+    ///
+    /// Most requests start a trace here: that path is this function, kept small; a
+    /// request with a `traceparent` field (the parser noted it) or a batch call's
+    /// envelope goes to `continueTrace`.
+    func begin(_ ex: Exchange) -> SpanRecord? {
+        if ex.batchOrigin != nil || ex.head.namesTraceParent { return continueTrace(ex) }
+        // The generator read once and stored once (each access to a class's `var` is
+        // checked at run time).
+        var random = self.random
+        let (traceHi, traceHiHex) = random.newTraceHi()
+        let traceLo = random.nonZero(), spanId = random.nonZero()
+        // A new trace is sampled by its own random id (as OpenTelemetry's ratio sampler
+        // reads the trace id): no draw of its own.
+        let sampled = always || traceLo < threshold
+        self.random = random
+        ex.trace = RequestTrace(traceHi: traceHi, traceHiHex: traceHiHex, traceLo: traceLo, spanId: spanId, parentId: 0, sampled: sampled)
+        return sampled ? startSpan(ex, kind: 2, state: nil) : nil
+    }
+
+    /// A trace that began before this request: its batch envelope's (each call a child of
+    /// the envelope's span, sharing its decision) or the caller's `traceparent` when valid
+    /// (sampled if the caller sampled it, else by `sample_ratio`); a new one otherwise.
+    @inline(never)
+    private func continueTrace(_ ex: Exchange) -> SpanRecord? {
         let traceHi: UInt64, traceLo: UInt64, parentId: UInt64, sampled: Bool
         var state: [UInt8]?
         var kind: UInt8 = 2   // OTLP SPAN_KIND_SERVER
-        // The generator read once and stored once (each access to a class's `var` is
-        // checked at run time; four draws made it about a third of this function).
         var random = self.random
         defer { self.random = random }
-        if let parent = link?.trace {
-            (traceHi, traceLo, parentId, sampled, state) = (parent.traceHi, parent.traceLo, parent.spanId, parent.sampled, parent.traceState)
+        if let link = ex.batchOrigin?.trace {
+            let parent = link.trace
+            (traceHi, traceLo, parentId, sampled, state) = (parent.traceHi, parent.traceLo, parent.spanId, parent.sampled, link.extras?.traceState)
             kind = 1   // SPAN_KIND_INTERNAL: a call the gateway made of its envelope
         } else if case let (parent, s)? = ex.withHead({ Self.read($0) }) {
             (traceHi, traceLo, parentId, sampled, state) = (parent.traceHi, parent.traceLo, parent.parentId, parent.sampled || sample(&random), s)
@@ -43,12 +67,22 @@ final class WorkerTracer {
             (traceHi, traceLo, parentId, sampled) = (random.nonZero(), random.nonZero(), 0, sample(&random))
         }
         let spanId = random.nonZero()
-        var span: SpanRecord?
-        if sampled {
-            span = SpanRecord(traceHi: traceHi, traceLo: traceLo, spanId: spanId, parentId: parentId, kind: kind, traceState: state,
-                              startWallNanos: Clock.wallNanos() &- (Clock.monotonicNanos() &- ex.startNanos), startMonoNanos: ex.startNanos)
+        ex.trace = RequestTrace(traceHi: traceHi, traceLo: traceLo, spanId: spanId, parentId: parentId, sampled: sampled)
+        guard sampled else {
+            if state != nil { ex.traceExtras = TraceExtras(traceState: state) }
+            return nil
         }
-        return RequestTrace(traceHi: traceHi, traceLo: traceLo, spanId: spanId, parentId: parentId, sampled: sampled, traceState: state, span: span)
+        return startSpan(ex, kind: kind, state: state)
+    }
+
+    /// The span of a sampled request whose `ex.trace` is set.
+    @inline(never)
+    private func startSpan(_ ex: Exchange, kind: UInt8, state: [UInt8]?) -> SpanRecord {
+        let t = ex.trace
+        let span = SpanRecord(traceHi: t.traceHi, traceLo: t.traceLo, spanId: t.spanId, parentId: t.parentId, kind: kind, traceState: state,
+                              startWallNanos: Clock.wallNanos() &- (Clock.monotonicNanos() &- ex.startNanos), startMonoNanos: ex.startNanos)
+        ex.traceExtras = span
+        return span
     }
 
     @inline(__always) private func sample(_ random: inout TraceIdGenerator) -> Bool {
@@ -92,8 +126,7 @@ final class WorkerTracer {
 
     /// The request ended (`Exchange.traceEnded`, once): a sampled request's span is
     /// written out, with what the stages found, into the worker's buffer.
-    func finish(_ ex: Exchange, status: Int) {
-        guard let span = ex.trace.span else { return }
+    func finish(_ ex: Exchange, _ span: SpanRecord, status: Int) {
         span.markFinished()
         // Each of the exchange's fields read once (each read of a class's property is checked).
         let route = ex.routeName, cacheStatus = ex.cacheStatus, upstream = ex.upstreamAddress
@@ -122,9 +155,33 @@ final class WorkerTracer {
 /// Random 64-bit words for trace and span ids and sampling (SplitMix64, seeded per
 /// worker from the system's generator): ids need to be unlikely to collide, not secret,
 /// and a few instructions each.
+///
+/// A new trace id's high word is drawn once per `prefixUses` traces and its hex digits
+/// kept (`newTraceHi`); the low word is drawn for each trace. Ids stay unique (64 fresh
+/// random bits each, among at most 2^20 traces sharing a high word, itself random), the
+/// low word, which samplers and 64-bit systems read, stays fully random, and the
+/// upstream `traceparent` of a new trace hex-encodes two words, not three.
 struct TraceIdGenerator {
     private var state: UInt64
+    private var prefix: UInt64 = 0
+    private var prefixHex: (UInt64, UInt64) = (0, 0)
+    private var prefixLeft: UInt32 = 0
+    /// Traces that share one high word.
+    static let prefixUses: UInt32 = 1 << 20
     init(seed: UInt64) { state = seed }
+
+    /// A new trace's high word and its hex digits (`TraceParent.hexWords`).
+    @inline(__always) mutating func newTraceHi() -> (UInt64, (UInt64, UInt64)) {
+        if prefixLeft == 0 { nextPrefix() }
+        prefixLeft &-= 1
+        return (prefix, prefixHex)
+    }
+
+    @inline(never) private mutating func nextPrefix() {
+        prefix = nonZero()
+        prefixHex = TraceParent.hexWords(prefix)
+        prefixLeft = Self.prefixUses
+    }
 
     @inline(__always) mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15

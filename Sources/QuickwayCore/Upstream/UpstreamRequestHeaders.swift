@@ -28,15 +28,18 @@ enum UpstreamRequestHeaders {
     /// certificate's): every client copy of its names is dropped, its lines are added.
     static func build(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
                       authKeyId: String? = nil, overTLS: Bool = false, trusted: TrustedProxies = .none,
-                      rules: HeaderRules? = nil, identity: HeaderRules? = nil, trace: RequestTrace? = nil) -> UpstreamHeaders {
+                      rules: HeaderRules? = nil, identity: HeaderRules? = nil, trace: RequestTrace? = nil,
+                      traceState: [UInt8]? = nil) -> UpstreamHeaders {
         let (lines, count) = write(head: head, clientAddress: clientAddress, requestId: requestId, authKeyId: authKeyId,
-                                   overTLS: overTLS, trusted: trusted, rules: rules, identity: identity, trace: trace)
+                                   overTLS: overTLS, trusted: trusted, rules: rules, identity: identity, trace: trace,
+                                   traceState: traceState)
         return UpstreamHeaders(lines: lines, count: count)
     }
 
     private static func write(head: HTTPRequestHead, clientAddress: String, requestId: RequestId,
                               authKeyId: String?, overTLS: Bool, trusted: TrustedProxies, rules: HeaderRules?,
-                              identity: HeaderRules?, trace: RequestTrace?) -> (bytes: [UInt8], count: Int) {
+                              identity: HeaderRules?, trace: RequestTrace?,
+                              traceState: [UInt8]?) -> (bytes: [UInt8], count: Int) {
         // What is needed of the head, taken out first: the closure below capturing the
         // head itself copied it (a retain of its array); the bytes are lent in place.
         let table = head.fieldTable, headLength = head.headLength
@@ -59,7 +62,7 @@ enum UpstreamRequestHeaders {
         // copy against it.
         let capacity = headLength + 4 * table.count + Self.ownLineBytes + 2 * client.utf8.count + requestId.countBound
             + (keyId?.utf8.count ?? 0) + chain.utf8.count + realIP.utf8.count + (rules?.setLines.count ?? 0)
-            + (identity?.setLines.count ?? 0) + (trace.map { TraceHeaders.bytes($0) } ?? 0)
+            + (identity?.setLines.count ?? 0) + (trace == nil ? 0 : TraceHeaders.bytes(traceState: traceState))
         var count = 0
         let written = head.bytes.withUnsafeBytes { raw -> [UInt8] in
             let fields = table.fields(in: raw)
@@ -110,7 +113,7 @@ enum UpstreamRequestHeaders {
                 requestId.withBytes { w.put($0) }
                 w.put("\r\n")
                 count += 1
-                if let trace { count += TraceHeaders.write(trace, into: &w) }
+                if let trace { count += TraceHeaders.write(trace, traceState: traceState, into: &w) }
                 if keyId != nil {
                     w.put("X-Quickway-Key: ")
                     keyId!.withUTF8 { w.put(UnsafeRawBufferPointer($0)) }

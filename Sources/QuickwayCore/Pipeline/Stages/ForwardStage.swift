@@ -30,8 +30,8 @@ final class ForwardStage: RequestStage {
     /// `head` is the exchange's, borrowed (a local copy would retain its array).
     private func forward(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead) -> StageResult {
         // Read once: the headers and the relay both need it (each read of the context is checked).
-        let trace: RequestTrace? = ctx.pipeline.tracer == nil ? nil : ctx.trace
-        let request = self.request(ctx, route, trusted, head, trace)
+        let tracing = ctx.pipeline.tracer != nil
+        let request = self.request(ctx, route, trusted, head, tracing)
         // A WebSocket handshake (checked by the route stage) goes with its own
         // hop-by-hop headers; other calls pay only the flag test.
         let relay: UpstreamRelay
@@ -39,7 +39,7 @@ final class ForwardStage: RequestStage {
             relay = webSocketRelay(ctx, route, request)
         } else {
             relay = UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes,
-                                  span: trace?.span)
+                                  span: tracing ? ctx.traceSpan : nil)
         }
         ctx.waiting = .upstream(relay)
         if let flight = ctx.flight {
@@ -54,7 +54,7 @@ final class ForwardStage: RequestStage {
     /// The request to send, the same for every client (each frames it itself). A HEAD
     /// on a cached route goes as GET (`upstreamHead` false), so the body can be stored.
     private func request(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead,
-                         _ trace: RequestTrace?) -> UpstreamRequest {
+                         _ tracing: Bool) -> UpstreamRequest {
         let hasBody = head.body != .none || head.statesContentLength
         let upstreamHead = ctx.isHeadRequest && ctx.plan == nil
         // A rewrite's target replaces the path (the loader refuses it with strip_prefix).
@@ -64,14 +64,24 @@ final class ForwardStage: RequestStage {
             : ctx.isHeadRequest ? Self.get : head.withBytes { Self.method(UnsafeRawBufferPointer(rebasing: $0[head.method])) }
         return UpstreamRequest(
             method: method, isHead: upstreamHead, hasBody: hasBody, body: ctx.body,
-            headers: UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
-                                                  authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted,
-                                                  rules: ctx.inflatedRequestRules ?? route.config.requestHeaders, identity: ctx.identityHeaders ?? identityDefault,
-                                                  trace: trace),
+            headers: !tracing ? headers(ctx, route, trusted, head, trace: nil, traceState: nil)
+                : ctx.traceExtras == nil ? headers(ctx, route, trusted, head, trace: ctx.trace, traceState: nil)
+                : headers(ctx, route, trusted, head, trace: ctx.trace, traceState: ctx.traceState),
             pathAndQuery: target.map { Self.forwardedTarget($0, 0..<$0.count, stripping: stripping) }
                 ?? Self.forwardedTarget(head.bytes, head.target, stripping: stripping),
             idempotent: UpstreamRelay.isIdempotent(head), webSocketUpgrade: head.upgradeWebSocket,
             bodySource: upstreamHead ? nil : ctx.bodySource)
+    }
+
+    /// The upstream request's header lines. Called with the trace spelled out for each
+    /// case, so that a request without a `tracestate` carries none to let go of.
+    @inline(__always)
+    private func headers(_ ctx: ProxyContext, _ route: Route, _ trusted: TrustedProxies, _ head: borrowing HTTPRequestHead,
+                         trace: RequestTrace?, traceState: [UInt8]?) -> UpstreamHeaders {
+        UpstreamRequestHeaders.build(head: head, clientAddress: ctx.clientAddress, requestId: ctx.requestId,
+                                     authKeyId: ctx.authKeyId, overTLS: ctx.overTLS, trusted: trusted,
+                                     rules: ctx.inflatedRequestRules ?? route.config.requestHeaders, identity: ctx.identityHeaders ?? identityDefault,
+                                     trace: trace, traceState: traceState)
     }
 
     private func webSocketRelay(_ ctx: ProxyContext, _ route: Route, _ request: UpstreamRequest) -> UpstreamRelay {
@@ -83,7 +93,7 @@ final class ForwardStage: RequestStage {
         let key = head.value(of: "sec-websocket-key").map { Array(head.bytes[$0]) } ?? []
         let plan = route.config.websocket.map { UpstreamRelay.WebSocketPlan(key: key, config: $0, routeSlot: route.statSlot) }
         return UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes, webSocket: plan,
-                             span: ctx.pipeline.tracer == nil ? nil : ctx.trace.span)
+                             span: ctx.pipeline.tracer == nil ? nil : ctx.traceSpan)
     }
 
     // The common methods as shared arrays: a request's method costs no allocation.
