@@ -137,10 +137,13 @@ final class ConcurrencyLimiterTests: XCTestCase {
         XCTAssertEqual(l.admit(w), .admitted)
         XCTAssertEqual(l.admit(w), .admitted)
         XCTAssertEqual(l.admit(w), .shed, "pinned to min_limit while minRTT is measured")
+        l.release(rttNanos: 10 * ms)
+        l.release(rttNanos: 10 * ms)
         for _ in 0..<40 {
+            // Each window the calls fill the limit (a busy service), then end at the unloaded pace.
+            while l.admit(w) == .admitted {}
             while l.inFlight > 0 { l.release(rttNanos: 10 * ms) }
             now += 101 * ms
-            _ = l.admit(w)
         }
         XCTAssertEqual(l.limit, 50)
         XCTAssertEqual(l.counters.figures.limit, 50)

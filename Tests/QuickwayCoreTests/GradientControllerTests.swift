@@ -20,17 +20,18 @@ final class GradientControllerTests: XCTestCase {
         return s
     }
 
-    /// One window: `count` round trips of `rtt`, then the window's end.
-    private func window(_ c: inout GradientController, rtt: UInt64, count: Int = 10) {
-        for _ in 0..<count { c.record(rttNanos: rtt, nowNanos: now) }
+    /// One window: `count` round trips of `rtt` with `inFlight` calls in flight (nil: as
+    /// many as the limit, a busy service), then the window's end.
+    private func window(_ c: inout GradientController, rtt: UInt64, count: Int = 10, inFlight: Int? = nil) {
+        for _ in 0..<count { c.record(rttNanos: rtt, inFlight: inFlight ?? c.limit, nowNanos: now) }
         now += 100 * ms
-        c.advance(nowNanos: now)
+        c.advance(inFlight: 0, nowNanos: now)
     }
 
     /// A controller past its first minRTT measurement (10 ms), at the minimum limit.
     private func measured(max: Int = 100) -> GradientController {
         var c = GradientController(settings(), maxLimit: max, nowNanos: now)
-        for _ in 0..<5 { c.record(rttNanos: 10 * ms, nowNanos: now) }
+        for _ in 0..<5 { c.record(rttNanos: 10 * ms, inFlight: 1, nowNanos: now) }
         return c
     }
 
@@ -38,9 +39,9 @@ final class GradientControllerTests: XCTestCase {
         var c = GradientController(settings(), maxLimit: 100, nowNanos: now)
         XCTAssertTrue(c.measuringMinRTT)
         XCTAssertEqual(c.limit, 2)
-        for _ in 0..<4 { c.record(rttNanos: 10 * ms, nowNanos: now) }
+        for _ in 0..<4 { c.record(rttNanos: 10 * ms, inFlight: 1, nowNanos: now) }
         XCTAssertTrue(c.measuringMinRTT, "min_rtt_requests is 5")
-        c.record(rttNanos: 12 * ms, nowNanos: now)
+        c.record(rttNanos: 12 * ms, inFlight: 1, nowNanos: now)
         XCTAssertFalse(c.measuringMinRTT)
         XCTAssertEqual(c.minRTTNanos, 12 * ms, "the 90th percentile of 10,10,10,10,12 (nearest rank)")
     }
@@ -101,7 +102,7 @@ final class GradientControllerTests: XCTestCase {
         XCTAssertTrue(c.measuringMinRTT, "five windows at min_limit start a measurement")
         XCTAssertEqual(c.limit, 2)
         // ... and the new minRTT is the slower pace, at which the limit grows again.
-        for _ in 0..<5 { c.record(rttNanos: 80 * ms, nowNanos: now) }
+        for _ in 0..<5 { c.record(rttNanos: 80 * ms, inFlight: 1, nowNanos: now) }
         XCTAssertEqual(c.minRTTNanos, 80 * ms)
         window(&c, rtt: 80 * ms)
         XCTAssertGreaterThan(c.limit, 2)
@@ -114,10 +115,10 @@ final class GradientControllerTests: XCTestCase {
         // The next multiple of 60 s on the monotonic clock: every worker's controller
         // reaches it at the same moment.
         now = GradientController.nextMultiple(of: 60_000 * ms, after: now)
-        c.advance(nowNanos: now)
+        c.advance(inFlight: 0, nowNanos: now)
         XCTAssertTrue(c.measuringMinRTT)
         XCTAssertEqual(c.limit, 2, "pinned to min_limit while measuring")
-        for _ in 0..<5 { c.record(rttNanos: 9 * ms, nowNanos: now) }
+        for _ in 0..<5 { c.record(rttNanos: 9 * ms, inFlight: 1, nowNanos: now) }
         XCTAssertFalse(c.measuringMinRTT)
         XCTAssertEqual(c.minRTTNanos, 9 * ms)
         XCTAssertEqual(c.limit, 100, "the limit before the measurement is given back")
@@ -125,15 +126,27 @@ final class GradientControllerTests: XCTestCase {
 
     func testAWindowKeepsABoundedNumberOfSamples() {
         var c = measured()
-        for _ in 0..<(GradientController.maxSamples * 5) { c.record(rttNanos: 10 * ms, nowNanos: now) }
+        for _ in 0..<(GradientController.maxSamples * 5) { c.record(rttNanos: 10 * ms, inFlight: 1, nowNanos: now) }
         XCTAssertEqual(c.windowSampleCount, GradientController.maxSamples)
+    }
+
+    func testTheLimitDoesNotGrowPastWhatTheCallsUse() {
+        var c = measured()
+        // Fast round trips, but never more than 2 calls in flight: the limit grows while
+        // it is at most twice that (2 -> 4 -> 7) and then stops (more would say nothing
+        // about the backend's capacity).
+        for _ in 0..<30 { window(&c, rtt: 10 * ms, inFlight: 2) }
+        XCTAssertEqual(c.limit, 7)
+        // Once the calls use it, it grows.
+        for _ in 0..<5 { window(&c, rtt: 10 * ms) }
+        XCTAssertGreaterThan(c.limit, 20)
     }
 
     func testNoSamplesNoChange() {
         var c = measured()
         for _ in 0..<3 { window(&c, rtt: 10 * ms) }
         let before = c.limit
-        for _ in 0..<10 { now += 100 * ms; c.advance(nowNanos: now) }
+        for _ in 0..<10 { now += 100 * ms; c.advance(inFlight: 0, nowNanos: now) }
         XCTAssertEqual(c.limit, before)
     }
 }

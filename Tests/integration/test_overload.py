@@ -14,7 +14,8 @@ service are still served, and every slot comes back afterwards (`in_flight` 0). 
 control run, the same load through a gateway without the section, shows the bound
 would fail without the limiter: the backend's queue grows by 200 calls a second and the
 admitted p99 with it. A client that leaves and an upstream timeout each give their slot
-back (a leaked slot would refuse the service for good).
+back (a leaked slot would refuse the service for good). The adaptive limit, with no
+number given, holds the same load within the same bound.
 """
 import asyncio
 import json
@@ -192,6 +193,31 @@ def test_without_the_limiter_the_same_load_breaks_the_bound(backend):
         assert s["shed"] == 0
         assert s["p99_ms"] > 5 * _bound(unloaded), s
         assert g.stats()["services"]["slow"]["concurrency"] is None
+    finally:
+        g.stop()
+
+
+def test_an_adaptive_limit_learns_the_backends_capacity(backend):
+    """`adaptive` (Envoy's gradient controller) with no number given: it measures the
+    unloaded round trip while the load is light, then holds the 2x load to about what the
+    backend can take. Its square-root headroom keeps the limit a little above the
+    backend's 4 (the calls past them wait inside the backend), so the admitted p99 sits
+    above the fixed limit's but within the same bound."""
+    g = _gateway(backend, "    concurrency: { adaptive: { min_rtt_requests: 20 } }")
+    try:
+        unloaded = _unloaded_p99(g)
+        c = _concurrency(g)
+        assert 15 <= c["min_rtt_ms"] <= 2 * unloaded, c
+        assert c["limit"] <= 8, f"the limit did not grow past what the light load used: {c}"
+        results = _load(g, OVERLOAD_RATE, OVERLOAD_SECONDS)
+        s = overload_load.summary(results)
+        c = _concurrency(g)
+        print(f"\nadaptive: unloaded p99 {unloaded:.1f} ms; 2x load: {s}; {c}")
+        assert s["other"] == 0, s
+        assert s["shed"] >= 0.25 * s["sent"], s
+        assert s["p99_ms"] <= _bound(unloaded), f"admitted p99 {s['p99_ms']:.1f} ms against unloaded {unloaded:.1f} ms"
+        assert K <= c["limit"] <= 3 * K, c
+        wait_until(lambda: _concurrency(g)["in_flight"] == 0, timeout=5, what="in_flight back to 0")
     finally:
         g.stop()
 

@@ -30,8 +30,8 @@ taskset -c 1 python3 scripts/bench/overload_load.py backend --host 127.0.0.2 --p
   >/dev/null & PIDS+=($!)
 for variant in limited plain; do
   mkdir -p "$WORK/nginx-$variant"
-  server="server 127.0.0.2:$BACKEND_PORT$([ $variant = limited ] && echo ' max_conns=4');"
-  port=$([ $variant = limited ] && echo $P_NGINX2 || echo $P_NGINX)
+  if [ $variant = limited ]; then server="server 127.0.0.2:$BACKEND_PORT max_conns=4;"; port=$P_NGINX2
+  else server="server 127.0.0.2:$BACKEND_PORT;"; port=$P_NGINX; fi
   cat > "$WORK/nginx-$variant/nginx.conf" <<CONF
 daemon off; worker_processes 1; error_log $WORK/nginx-$variant/error.log; pid $WORK/nginx-$variant/nginx.pid;
 events { worker_connections 4096; }

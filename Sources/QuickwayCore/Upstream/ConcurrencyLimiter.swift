@@ -61,7 +61,7 @@ final class ConcurrencyLimiter {
     func admit(_ waiter: ConcurrencyWaiter) -> Admission {
         let t = now()
         if controller != nil {
-            controller!.advance(nowNanos: t)
+            controller!.advance(inFlight: inFlight + 1, nowNanos: t)   // with the call asking
             counters.setLimit(limit)
             grant()   // the limit may have grown
         }
@@ -91,7 +91,8 @@ final class ConcurrencyLimiter {
         counters.addInFlight(-1)
         let t = now()
         if controller != nil {
-            if let rtt = rttNanos { controller!.record(rttNanos: rtt, nowNanos: t) } else { controller!.advance(nowNanos: t) }
+            // The calls in flight as this one ended, itself included.
+            if let rtt = rttNanos { controller!.record(rttNanos: rtt, inFlight: inFlight + 1, nowNanos: t) } else { controller!.advance(inFlight: inFlight + 1, nowNanos: t) }
             counters.setLimit(limit)
             if let r = roundTrips { counters.setRoundTrips(minRTT: r.minRTT, sample: r.sample) }
         }

@@ -11,6 +11,10 @@
 ///   `limit = clamp(limit * gradient + sqrt(limit * gradient), min_limit, max)`:
 ///   a backend that slows as calls pile up pulls the limit down; one that keeps its pace
 ///   lets it grow (the square root is the headroom that keeps probing for more).
+/// - **Growth only where it is used** (Netflix's concurrency-limits do the same): the
+///   limit rises only in a window whose calls in flight reached half of it. Without this,
+///   a quiet backend's limit climbs to `max` on fast round trips that say nothing about
+///   load, and the first second of an overload is let through whole while it falls back.
 ///
 /// The measurement windows are aligned to multiples of `min_rtt_interval` on the
 /// monotonic clock, so every worker's controller pins its limit at the same time: a
@@ -39,6 +43,8 @@ struct GradientController {
     private var nextMeasurementAt: UInt64 = .max
     /// Windows in a row that ended with the limit at `min_limit`.
     private var windowsAtMinimum = 0
+    /// The most calls in flight seen in the current window.
+    private var peakInFlight = 0
 
     /// Round trips held for the current window (tests: the bound holds).
     var windowSampleCount: Int { samples.count }
@@ -59,20 +65,22 @@ struct GradientController {
         samples.reserveCapacity(64)
     }
 
-    /// A finished call's round trip.
-    mutating func record(rttNanos: UInt64, nowNanos: UInt64) {
+    /// A finished call's round trip; `inFlight`: the calls in flight as it ended (itself included).
+    mutating func record(rttNanos: UInt64, inFlight: Int, nowNanos: UInt64) {
+        peakInFlight = Swift.max(peakInFlight, inFlight)
         if samples.count < Self.maxSamples {
             samples.append(rttNanos)
         } else {
             samples[overwrite] = rttNanos
             overwrite = (overwrite + 1) % Self.maxSamples
         }
-        advance(nowNanos: nowNanos)
+        advance(inFlight: inFlight, nowNanos: nowNanos)
     }
 
     /// Moves the limit on if a window (or a measurement) is due: called with each sample
-    /// and each admission.
-    mutating func advance(nowNanos: UInt64) {
+    /// and each admission, with the calls in flight then.
+    mutating func advance(inFlight: Int, nowNanos: UInt64) {
+        peakInFlight = Swift.max(peakInFlight, inFlight)
         if measuringMinRTT {
             guard samples.count >= settings.minRTTRequests else { return }
             let measured = Swift.max(1, percentile(of: &samples))
@@ -92,6 +100,8 @@ struct GradientController {
         }
         guard nowNanos >= windowEndsAt else { return }
         windowEndsAt = nowNanos &+ Self.nanos(settings.updateIntervalMillis)
+        let used = peakInFlight
+        peakInFlight = inFlight
         guard !samples.isEmpty, let minRTT = minRTTNanos else { return }
         let sample = Swift.max(1, percentile(of: &samples))
         samples.removeAll(keepingCapacity: true)
@@ -99,7 +109,9 @@ struct GradientController {
         let target = Double(minRTT) * (1 + settings.buffer)
         let gradient = Swift.min(2, Swift.max(0.5, target / Double(sample)))
         let scaled = exactLimit * gradient
-        exactLimit = Swift.min(Double(maxLimit), Swift.max(Double(settings.minLimit), scaled + scaled.squareRoot()))
+        let next = Swift.min(Double(maxLimit), Swift.max(Double(settings.minLimit), scaled + scaled.squareRoot()))
+        // Falls whenever the round trips say so; grows only if the calls used half of it.
+        if next < exactLimit || 2 * used >= limit { exactLimit = next }
         limit = Self.rounded(exactLimit, settings.minLimit, maxLimit)
         windowsAtMinimum = limit == settings.minLimit ? windowsAtMinimum + 1 : 0
         if windowsAtMinimum >= Self.windowsAtMinimumBeforeMeasuring { startMeasuring() }
