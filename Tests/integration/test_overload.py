@@ -253,3 +253,73 @@ def test_an_upstream_timeout_gives_its_slot_back(backend):
         assert _concurrency(g)["shed"] == 0
     finally:
         g.stop()
+
+
+WS_CONFIG = """
+listen: 127.0.0.1:{PORT}
+workers: 1
+admin: { listen: 127.0.0.1:{ADMIN} }
+log: { level: warn, access_log: off }
+services:
+  chat:
+    host: chat.internal
+    port: CHAT_PORT
+    ips: [127.0.0.2]
+    concurrency: { max: 1 }
+routes:
+  - { name: ws, match: { path_prefix: /ws/ }, service: chat, websocket: {} }
+"""
+
+
+def test_a_websocket_tunnel_gives_its_slot_back_at_the_switch():
+    """A handshake holds a slot until the backend's 101; the tunnel after it does not
+    (with max: 1, a second tunnel opens while the first is open)."""
+    from websockets.sync.client import connect
+    port = free_port("127.0.0.2")
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests", "integration", "ws_backend.py"), "127.0.0.2", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    g = None
+    try:
+        assert proc.stdout.readline().strip() == b"ready"
+        g = Gateway(WS_CONFIG.replace("CHAT_PORT", str(port)))
+        with connect(f"ws://127.0.0.1:{g.port}/ws/a", open_timeout=5) as a:
+            a.send("one")
+            assert a.recv(timeout=5) == "one"
+            assert g.stats()["services"]["chat"]["concurrency"]["in_flight"] == 0
+            with connect(f"ws://127.0.0.1:{g.port}/ws/b", open_timeout=5) as b:
+                b.send("two")
+                assert b.recv(timeout=5) == "two"
+        c = g.stats()["services"]["chat"]["concurrency"]
+        assert (c["in_flight"], c["shed"]) == (0, 0), c
+    finally:
+        if g:
+            g.stop()
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_reload_that_changes_the_limit_applies_it_and_loses_no_slot(backend):
+    g = _gateway(backend, "    concurrency: { max: 1 }")
+    try:
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=5)
+        try:
+            # A call in flight under the old limit while the reload applies the new one.
+            s.sendall(b"GET /slow/delay/1000 HTTP/1.1\r\nHost: overload.test\r\n\r\n")
+            wait_until(lambda: _concurrency(g)["in_flight"] == 1, timeout=5, what="the call in flight")
+            with open(g.config_path) as f:
+                text = f.read()
+            with open(g.config_path, "w") as f:
+                f.write(text.replace("concurrency: { max: 1 }", "concurrency: { max: 2 }"))
+            req = urllib.request.Request(f"http://127.0.0.1:{g.admin_port}/reload", method="POST")
+            with urllib.request.urlopen(req, timeout=5) as r:
+                assert r.status == 200
+            assert _concurrency(g)["limit"] == 2
+            # The new limiter admits one more beside the old one's call.
+            assert http_call(g, "GET", "/slow")[0] == 200
+            assert s.recv(65536).startswith(b"HTTP/1.1 200")
+        finally:
+            s.close()
+        wait_until(lambda: _concurrency(g)["in_flight"] == 0, timeout=5, what="in_flight back to 0")
+        assert _concurrency(g)["shed"] == 0
+    finally:
+        g.stop()
