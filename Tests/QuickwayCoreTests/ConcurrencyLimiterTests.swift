@@ -113,6 +113,26 @@ final class ConcurrencyLimiterTests: XCTestCase {
         XCTAssertEqual(l.queued, 0)
     }
 
+    func testALongQueueOfCallsThatEndAtOnceIsALoopNotARecursion() {
+        let l = limiter(max: 1, queue: 50_000)
+        _ = l.admit(Waiter())
+        var depth = 0, deepest = 0
+        let waiters = (0..<50_000).map { _ in Waiter() }
+        for w in waiters {
+            XCTAssertEqual(l.admit(w), .queued)
+            w.onGrant = { [unowned l] in
+                depth += 1
+                deepest = max(deepest, depth)
+                l.release()                  // its call fails at once (no IP up)
+                depth -= 1
+            }
+        }
+        l.release()
+        XCTAssertEqual(waiters.filter { $0.granted == 1 }.count, 50_000)
+        XCTAssertEqual(deepest, 1, "each grant returns before the next")
+        XCTAssertEqual(l.inFlight, 0)
+    }
+
     func testTheQueueMemoryStaysBoundedUnderChurn() {
         let l = limiter(max: 1, queue: 8)
         _ = l.admit(Waiter())

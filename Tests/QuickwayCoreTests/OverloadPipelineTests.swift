@@ -191,6 +191,8 @@ final class OverloadPipelineTests: XCTestCase {
         XCTAssertEqual(figures.shed, 0, "waiters are not refused: they take no slot")
         answer(calls()[0], "shared")
         XCTAssertEqual(leader.status, 200)
+        // Waiters are answered on their worker's next turn (the flight posts the answer).
+        loop.wait("the waiters' answers") { waiters.allSatisfy { $0.status != 0 } }
         XCTAssertEqual(waiters.map(\.status), [200, 200, 200, 200, 200])
         XCTAssertEqual(inFlight, 0)
     }

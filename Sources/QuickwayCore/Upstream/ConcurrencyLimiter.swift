@@ -35,6 +35,8 @@ final class ConcurrencyLimiter {
     private var waiters: [(waiter: ConcurrencyWaiter?, deadline: UInt64)] = []
     private var head = 0
     private(set) var queued = 0
+    /// `grant` is running further up the stack.
+    private var granting = false
     private let now: () -> UInt64
     /// Asks to be woken (`expire`) at a monotonic time; nil: only admissions and
     /// releases expire waiters (tests drive `expire` themselves).
@@ -135,8 +137,14 @@ final class ConcurrencyLimiter {
         }
     }
 
-    /// Gives free slots to the waiters, first come first served.
+    /// Gives free slots to the waiters, first come first served. A waiter whose call
+    /// ends inside its grant (no IP to send to) releases from within this loop: that
+    /// release only counts, and this loop hands the slot on, so a long queue of such
+    /// calls is a loop, not a recursion as deep as the queue.
     private func grant() {
+        guard !granting else { return }
+        granting = true
+        defer { granting = false }
         while inFlight < limit, let (w, _) = front() {
             pop()
             take()
