@@ -50,7 +50,12 @@
 # nginx `gzip on` and `gzip_static`, an uncached compressed proxy against nginx proxy_pass
 # with gzip, and bytes on the wire per coding and level (scripts/bench/bench-gzip.sh).
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|redis-tls|tls|http2|websocket|scaling|cors|gzip|jwt|upload|all]
+# Case "overload": a slow backend (4 at once x 20 ms) offered 2x its capacity, open-loop,
+# through Quickway with services.<name>.concurrency, Quickway without it, nginx, and nginx
+# with max_conns: unloaded p99, admitted p50/p99 and calls refused
+# (scripts/bench/bench-overload.sh; 3 rounds of 5 s unless --rounds/--duration say otherwise).
+#
+# Usage: scripts/bench.sh [--rounds N] [--duration SECONDS] [--connections C] [--case proxy|signed|log|cache|merge|routing|redis|redis-tls|tls|http2|websocket|scaling|cors|gzip|jwt|upload|overload|all]
 # Needs: nginx, wrk (Debian packages; installed if missing). Traffic stays on 127.0.0.1/.2.
 set -euo pipefail
 [ "${QW_BENCH_DEBUG:-0}" = 1 ] && set -x
@@ -94,6 +99,9 @@ fi
 if [ "$CASE" = websocket ]; then
   # 100 connections unless --connections says otherwise (64 is the HTTP cases' default).
   exec scripts/bench/bench-websocket.sh --rounds "$ROUNDS" --duration "$DURATION" --connections "$([ "$CONNS" = 64 ] && echo 100 || echo "$CONNS")"
+fi
+if [ "$CASE" = overload ]; then
+  exec scripts/bench/bench-overload.sh --rounds "$([ "$ROUNDS" = 5 ] && echo 3 || echo "$ROUNDS")" --duration "$([ "$DURATION" = 8 ] && echo 5 || echo "$DURATION")"
 fi
 if [ "$CASE" = scaling ]; then
   exec scripts/bench/bench-scaling.sh --rounds "$ROUNDS" --duration "$DURATION"

@@ -197,13 +197,15 @@ func parsedHead(_ text: String) -> HTTPRequestHead {
 
 extension LoopHarness {
     /// A proxy pipeline for `config` on this loop, calling `upstream` and sharing `shared`
-    /// (cache and flights) with any other pipeline made with it; no authenticator.
-    func proxyPipeline(_ config: GatewayConfig, upstream: FakeUpstream, shared: SharedStages) -> ProxyPipeline {
+    /// (cache and flights) with any other pipeline made with it; no authenticator;
+    /// `concurrency`: the worker's limiters (`services.<name>.concurrency`).
+    func proxyPipeline(_ config: GatewayConfig, upstream: FakeUpstream, shared: SharedStages,
+                       concurrency: WorkerConcurrencyLimits? = nil) -> ProxyPipeline {
         let services = Dictionary(uniqueKeysWithValues: config.services.map { ($0.name, ServiceRuntime($0, health: ServiceHealth(config: $0))) })
         let worker = self.worker
         return onLoop {
             ProxyPipeline(worker: worker, config: config, client: upstream, authenticator: nil, statSlots: RouteStatSlots(),
-                          shared: shared, services: services)
+                          shared: shared, services: services, concurrency: concurrency)
         }
     }
 

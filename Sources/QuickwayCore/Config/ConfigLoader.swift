@@ -400,6 +400,7 @@ public enum ConfigLoader {
         }
         if let v = m.int("retries", in: 0...10) { s.retries = v }
         if let v = m.int("keepalive", in: 0...100_000) { s.keepalive = v }
+        if let c = m.map("concurrency") { s.concurrency = readConcurrency(c) }
         if let t = m.map("tls") {
             var c = TLSConfig()
             if let v = t.bool("verify") { c.verify = v }

@@ -356,6 +356,8 @@ public struct ServiceConfig: Sendable, Equatable {
     public var tls: TLSConfig?
     /// `keepalive`: idle upstream connections kept per worker (`UpstreamPool`).
     public var keepalive = ServiceConfig.defaultKeepalive
+    /// `concurrency`: calls in flight per worker, and what happens past them (nil: no limit).
+    public var concurrency: ConcurrencyConfig?
 }
 
 /// `required`/`optional`: a QW1 or SigV4 signature (`auth`); `jwt`: a bearer token of

@@ -20,6 +20,9 @@ public final class Gateway {
         var layer: StreamLayer!
         /// The worker's tracing, kept across reloads (nil without `tracing`).
         var tracer: WorkerTracer?
+        /// The worker's `services.<name>.concurrency` limiters, kept across reloads;
+        /// updated and read under `lock`.
+        let concurrency: WorkerConcurrencyLimits
     }
 
     private let lock = NSLock()
@@ -116,7 +119,7 @@ public final class Gateway {
             w.ownDescriptorTable = config.workersPrivateFDTables
             let client = UpstreamClient(base: w.base, buffers: w.bufferPool, stats: w.stats)
             let tier = redisTier?.makeTier(base: w.base)
-            var proxyWorker = ProxyWorker(worker: w, client: client, tier: tier)
+            var proxyWorker = ProxyWorker(worker: w, client: client, tier: tier, concurrency: WorkerConcurrencyLimits(base: w.base))
             if let t = config.tracing {
                 let (tracer, buffer) = WorkerTracer.make(t)
                 proxyWorker.tracer = tracer
@@ -157,8 +160,9 @@ public final class Gateway {
 
     /// The one place a `ProxyPipeline` is built: at start-up and on every reload.
     private func makePipeline(_ p: ProxyWorker, config: GatewayConfig, authenticator: Authenticator?) -> ProxyPipeline {
-        ProxyPipeline(worker: p.worker, config: config, client: p.client, authenticator: authenticator, statSlots: routeSlots,
-                     shared: shared, services: services, sharedTier: p.tier, tracer: p.tracer)
+        p.concurrency.update(config.services)
+        return ProxyPipeline(worker: p.worker, config: config, client: p.client, authenticator: authenticator, statSlots: routeSlots,
+                             shared: shared, services: services, sharedTier: p.tier, tracer: p.tracer, concurrency: p.concurrency)
     }
 
     private static func buildServices(_ config: GatewayConfig, previous: [String: ServiceRuntime]) -> [String: ServiceRuntime] {
@@ -219,6 +223,7 @@ public final class Gateway {
         s.memory.residentBytes = MemoryGiveBack.residentBytes()
         lock.lock()
         s.services = currentConfig.services.compactMap { c in services[c.name].map { (c.name, $0.health.figures) } }
+        s.concurrency = WorkerConcurrencyLimits.sum(proxyWorkers.map(\.concurrency))
         s.configIdentity = identity
         lock.unlock()
         return s

@@ -72,7 +72,7 @@ final class ProxyPipeline: RequestHandler {
 
     init(worker: Worker, config: GatewayConfig, client: UpstreamCallMaker, authenticator: Authenticator?,
          statSlots: RouteStatSlots, shared: SharedStages, services: [String: ServiceRuntime], sharedTier: SharedTier? = nil,
-         tracer: WorkerTracer? = nil) {
+         tracer: WorkerTracer? = nil, concurrency: WorkerConcurrencyLimits? = nil) {
         spareArrays = worker.spareArrays
         self.tracer = tracer
         self.shared = shared
@@ -89,7 +89,8 @@ final class ProxyPipeline: RequestHandler {
         let cacheLookup = CacheLookupStage(cache: shared.cache, cacheConfig: config.cache)
         let coalesce = CoalesceStage(flights: shared.flights, worker: worker)
         let forward = ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes,
-                                   trusted: config.trustedProxies, identityDefault: Self.identityDefault(config))
+                                   trusted: config.trustedProxies, identityDefault: Self.identityDefault(config),
+                                   limiters: concurrency?.byRouteSlot(routes.routes) ?? [])
         (routeStage, authenticateHeadStage, authenticateBodyStage) = (route, authenticateHead, authenticateBody)
         (cacheLookupStage, coalesceStage, forwardStage) = (cacheLookup, coalesce, forward)
         // After the route stage (which reads the head alone), the stages in order.

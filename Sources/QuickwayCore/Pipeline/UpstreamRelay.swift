@@ -49,6 +49,16 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
     private var handshakeAnsweredWith: Int?
     /// The request's span when its trace is sampled (events: each IP tried, first byte, retries).
     private let span: SpanRecord?
+    /// The service's `concurrency` on this worker (nil: no limit, and every step below
+    /// costs this nil test). One slot per relay, held across retries, released once when
+    /// the call ends, whichever way (`releaseSlot`).
+    private let limiter: ConcurrencyLimiter?
+    private var slot = SlotState.none
+    /// When the current call was sent, and its round trip once its head came (with a limiter).
+    private var sentAt: UInt64 = 0
+    private var roundTrip: UInt64?
+
+    private enum SlotState { case none, queued, held }
 
     /// A class: one reference in every relay, not the plan's fields.
     final class WebSocketPlan {
@@ -63,7 +73,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
     }
 
     init(ctx: ProxyContext, service: ServiceRuntime, upstream: UpstreamCallMaker, request: UpstreamRequest, maxObjectBytes: Int,
-         webSocket: WebSocketPlan? = nil, span: SpanRecord? = nil) {
+         webSocket: WebSocketPlan? = nil, span: SpanRecord? = nil, limiter: ConcurrencyLimiter? = nil) {
         self.ctx = ctx
         self.service = service
         self.upstream = upstream
@@ -74,7 +84,14 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
         buffersForCache = ctx.plan != nil
         self.webSocket = webSocket
         self.span = span
+        self.limiter = limiter
         super.init(Buffered())
+    }
+
+    /// A last resort: a relay let go while it held a slot gives it back (a leaked slot
+    /// would be a permanent outage of its service on this worker).
+    deinit {
+        if case .held = slot { limiter?.release() }
     }
 
     /// The answer as it is buffered: appended to per piece from the upstream and moved
@@ -96,8 +113,19 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
             || head.methodIs("DELETE") || head.methodIs("TRACE") || head.value(of: "idempotency-key") != nil
     }
 
-    /// Sends the request to the best IP.
+    /// Sends the request to the best IP, once its service's `concurrency` lets it.
     func start() {
+        if let limiter {
+            switch limiter.admit(self) {
+            case .admitted: slot = .held
+            case .queued: slot = .queued; return
+            case .shed: return shed(limiter, waited: false)
+            }
+        }
+        go()
+    }
+
+    private func go() {
         guard let member = service.health.pick() else {
             finish(.failed(.noHealthyUpstream, "\(service.config.name) has no IP to send to"))
             return
@@ -109,6 +137,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
         current = member
         exchange.upstreamAddress = member.ip
         span?.event(.upstreamConnect, ip: member.ip)
+        if limiter != nil { sentAt = Clock.monotonicNanos() }
         let t = upstream.makeCall(service: service, member: member)
         transfer = t
         t.start(request, delegate: self)
@@ -116,6 +145,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
 
     /// Stops the call (nobody wants the answer any more); nothing is answered.
     func cancel() {
+        releaseSlot()
         transfer?.cancel()
         transfer = nil
         if !done, case .upstream = ctx.waiting { ctx.waiting = .nothing }
@@ -124,6 +154,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
 
     /// Hands the answer back to the pipeline (once) and lets go of the context.
     private func finish(_ answer: consuming ProxyAnswer) {
+        releaseSlot()
         guard !done else { return }
         done = true
         if case .upstream = ctx.waiting { ctx.waiting = .nothing }
@@ -134,6 +165,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
 
     func upstreamHeadReceived(_ t: UpstreamCall, _ head: borrowing UpstreamResponseHead) {
         span?.event(.upstreamFirstByte)
+        if limiter != nil { roundTrip = Clock.monotonicNanos() &- sentAt }
         // A WebSocket handshake answered 2xx instead of 101: relayed, an HTTP/2 client
         // would read `:status 200` to its extended CONNECT as an open tunnel (RFC 8441).
         if webSocket != nil && (200..<300).contains(head.status) {
@@ -244,6 +276,8 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
                                             receivedAt: Clock.wallSeconds(), variant: variant, encodingNegotiated: negotiated)))
         case .failed(let failure):
             let message = failure.message
+            // A call that timed out waited its whole timeout: the controller should see it.
+            if limiter != nil, roundTrip == nil, case .responseTimedOut = failure.kind { roundTrip = Clock.monotonicNanos() &- sentAt }
             if streaming {
                 Log.warn("request \(exchange.requestIdString): \(message) after the response began; closing the client connection")
                 exchange.abort()
@@ -319,7 +353,52 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
     /// The call ended without an answer for the answer stages (streamed, a HEAD relayed
     /// as is, or an answer they could not use): cut the links to the context.
     private func release() {
+        releaseSlot()
         if !done, case .upstream = ctx.waiting { ctx.waiting = .nothing }
         done = true
+    }
+}
+
+// MARK: concurrency (`services.<name>.concurrency`)
+
+extension UpstreamRelay: ConcurrencyWaiter {
+    func concurrencySlotGranted() {
+        slot = .held
+        // Cancelled while it waited: `cancel` left the queue, so this cannot happen; the
+        // slot goes straight back if it ever does.
+        guard !done else { return releaseSlot() }
+        go()
+    }
+
+    func concurrencyQueueTimedOut() {
+        slot = .none
+        if let limiter { shed(limiter, waited: true) }
+    }
+
+    /// Refused for want of a slot: 503 `overloaded` with `Retry-After` (through the answer
+    /// stages, so stale-if-error may still serve an expired entry and merged waiters
+    /// share the refusal instead of piling on).
+    fileprivate func shed(_ limiter: ConcurrencyLimiter, waited: Bool) {
+        exchange.retryAfterSeconds = 1
+        let name = service.config.name
+        let why = waited
+            ? "waited \(Units.formatMillis(limiter.config.queueTimeoutMillis)) for one of \(name)'s \(limiter.limit) call slots on this worker"
+            : "\(name) has \(limiter.inFlight) calls in flight on this worker (concurrency limit \(limiter.limit))"
+            + (limiter.config.queue > 0 ? " and \(limiter.queued) waiting" : "")
+        finish(.failed(.overloaded, why + "; try again shortly"))
+    }
+
+    /// Gives the slot back (or leaves the queue) once; the round trip, if the call had
+    /// an answer, feeds the adaptive limit.
+    fileprivate func releaseSlot() {
+        switch slot {
+        case .none: return
+        case .queued:
+            slot = .none
+            limiter?.leave(self)
+        case .held:
+            slot = .none
+            limiter?.release(rttNanos: roundTrip)
+        }
     }
 }

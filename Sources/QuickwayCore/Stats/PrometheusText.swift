@@ -143,6 +143,7 @@ public enum PrometheusText {
         for (svc, f) in s.services {
             for m in f.members { w.sample("quickway_upstream_selected", [("service", svc), ("address", m.address)], f.selected == m.address ? 1 : 0) }
         }
+        concurrency(s.concurrency, &w)
         webSocket(s.webSocket, &w)
         rateLimits(s.rateLimits, &w)
         if let r = s.redis { redis(r, &w) }

@@ -33,6 +33,8 @@ public struct StatsSnapshot {
     public var coalescedLeaders: Int64 = 0
     public var coalescedWaiters: Int64 = 0
     public var services: [(String, ServiceHealth.Figures)] = []
+    /// `services.<name>.concurrency`, summed over the workers (services with the section only).
+    public var concurrency: [String: ConcurrencyFigures] = [:]
     /// The shared Redis tier, when configured.
     var redis: RedisTier.Figures?
     /// Tracing's counters, when `tracing` is configured.
@@ -151,7 +153,8 @@ public struct StatsSnapshot {
         s += services.map { name, f in
             var o = "\(JSONText.quoted(name)):{\"selected\":\(f.selected.map(JSONText.quoted) ?? "null"),"
             o += "\"ip_list\":{\"source\":\(JSONText.quoted(f.source)),\"refreshed_at\":\(f.refreshedAt.map { JSONText.quoted(Self.iso($0)) } ?? "null"),"
-            o += "\"count\":\(f.members.count),\"refresh_failures\":\(f.refreshFailures)},\"retries\":\(f.retries),\"upstreams\":["
+            o += "\"count\":\(f.members.count),\"refresh_failures\":\(f.refreshFailures)},\"retries\":\(f.retries),"
+            o += "\"concurrency\":\(concurrency[name].map { $0.json() } ?? "null"),\"upstreams\":["
             o += f.members.map { m in
                 var u = "{\"address\":\(JSONText.quoted(m.address)),\"state\":\"\(m.state)\",\"latency_ms\":\(JSONText.number(m.latencyMillis)),"
                 u += "\"probe_latency_ms\":\(m.probeLatencyMillis.map(JSONText.number) ?? "null"),"

@@ -12,10 +12,14 @@ final class ForwardStage: RequestStage {
     /// The identity headers of a request without a verified identity: the names JWT
     /// providers forward claims as, dropped from every request (nil: none configured).
     private let identityDefault: HeaderRules?
+    /// Each route's service's `concurrency` limiter on this worker, by the route's counter
+    /// slot (`WorkerConcurrencyLimits.byRouteSlot`); empty when no service has one.
+    private let limiters: [ConcurrencyLimiter?]
     var needsBody: Bool { true }
 
     init(upstream: UpstreamCallMaker, flights: FlightTable, maxObjectBytes: Int, trusted: TrustedProxies = .none,
-         identityDefault: HeaderRules? = nil) {
+         identityDefault: HeaderRules? = nil, limiters: [ConcurrencyLimiter?] = []) {
+        self.limiters = limiters
         self.upstream = upstream
         self.flights = flights
         self.maxObjectBytes = maxObjectBytes
@@ -39,7 +43,7 @@ final class ForwardStage: RequestStage {
             relay = webSocketRelay(ctx, route, request)
         } else {
             relay = UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes,
-                                  span: tracing ? ctx.traceSpan : nil)
+                                  span: tracing ? ctx.traceSpan : nil, limiter: limiter(route))
         }
         ctx.waiting = .upstream(relay)
         if let flight = ctx.flight {
@@ -93,7 +97,14 @@ final class ForwardStage: RequestStage {
         let key = head.value(of: "sec-websocket-key").map { Array(head.bytes[$0]) } ?? []
         let plan = route.config.websocket.map { UpstreamRelay.WebSocketPlan(key: key, config: $0, routeSlot: route.statSlot) }
         return UpstreamRelay(ctx: ctx, service: route.service, upstream: upstream, request: request, maxObjectBytes: maxObjectBytes, webSocket: plan,
-                             span: ctx.pipeline.tracer == nil ? nil : ctx.traceSpan)
+                             span: ctx.pipeline.tracer == nil ? nil : ctx.traceSpan, limiter: limiter(route))
+    }
+
+    /// The route's service's limiter; one emptiness test when no service has one.
+    @inline(__always)
+    private func limiter(_ route: Route) -> ConcurrencyLimiter? {
+        guard !limiters.isEmpty, route.statSlot < limiters.count else { return nil }
+        return limiters[route.statSlot]
     }
 
     // The common methods as shared arrays: a request's method costs no allocation.
