@@ -157,6 +157,49 @@ final class TraceContextTests: XCTestCase {
         XCTAssertNil(fresh.traceState)
     }
 
+    /// A written-out span is reused for a later sampled request only once nothing else
+    /// holds it: never while its exchange (or a batch call's link) could still read it.
+    func testASpanIsReusedOnlyWhenItsExchangeIsGone() {
+        var always = TracingConfig(); always.sampleRatio = 1
+        let tracer = WorkerTracer(config: always, buffer: SpanBuffer(capacity: 64, headroom: 64), seed: 5)
+        func exchange() -> Exchange {
+            Exchange(head: parsedHead("GET /a HTTP/1.1\nHost: a\n\n"), sink: RecordingSink(), requestId: RequestId(Array("r".utf8)),
+                     peer: "127.0.0.1", handler: NoHandler())
+        }
+        weak var firstSpan: SpanRecord?, secondSpan: SpanRecord?
+        var first: Exchange? = exchange()
+        do {
+            let s = tracer.begin(first!)!
+            s.event(.route)
+            s.errorCode = GatewayErrorCode.allCases[0]
+            tracer.finish(first!, s, status: 502)
+            firstSpan = s
+        }
+        // The first exchange still holds its span: the second request gets a new one.
+        var second: Exchange? = exchange()
+        do {
+            let s = tracer.begin(second!)!
+            XCTAssertFalse(s === firstSpan)
+            tracer.finish(second!, s, status: 200)
+            secondSpan = s
+        }
+        first = nil
+        XCTAssertNil(firstSpan, "a span passed over is not kept")
+        second = nil
+        XCTAssertNotNil(secondSpan, "a span nothing holds waits in the pool")
+        // The second's exchange is gone: its span is taken again, made new.
+        let third = exchange()
+        let s3 = tracer.begin(third)!
+        XCTAssertTrue(s3 === secondSpan)
+        XCTAssertEqual(s3.events.count, 0)
+        XCTAssertNil(s3.errorCode)
+        XCTAssertFalse(s3.isFinished)
+        XCTAssertEqual(s3.spanId, third.trace.spanId)
+        XCTAssertEqual(s3.traceLo, third.trace.traceLo)
+        XCTAssertTrue(third.traceSpan === s3)
+        _ = first; _ = second
+    }
+
     /// New traces share a drawn high word (its digits kept) and differ in the low one;
     /// the upstream line carries the same id the access log and the span report.
     func testNewTracesAreDistinctAndTheirLineNamesTheirId() {
@@ -317,6 +360,40 @@ final class TraceContextTests: XCTestCase {
             // The spec's example (section 3.2.2.5... "Examples"), with our span as the parent.
             XCTAssertEqual(String(decoding: line[0..<n], as: UTF8.self),
                            "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0\(sampled ? 1 : 0)\r\n")
+        }
+    }
+
+    /// Attributes of every value length across the one-byte-length fast path's edge
+    /// (and events of every kind, waiting or not) read back with the wire-format reader
+    /// here, not with the encoder's own code.
+    func testAttributesAndEventsReadBackAtEveryLength() {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        for v in 0...300 {
+            let value = [UInt8]((0..<v).map { UInt8(truncatingIfNeeded: 97 + $0 % 26) })
+            let n = buffer.withUnsafeMutableBufferPointer { b -> Int in
+                var w = ProtoWriter(b.baseAddress!, capacity: b.count)
+                value.withUnsafeBytes { w.attribute(9, key: OTLPEncoder.AttributeKey.path, $0) }
+                return w.at
+            }
+            guard let outer = fields(buffer[0..<n]), outer.count == 1, outer[0].field == 9,
+                  let kv = fields(outer[0].value), kv.count == 2, kv[0].field == 1, kv[1].field == 2,
+                  let any = fields(kv[1].value), any.count == 1, any[0].field == 1 else { return XCTFail("length \(v) does not read back") }
+            XCTAssertEqual(String(decoding: kv[0].value, as: UTF8.self), "url.path")
+            XCTAssertEqual(Array(any[0].value), value, "length \(v)")
+        }
+        let span = SpanRecord(traceHi: 1, traceLo: 2, spanId: 3, parentId: 0, kind: 2, traceState: nil, startWallNanos: 1_000, startMonoNanos: 10)
+        for kind in [SpanEvent.Kind.route, .access, .cacheLookup, .coalesce, .sharedTierLookup, .upstreamFirstByte, .authJWT] {
+            for waits in [false, true] {
+                let n = buffer.withUnsafeMutableBufferPointer { b -> Int in
+                    var w = ProtoWriter(b.baseAddress!, capacity: b.count)
+                    OTLPEncoder.event(span, SpanEvent(kind: kind, waits: waits, ip: 0, note: 0, nanos: 15), 0, [], &w)
+                    return w.at
+                }
+                guard let outer = fields(buffer[0..<n]), outer.count == 1, outer[0].field == 11, let ev = fields(outer[0].value),
+                      ev.count == 2, ev[0].field == 1, ev[1].field == 2 else { return XCTFail("\(kind) does not read back") }
+                XCTAssertEqual(ev[0].value.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }, UInt64(1_005).littleEndian)
+                XCTAssertEqual(String(decoding: ev[1].value, as: UTF8.self), "\(kind.name)" + (waits ? ".wait" : ""))
+            }
         }
     }
 

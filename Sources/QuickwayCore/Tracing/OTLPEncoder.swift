@@ -143,6 +143,9 @@ enum OTLPEncoder {
         w.patch(start, innerLengthBytes)
     }
 
+    /// What a waiting stage's event name ends with.
+    static let waitSuffix: StaticString = ".wait"
+
     /// The bytes reserved for an event's length: a padded varint of two bytes (16,383),
     /// more than an event can be (`maxNoteBytes` bounds its one long string).
     static let eventLengthBytes = 2
@@ -153,6 +156,23 @@ enum OTLPEncoder {
     /// attributes = 3 }` as field 11 of `Span`.
     @inline(__always)
     static func event(_ s: SpanRecord, _ ev: SpanEvent, _ attempt: Int64, _ details: [String], _ w: inout ProtoWriter) {
+        // Most events carry no attribute: the whole event, of a size known here (names
+        // are short), stored with one bounds check.
+        if ev.ip == 0 && ev.note == 0 && ev.kind != .upstreamConnect {
+            let name = ev.kind.name
+            let n = name.utf8CodeUnitCount, suffix = ev.waits ? 5 : 0
+            let length = 9 + 2 + n + suffix
+            let p = w.take(2 + length)
+            p[0] = 0x5a                                                                    // events = 11
+            p[1] = UInt8(truncatingIfNeeded: length)
+            p[2] = 0x09                                                                    // time_unix_nano = 1
+            UnsafeMutableRawPointer(p + 3).storeBytes(of: s.wallNanos(ev.nanos).littleEndian, as: UInt64.self)
+            p[11] = 0x12                                                                   // name = 2
+            p[12] = UInt8(truncatingIfNeeded: n + suffix)
+            SmallCopy.copy(p + 13, name.utf8Start, n)
+            if ev.waits { SmallCopy.copy(p + 13 + n, Self.waitSuffix.utf8Start, 5) }
+            return
+        }
         w.put(byte: 0x5a)                                                                  // events = 11
         let at = w.reserve(eventLengthBytes)
         w.fixed64(1, s.wallNanos(ev.nanos))
@@ -160,7 +180,7 @@ enum OTLPEncoder {
         w.put(byte: 0x12)
         w.put(byte: UInt8(truncatingIfNeeded: name.utf8CodeUnitCount + (ev.waits ? 5 : 0)))   // names are short
         w.put(name)
-        if ev.waits { w.put(".wait") }
+        if ev.waits { w.put(Self.waitSuffix) }
         if ev.kind == .upstreamConnect { w.attribute(3, key: AttributeKey.attempt, int: attempt) }
         if ev.ip != 0 { w.attribute(3, key: AttributeKey.peerAddress, details[Int(ev.ip) - 1]) }
         if ev.note != 0 {
@@ -354,7 +374,7 @@ struct ProtoWriter: ProtoSink {
     @inline(__always) mutating func put(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count > 0 else { return }
         precondition(at + bytes.count <= capacity, "OTLP bound too small")
-        UnsafeMutableRawPointer(base + at).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        SmallCopy.copy(UnsafeMutableRawPointer(base + at), bytes.baseAddress!, bytes.count)
         at += bytes.count
     }
     func skip(_ n: Int) { preconditionFailure("the write pass skips nothing") }
@@ -364,6 +384,15 @@ struct ProtoWriter: ProtoSink {
         precondition(at + MemoryLayout<T>.size <= capacity, "OTLP bound too small")
         UnsafeMutableRawPointer(base + at).storeBytes(of: v, as: T.self)
         at += MemoryLayout<T>.size
+    }
+
+    /// The next `n` bytes, for the caller to store all of them right away: one bounds
+    /// check for a field of known size.
+    @inline(__always) mutating func take(_ n: Int) -> UnsafeMutablePointer<UInt8> {
+        precondition(at + n <= capacity, "OTLP bound too small")
+        let p = base + at
+        at += n
+        return p
     }
 
     /// Leaves `width` bytes for a length written later (`patch`); returns where.
@@ -399,6 +428,19 @@ extension ProtoWriter {
     /// (`OTLPEncoder.AttributeKey`), the value a string (`AnyValue.string_value = 1`).
     @inline(__always) mutating func attribute(_ field: UInt8, key: StaticString, _ value: UnsafeRawBufferPointer) {
         let k = key.utf8CodeUnitCount, v = value.count
+        // Most attributes are short: every length fits one byte, and the whole field is
+        // stored with one bounds check.
+        if k + v + 3 < 128 {
+            let p = take(k + v + 5)
+            p[0] = field << 3 | 2
+            p[1] = UInt8(truncatingIfNeeded: k + v + 3)
+            SmallCopy.copy(p + 2, key.utf8Start, k)
+            p[2 + k] = UInt8(truncatingIfNeeded: v + 2)
+            p[3 + k] = 0x0a
+            p[4 + k] = UInt8(truncatingIfNeeded: v)
+            if v > 0 { SmallCopy.copy(p + 5 + k, value.baseAddress!, v) }
+            return
+        }
         let anyValue = 1 + Self.varintSize(UInt64(v)) + v
         put(byte: field << 3 | 2)
         varint(UInt64(k + Self.varintSize(UInt64(anyValue)) + anyValue))

@@ -55,7 +55,8 @@ struct RequestTrace {
 /// the caller's `tracestate` to pass on, and, for a sampled request, its span
 /// (`SpanRecord`, which is one of these with its span).
 class TraceExtras: @unchecked Sendable {
-    let traceState: [UInt8]?
+    /// Set again only when a pooled span is reused (`SpanRecord.reuse`).
+    fileprivate(set) var traceState: [UInt8]?
     init(traceState: [UInt8]?) { self.traceState = traceState }
 
     /// The span being recorded, if this is a sampled request's and it is not yet written
@@ -135,14 +136,16 @@ struct SpanEvent {
 /// `@unchecked Sendable`: a batch envelope's trace (`TraceLink`) may name it; it is
 /// still read and written by its worker's loop only.
 final class SpanRecord: TraceExtras, @unchecked Sendable {
-    let traceHi: UInt64
-    let traceLo: UInt64
-    let spanId: UInt64
-    let parentId: UInt64
+    // Set once per request: by `init`, or by `reuse` when the worker takes a pooled span
+    // no one else holds (`WorkerTracer.startSpan`).
+    private(set) var traceHi: UInt64
+    private(set) var traceLo: UInt64
+    private(set) var spanId: UInt64
+    private(set) var parentId: UInt64
     /// OTLP `SpanKind`: 2 (server) for a client's request, 1 (internal) for a batch call.
-    let kind: UInt8
-    let startWallNanos: UInt64
-    let startMonoNanos: UInt64
+    private(set) var kind: UInt8
+    private(set) var startWallNanos: UInt64
+    private(set) var startMonoNanos: UInt64
     /// Its events (`event`), at most `maxEvents`.
     let events: SpanEventLog
     /// Set when a stage or the upstream call failed the request (`Exchange.respondError`).
@@ -168,6 +171,25 @@ final class SpanRecord: TraceExtras, @unchecked Sendable {
         self.startMonoNanos = startMonoNanos
         events = SpanEventLog.make(capacity: Self.maxEvents)
         super.init(traceState: traceState)
+    }
+
+    /// A finished span made new for another request: every field set again, no event
+    /// left. Only for a span nothing else holds (the worker checks it is the only
+    /// reference), so no one can read the old request's span as the new one's.
+    func reuse(traceHi: UInt64, traceLo: UInt64, spanId: UInt64, parentId: UInt64, kind: UInt8, traceState: [UInt8]?,
+               startWallNanos: UInt64, startMonoNanos: UInt64) {
+        precondition(isFinished, "a span is reused only once written out")
+        self.traceHi = traceHi
+        self.traceLo = traceLo
+        self.spanId = spanId
+        self.parentId = parentId
+        self.kind = kind
+        self.startWallNanos = startWallNanos
+        self.startMonoNanos = startMonoNanos
+        self.traceState = traceState
+        errorCode = nil
+        isFinished = false
+        events.removeAll()
     }
 
     /// Records that `kind` happened now.

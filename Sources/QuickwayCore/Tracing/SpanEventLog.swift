@@ -34,6 +34,16 @@ final class SpanEventLog: ManagedBuffer<SpanEventLogHeader, SpanEvent> {
         }
     }
 
+    /// No events (a pooled span reused): the strings' storage is kept for the next ones.
+    func removeAll() {
+        withUnsafeMutablePointers { h, e in
+            e.deinitialize(count: h.pointee.count)
+            h.pointee.count = 0
+            h.pointee.dropped = 0
+            h.pointee.details.removeAll(keepingCapacity: true)
+        }
+    }
+
     var count: Int { withUnsafeMutablePointerToHeader { $0.pointee.count } }
     var dropped: Int { withUnsafeMutablePointerToHeader { $0.pointee.dropped } }
 

@@ -75,15 +75,32 @@ final class WorkerTracer {
         return startSpan(ex, kind: kind, state: state)
     }
 
-    /// The span of a sampled request whose `ex.trace` is set.
+    /// The span of a sampled request whose `ex.trace` is set: a finished one from
+    /// `spareSpans` when nothing else holds it any more (its exchange and any batch
+    /// call's link are gone), else a new one.
     @inline(never)
     private func startSpan(_ ex: Exchange, kind: UInt8, state: [UInt8]?) -> SpanRecord {
         let t = ex.trace
-        let span = SpanRecord(traceHi: t.traceHi, traceLo: t.traceLo, spanId: t.spanId, parentId: t.parentId, kind: kind, traceState: state,
-                              startWallNanos: Clock.wallNanos() &- (Clock.monotonicNanos() &- ex.startNanos), startMonoNanos: ex.startNanos)
+        let wall = Clock.wallNanos() &- (Clock.monotonicNanos() &- ex.startNanos)
+        let span: SpanRecord
+        if var spare = spareSpans.value.popLast(), isKnownUniquelyReferenced(&spare) {
+            spare.reuse(traceHi: t.traceHi, traceLo: t.traceLo, spanId: t.spanId, parentId: t.parentId, kind: kind, traceState: state,
+                        startWallNanos: wall, startMonoNanos: ex.startNanos)
+            span = spare
+        } else {
+            span = SpanRecord(traceHi: t.traceHi, traceLo: t.traceLo, spanId: t.spanId, parentId: t.parentId, kind: kind, traceState: state,
+                              startWallNanos: wall, startMonoNanos: ex.startNanos)
+        }
         ex.traceExtras = span
         return span
     }
+
+    /// Finished spans kept for reuse (at most `maxSpareSpans`): a sampled request then
+    /// costs no allocation for its span and events. Unchecked: the worker's loop alone
+    /// touches it, each access a `popLast` or an `append` that calls nothing back (the
+    /// run-time checks of a `var` cost more than the allocation the pool saves).
+    private let spareSpans = UncheckedState<[SpanRecord]>([])
+    static let maxSpareSpans = 64
 
     @inline(__always) private func sample(_ random: inout TraceIdGenerator) -> Bool {
         if always { return true }
@@ -144,6 +161,7 @@ final class WorkerTracer {
                 buffer.append(span, facts)
             }
         }
+        if spareSpans.value.count < Self.maxSpareSpans { spareSpans.value.append(span) }
     }
 
     /// The longest path an exported span carries (`url.path`); a longer one is cut.
