@@ -66,7 +66,8 @@ final class ConcurrencyConfigTests: XCTestCase {
             ("      adaptive: { update_interval: 1ms }", "services.api.concurrency.adaptive.update_interval", 7, "between 10ms and 60s"),
             ("      adaptive: { percentile: 0% }", "services.api.concurrency.adaptive.percentile", 7, "above 0%"),
             ("      adaptive: { buffer: lots }", "services.api.concurrency.adaptive.buffer", 7, "percentage"),
-            ("      adaptive: { min_rtt_interval: 100ms }", "services.api.concurrency.adaptive.min_rtt_interval", 7, "at least 1s"),
+            ("      adaptive: { min_rtt_interval: 100ms }", "services.api.concurrency.adaptive.min_rtt_interval", 7, "from 1s to 24h"),
+            ("      adaptive: { min_rtt_interval: 30000d }", "services.api.concurrency.adaptive.min_rtt_interval", 7, "from 1s to 24h"),
             ("      adaptive: { min_rtt_requests: 0 }", "services.api.concurrency.adaptive.min_rtt_requests", 7, "from 1 to 10000"),
             ("      adaptive: { jitter: 10% }", "services.api.concurrency.adaptive.jitter", 7, "unknown key"),
         ]

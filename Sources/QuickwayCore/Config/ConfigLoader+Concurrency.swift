@@ -36,7 +36,7 @@ extension ConfigLoader {
         }
         if let v = a.percent("buffer") { config.buffer = v }
         if let v = positive(a, "min_rtt_interval") {
-            if v < 1_000 { a.report("min_rtt_interval", "must be at least 1s") } else { config.minRTTIntervalMillis = v }
+            if v < 1_000 || v > 86_400_000 { a.report("min_rtt_interval", "must be from 1s to 24h") } else { config.minRTTIntervalMillis = v }
         }
         if let v = a.int("min_rtt_requests", in: 1...10_000) { config.minRTTRequests = v }
         return config

@@ -90,7 +90,7 @@ final class ProxyPipeline: RequestHandler {
         let coalesce = CoalesceStage(flights: shared.flights, worker: worker)
         let forward = ForwardStage(upstream: client, flights: shared.flights, maxObjectBytes: config.cache.maxObjectBytes,
                                    trusted: config.trustedProxies, identityDefault: Self.identityDefault(config),
-                                   limiters: concurrency?.byRouteSlot(routes.routes) ?? [])
+                                   limiters: concurrency?.byRouteSlot(routes.routes) ?? ForwardLimiters())
         (routeStage, authenticateHeadStage, authenticateBodyStage) = (route, authenticateHead, authenticateBody)
         (cacheLookupStage, coalesceStage, forwardStage) = (cacheLookup, coalesce, forward)
         // After the route stage (which reads the head alone), the stages in order.

@@ -137,7 +137,7 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
         current = member
         exchange.upstreamAddress = member.ip
         span?.event(.upstreamConnect, ip: member.ip)
-        if limiter != nil { sentAt = Clock.monotonicNanos() }
+        if limiter != nil { sentAt = Clock.monotonicNanos(); roundTrip = nil }
         let t = upstream.makeCall(service: service, member: member)
         transfer = t
         t.start(request, delegate: self)
@@ -165,7 +165,10 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
 
     func upstreamHeadReceived(_ t: UpstreamCall, _ head: borrowing UpstreamResponseHead) {
         span?.event(.upstreamFirstByte)
-        if limiter != nil { roundTrip = Clock.monotonicNanos() &- sentAt }
+        // A round trip feeds the adaptive limit only when it measures the backend: not
+        // an error answer (a flood of fast 404s would read as a fast backend) and not a
+        // call whose body was still being sent (a slow uploader's time is the client's).
+        if limiter != nil, head.status < 400, request.bodySource == nil { roundTrip = Clock.monotonicNanos() &- sentAt }
         // A WebSocket handshake answered 2xx instead of 101: relayed, an HTTP/2 client
         // would read `:status 200` to its extended CONNECT as an open tunnel (RFC 8441).
         if webSocket != nil && (200..<300).contains(head.status) {
@@ -380,12 +383,11 @@ extension UpstreamRelay: ConcurrencyWaiter {
     /// share the refusal instead of piling on).
     fileprivate func shed(_ limiter: ConcurrencyLimiter, waited: Bool) {
         exchange.retryAfterSeconds = 1
-        let name = service.config.name
-        let why = waited
-            ? "waited \(Units.formatMillis(limiter.config.queueTimeoutMillis)) for one of \(name)'s \(limiter.limit) call slots on this worker"
-            : "\(name) has \(limiter.inFlight) calls in flight on this worker (concurrency limit \(limiter.limit))"
-            + (limiter.config.queue > 0 ? " and \(limiter.queued) waiting" : "")
-        finish(.failed(.overloaded, why + "; try again shortly"))
+        // The figures go to the log, not to the client: the current limit and calls in
+        // flight would tell an attacker how close the service is to its limit.
+        Log.debug("request \(exchange.requestIdString): shed: \(service.config.name) has \(limiter.inFlight) calls in flight on this worker "
+                  + "(limit \(limiter.limit), \(limiter.queued) waiting)" + (waited ? " after waiting \(Units.formatMillis(limiter.config.queueTimeoutMillis))" : ""))
+        finish(.failed(.overloaded, "the service is at its concurrency limit; try again shortly"))
     }
 
     /// Gives the slot back (or leaves the queue) once; the round trip, if the call had

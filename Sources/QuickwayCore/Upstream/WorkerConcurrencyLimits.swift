@@ -39,12 +39,14 @@ final class WorkerConcurrencyLimits: @unchecked Sendable {
 
     /// The limiter of each route's service, by the route's counter slot (`Route.statSlot`);
     /// empty when no route's service has one, so `ForwardStage` pays one emptiness test.
-    func byRouteSlot(_ routes: [Route]) -> [ConcurrencyLimiter?] {
+    /// A route without a slot (-1: past `RouteStatSlots`' bound of names) finds its
+    /// service's limiter by name (`ForwardLimiters.byService`).
+    func byRouteSlot(_ routes: [Route]) -> ForwardLimiters {
         let found = routes.map { ($0.statSlot, limiters[$0.config.service]) }
-        guard found.contains(where: { $0.1 != nil }) else { return [] }
-        var out = [ConcurrencyLimiter?](repeating: nil, count: (found.map(\.0).max() ?? 0) + 1)
-        for (slot, l) in found { out[slot] = l }
-        return out
+        guard found.contains(where: { $0.1 != nil }) else { return ForwardLimiters() }
+        var out = [ConcurrencyLimiter?](repeating: nil, count: max(0, (found.map(\.0).max() ?? -1) + 1))
+        for (slot, l) in found where slot >= 0 { out[slot] = l }
+        return ForwardLimiters(bySlot: out, byService: limiters)
     }
 
     /// This worker's figures per service.
@@ -57,6 +59,23 @@ extension WorkerConcurrencyLimits {
         var out: [String: ConcurrencyFigures] = [:]
         for w in workers { for (name, f) in w.figures() { out[name] = (out[name] ?? ConcurrencyFigures()) + f } }
         return out
+    }
+}
+
+/// What `ForwardStage` reads a route's limiter from: by counter slot, else by service
+/// name. Made when a pipeline is built; read on the worker's loop only.
+struct ForwardLimiters {
+    var bySlot: [ConcurrencyLimiter?] = []
+    var byService: [String: ConcurrencyLimiter] = [:]
+
+    /// The limiter of `route`'s service (nil: none); one emptiness test when no service
+    /// has one.
+    @inline(__always)
+    func limiter(_ route: Route) -> ConcurrencyLimiter? {
+        guard !bySlot.isEmpty || !byService.isEmpty else { return nil }
+        let slot = route.statSlot
+        if slot >= 0 && slot < bySlot.count { return bySlot[slot] }
+        return byService[route.config.service]
     }
 }
 

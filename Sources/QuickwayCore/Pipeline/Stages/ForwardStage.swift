@@ -12,13 +12,13 @@ final class ForwardStage: RequestStage {
     /// The identity headers of a request without a verified identity: the names JWT
     /// providers forward claims as, dropped from every request (nil: none configured).
     private let identityDefault: HeaderRules?
-    /// Each route's service's `concurrency` limiter on this worker, by the route's counter
-    /// slot (`WorkerConcurrencyLimits.byRouteSlot`); empty when no service has one.
-    private let limiters: [ConcurrencyLimiter?]
+    /// Each route's service's `concurrency` limiter on this worker
+    /// (`WorkerConcurrencyLimits.byRouteSlot`); empty when no service has one.
+    private let limiters: ForwardLimiters
     var needsBody: Bool { true }
 
     init(upstream: UpstreamCallMaker, flights: FlightTable, maxObjectBytes: Int, trusted: TrustedProxies = .none,
-         identityDefault: HeaderRules? = nil, limiters: [ConcurrencyLimiter?] = []) {
+         identityDefault: HeaderRules? = nil, limiters: ForwardLimiters = ForwardLimiters()) {
         self.limiters = limiters
         self.upstream = upstream
         self.flights = flights
@@ -102,10 +102,7 @@ final class ForwardStage: RequestStage {
 
     /// The route's service's limiter; one emptiness test when no service has one.
     @inline(__always)
-    private func limiter(_ route: Route) -> ConcurrencyLimiter? {
-        guard !limiters.isEmpty, route.statSlot < limiters.count else { return nil }
-        return limiters[route.statSlot]
-    }
+    private func limiter(_ route: Route) -> ConcurrencyLimiter? { limiters.limiter(route) }
 
     // The common methods as shared arrays: a request's method costs no allocation.
     private static let get = Array("GET".utf8)
