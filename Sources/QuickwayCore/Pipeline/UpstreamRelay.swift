@@ -49,16 +49,37 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
     private var handshakeAnsweredWith: Int?
     /// The request's span when its trace is sampled (events: each IP tried, first byte, retries).
     private let span: SpanRecord?
-    /// The service's `concurrency` on this worker (nil: no limit, and every step below
-    /// costs this nil test). One slot per relay, held across retries, released once when
-    /// the call ends, whichever way (`releaseSlot`).
-    private let limiter: ConcurrencyLimiter?
-    private var slot = SlotState.none
-    /// When the current call was sent, and its round trip once its head came (with a limiter).
-    private var sentAt: UInt64 = 0
-    private var roundTrip: UInt64?
+    /// The service's `concurrency` on this worker and this call's slot under it (nil: no
+    /// limit, and every step below costs this nil test). One slot per relay, held across
+    /// retries, released once when the call ends, whichever way (`releaseSlot`). An
+    /// object of its own, made only for a limited service: in the relay its four fields
+    /// made every proxied call's relay a larger allocation.
+    private let hold: LimiterHold?
+    private var limiter: ConcurrencyLimiter? { hold?.limiter }
+    private var slot: SlotState {
+        get { hold?.slot ?? .none }
+        set { hold?.slot = newValue }
+    }
+    /// When the current call was sent, and its round trip once its head came.
+    private var sentAt: UInt64 {
+        get { hold?.sentAt ?? 0 }
+        set { hold?.sentAt = newValue }
+    }
+    private var roundTrip: UInt64? {
+        get { hold?.roundTrip }
+        set { hold?.roundTrip = newValue }
+    }
 
     private enum SlotState { case none, queued, held }
+
+    /// A limited call's slot and round trip (see `hold`).
+    private final class LimiterHold {
+        let limiter: ConcurrencyLimiter
+        var slot = SlotState.none
+        var sentAt: UInt64 = 0
+        var roundTrip: UInt64?
+        init(_ limiter: ConcurrencyLimiter) { self.limiter = limiter }
+    }
 
     /// A class: one reference in every relay, not the plan's fields.
     final class WebSocketPlan {
@@ -84,14 +105,14 @@ final class UpstreamRelay: UncheckedState<UpstreamRelay.Buffered>, UpstreamCallD
         buffersForCache = ctx.plan != nil
         self.webSocket = webSocket
         self.span = span
-        self.limiter = limiter
+        hold = limiter.map { LimiterHold($0) }
         super.init(Buffered())
     }
 
     /// A last resort: a relay let go while it held a slot gives it back (a leaked slot
     /// would be a permanent outage of its service on this worker).
     deinit {
-        if case .held = slot { limiter?.release() }
+        if let hold, case .held = hold.slot { hold.limiter.release() }
     }
 
     /// The answer as it is buffered: appended to per piece from the upstream and moved
