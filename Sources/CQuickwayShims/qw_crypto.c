@@ -25,52 +25,31 @@ void qw_hmac_prepare(qw_hmac_key *k, const void *key, size_t keylen) {
     OPENSSL_cleanse(pad, sizeof pad);
 }
 
-static inline void put_be32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
-}
-
-/* HMAC from the prepared states, block by block: the message's whole blocks go to
- * SHA256_Transform straight from where they lie, the last one is padded here (FIPS 180-4
- * 5.1.1: 0x80, zeros, the bit length of ipad block + message), and the outer hash is a
- * single block (the 32-byte inner digest, padded, length (64 + 32) * 8 = 768 bits): no
- * SHA256_Update/Final bookkeeping, no copy of the message, no cleanse of a data buffer
- * that holds only the (public) message. */
+/* The message through a copy of the inner state, then the inner digest through a copy of
+ * the outer one. (Measured against building the padding here and hashing whole blocks
+ * with SHA256_Update/SHA256_Transform: SHA256_Update over the message and SHA256_Final
+ * were cheaper, both under callgrind, where OpenSSL takes its AVX2 path, and natively
+ * with SHA-NI: 240 against 270 ns for a 134-byte canonical string.) */
 void qw_hmac_sign(const qw_hmac_key *k, const void *msg, size_t len, uint8_t out[32]) {
     SHA256_CTX c;
-    uint8_t block[64];
-    const uint8_t *p = msg;
-    size_t left = len;
+    uint8_t inner[32];
     memcpy(&c, &k->inner, sizeof c);
-    for (; left >= 64; left -= 64, p += 64) SHA256_Transform(&c, p);
-    if (left) memcpy(block, p, left);
-    block[left++] = 0x80;
-    if (left > 56) {
-        memset(block + left, 0, 64 - left);
-        SHA256_Transform(&c, block);
-        left = 0;
-    }
-    memset(block + left, 0, 56 - left);
-    uint64_t bits = ((uint64_t)len + 64) * 8;
-    put_be32(block + 56, (uint32_t)(bits >> 32));
-    put_be32(block + 60, (uint32_t)bits);
-    SHA256_Transform(&c, block);
-    for (int i = 0; i < 8; i++) put_be32(block + 4 * i, c.h[i]);
-    block[32] = 0x80;
-    memset(block + 33, 0, 64 - 33 - 2);
-    block[62] = (768 >> 8) & 0xff;
-    block[63] = 768 & 0xff;
+    SHA256_Update(&c, msg, len);
+    SHA256_Final(inner, &c);
     memcpy(&c, &k->outer, sizeof c);
-    SHA256_Transform(&c, block);
-    for (int i = 0; i < 8; i++) put_be32(out + 4 * i, c.h[i]);
+    SHA256_Update(&c, inner, 32);
+    SHA256_Final(out, &c);
 }
 
 int qw_hmac_verify_hex(const qw_hmac_key *k, const void *msg, size_t len, const uint8_t sent[64]) {
-    static const char digits[16] = "0123456789abcdef";
     uint8_t mac[32], hex[64];
     qw_hmac_sign(k, msg, len, mac);
+    /* Hex by arithmetic, not a table lookup indexed by the expected MAC: 0-9 -> '0'-'9',
+     * 10-15 -> 'a'-'f' ((9 - n) >> 8 is all ones exactly when n > 9). */
     for (int i = 0; i < 32; i++) {
-        hex[2 * i] = (uint8_t)digits[mac[i] >> 4];
-        hex[2 * i + 1] = (uint8_t)digits[mac[i] & 15];
+        int hi = mac[i] >> 4, lo = mac[i] & 15;
+        hex[2 * i] = (uint8_t)(hi + '0' + (((9 - hi) >> 8) & ('a' - '0' - 10)));
+        hex[2 * i + 1] = (uint8_t)(lo + '0' + (((9 - lo) >> 8) & ('a' - '0' - 10)));
     }
     /* Eight words XORed and ORed together: no branch on the data; the empty asm keeps the
      * compiler from turning the loop into an early exit. */

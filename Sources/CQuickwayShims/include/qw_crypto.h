@@ -2,8 +2,8 @@
 #define QUICKWAY_QW_CRYPTO_H
 // SHA-256 and HMAC-SHA256 on OpenSSL's low-level SHA-256, with HMAC keys prepared once:
 // the inner and outer padded states are kept, so signing a message costs two
-// SHA-256 passes over it (the message's blocks and one outer block), with no per-call
-// allocation or algorithm fetch (OpenSSL 3's one-shot HMAC() fetches on every call).
+// SHA-256 passes over it plus two block finishes, with no per-call allocation or
+// algorithm fetch (OpenSSL 3's one-shot HMAC() fetches on every call).
 #include <stddef.h>
 #include <stdint.h>
 
