@@ -53,7 +53,7 @@ let package = Package(
         // Config-loader fuzz harness (scripts/dev/fuzz.sh builds it with libFuzzer).
         .executableTarget(name: "quickway-fuzz-config", dependencies: ["QuickwayCore"],
                           swiftSettings: [.unsafeFlags(["-parse-as-library"])]),
-        .testTarget(name: "QuickwayCoreTests", dependencies: ["QuickwayCore", "CNghttp2", "CZlib", "CBrotli", "CZstd"]),
+        .testTarget(name: "QuickwayCoreTests", dependencies: ["QuickwayCore", "COpenSSL", "CNghttp2", "CZlib", "CBrotli", "CZstd"]),
     ],
     swiftLanguageModes: [.v6]
 )

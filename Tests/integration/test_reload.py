@@ -106,6 +106,27 @@ def test_sighup_applies_new_keys_and_routes_and_keeps_nonces(backend):
         assert g.stop() == 0
 
 
+def test_sighup_with_a_rotated_secret_drops_the_old_signing_key_on_every_worker(backend):
+    """Each key's HMAC states are prepared once per config: a reload that changes a key's
+    secret (same id) must prepare new ones on every worker, so the old secret stops
+    working and the new one works, with nothing of the old config's state kept."""
+    port = backend.server.server_address[1]
+    g = Gateway(config(port, [("app-a", "old-secret", False)]))
+    try:
+        assert call(g, "/signed/x", "app-a", "old-secret")[0] == 200
+        write(g, config(port, [("app-a", "new-secret", False)]))
+        g.signal(signal.SIGHUP)
+        # Both workers (a new connection per call, spread over them) take the new secret.
+        wait_until(lambda: all(call(g, "/signed/x", "app-a", "new-secret")[0] == 200 for _ in range(8)),
+                   what="new secret accepted after SIGHUP")
+        for _ in range(16):
+            st, body = call(g, "/signed/x", "app-a", "old-secret")
+            assert st == 401 and json.loads(body)["error"]["code"] == "auth_bad_signature"
+            assert call(g, "/signed/x", "app-a", "new-secret")[0] == 200
+    finally:
+        assert g.stop() == 0
+
+
 def test_post_reload_refuses_an_invalid_file_and_keeps_serving(backend):
     port = backend.server.server_address[1]
     g = Gateway(config(port, [("app-a", "sa", False)]))

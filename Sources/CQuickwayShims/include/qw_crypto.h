@@ -17,6 +17,9 @@ void qw_sha256(const void *data, size_t len, uint8_t out[32]);
 
 void qw_hmac_prepare(qw_hmac_key *k, const void *key, size_t keylen);
 void qw_hmac_sign(const qw_hmac_key *k, const void *msg, size_t len, uint8_t out[32]);
+// 1 when `sent` (64 bytes) is the lower-case hex of the HMAC of `msg`, else 0; the
+// comparison takes the same time wherever the first difference is.
+int qw_hmac_verify_hex(const qw_hmac_key *k, const void *msg, size_t len, const uint8_t sent[64]);
 void qw_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[32]);
 
 // Constant-time comparison (OpenSSL's CRYPTO_memcmp): 0 when equal.

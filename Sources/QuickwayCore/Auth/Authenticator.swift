@@ -24,10 +24,13 @@ public final class Authenticator: @unchecked Sendable {
         /// `ClientAddressKey.fingerprint(keyId:)`, worked out once: what limits `by: key`
         /// count the key by.
         let fingerprint: UInt64
+        /// The key's share of the nonce store, looked up once here (not per call).
+        let nonceScope: NonceStore.KeyScope
 
-        init(id: String, disabled: Bool, qw1: HMACKey, secret: String) {
+        init(id: String, disabled: Bool, qw1: HMACKey, secret: String, nonces: NonceStore) {
             self.id = id
             idBytes = Array(id.utf8)
+            nonceScope = nonces.scope(forKey: idBytes)
             self.disabled = disabled
             self.qw1 = qw1
             self.secret = secret
@@ -45,14 +48,18 @@ public final class Authenticator: @unchecked Sendable {
     /// `nonces` is passed in so that a reload keeps the pairs already remembered.
     public init(config: AuthConfig, nonces: NonceStore? = nil) {
         self.config = config
+        let store = nonces ?? NonceStore(ttlMillis: config.nonceTTLMillis, capacity: config.nonceCapacity)
+        self.nonces = store
+        // Everything per key is worked out here, once per config (a reload makes a new
+        // authenticator): the salted signing key's padded HMAC states and the nonce scope.
         var k: [String: Key] = [:]
         for key in config.keys {
             k[key.id] = Key(id: key.id, disabled: key.disabled,
-                            qw1: HMACKey(QW1Signer.signingKey(secret: key.secret, salt: config.salt)), secret: key.secret)
+                            qw1: HMACKey(QW1Signer.signingKey(secret: key.secret, salt: config.salt)), secret: key.secret,
+                            nonces: store)
         }
         keys = k
         keyList = Array(k.values)
-        self.nonces = nonces ?? NonceStore(ttlMillis: config.nonceTTLMillis, capacity: config.nonceCapacity)
         sigV4 = SigV4Verifier(region: config.region, service: config.service)
     }
 
@@ -187,19 +194,14 @@ public final class Authenticator: @unchecked Sendable {
                 let path = UnsafeRawBufferPointer(rebasing: raw[head.signedPath])
                 let query = CanonicalQuery.rawQuery(ofTarget: target)
                 let sent = UnsafeRawBufferPointer(rebasing: raw[h.signature])
-                // Signed and compared in temporary buffers: the canonical string, the
-                // 32-byte HMAC and its 64 hex digits (no array per request).
+                // Signed over the canonical string in its temporary buffer, hex-encoded
+                // and compared in constant time in one C call (no array per request).
                 let ok = bodyHashHex.withUnsafeBytes { bodyHash in
                     QW1Signer.withCanonicalString(
                         method: UnsafeRawBufferPointer(rebasing: raw[head.method]), path: path, rawQuery: query,
                         timestamp: UnsafeRawBufferPointer(rebasing: raw[h.timestampText]),
                         nonce: UnsafeRawBufferPointer(rebasing: raw[h.nonce]), bodyHashHex: bodyHash) { canonical in
-                        withUnsafeTemporaryAllocation(byteCount: 96, alignment: 8) { buf -> Bool in
-                            let mac = buf.baseAddress!, hex = mac + 32
-                            p.key.qw1.sign(canonical, into: mac)
-                            Crypto.hex(UnsafeRawBufferPointer(start: mac, count: 32), into: hex)
-                            return Crypto.constantTimeEqual(UnsafeRawBufferPointer(start: hex, count: 64), sent)
-                        }
+                        p.key.qw1.verifyHex(canonical, sent: sent)
                     }
                 }
                 guard ok else { return .rejected(.badSignature, "the signature does not match the request") }
@@ -218,9 +220,7 @@ public final class Authenticator: @unchecked Sendable {
 
     /// Records the verified call's nonce in the local store (replay check).
     public func rememberNonce(_ p: PendingAuth, nonce: OneTimeValue, head: HTTPRequestHead, nowMillis: Int64) -> Verdict {
-        let outcome = p.key.idBytes.withUnsafeBytes { scope in
-            nonce.withBytes(head: head) { self.nonces.check(scope: scope, nonce: $0, nowMillis: nowMillis) }
-        }
+        let outcome = nonce.withBytes(head: head) { self.nonces.check(scope: p.key.nonceScope, nonce: $0, nowMillis: nowMillis) }
         switch outcome {
         case .accepted: return .accepted(keyId: p.key.id, fingerprint: p.key.fingerprint)
         case .replayed: return .rejected(.replayed, "this signed request was already used")

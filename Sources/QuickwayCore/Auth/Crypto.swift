@@ -77,6 +77,14 @@ public final class HMACKey: @unchecked Sendable {
         qw_hmac_sign(key, message.baseAddress, message.count, out.assumingMemoryBound(to: UInt8.self))
     }
 
+    /// Whether `sent` is the lower-case hex of this key's HMAC of `message`: signed,
+    /// hex-encoded and compared in constant time in one C call (no temporary buffers on
+    /// the Swift side). A `sent` of any length but 64 is false.
+    public func verifyHex(_ message: UnsafeRawBufferPointer, sent: UnsafeRawBufferPointer) -> Bool {
+        guard sent.count == 64 else { return false }
+        return qw_hmac_verify_hex(key, message.baseAddress, message.count, sent.baseAddress!.assumingMemoryBound(to: UInt8.self)) == 1
+    }
+
     public func sign(_ message: [UInt8]) -> [UInt8] {
         message.withUnsafeBytes { m in Crypto.digest { sign(m, into: UnsafeMutableRawPointer($0)) } }
     }
@@ -85,11 +93,18 @@ public final class HMACKey: @unchecked Sendable {
 /// Incremental SHA-256, for hashing a request body as it arrives.
 public struct SHA256Hasher {
     private var ctx = qw_sha256_ctx()
+    /// Whether any byte was fed (a declared but empty body hashes to the constant).
+    private var fed = false
     public init() { qw_sha256_init(&ctx) }
     public mutating func update(_ bytes: UnsafeRawBufferPointer) {
-        if bytes.count > 0 { qw_sha256_update(&ctx, bytes.baseAddress, bytes.count) }
+        if bytes.count > 0 { qw_sha256_update(&ctx, bytes.baseAddress, bytes.count); fed = true }
     }
     public mutating func finish() -> [UInt8] {
         Crypto.digest { qw_sha256_final(&ctx, $0) }
+    }
+    /// The digest in lower-case hex; for no bytes at all, `Crypto.emptyBodyHashHex`
+    /// without hashing (a `Content-Length: 0` or empty chunked body).
+    public mutating func finishHex() -> [UInt8] {
+        fed ? Crypto.hex(finish()) : Crypto.emptyBodyHashHex
     }
 }

@@ -29,7 +29,7 @@ public final class NonceStore: @unchecked Sendable {
     }
 
     /// One key's live pairs' expiry times, oldest first (the TTL is the same for all).
-    private final class KeyShare {
+    fileprivate final class KeyShare {
         let lock = Lock()
         var expiries: [Int64] = []
         var head = 0
@@ -96,11 +96,33 @@ public final class NonceStore: @unchecked Sendable {
         return (s, perKey)
     }
 
+    /// A key's share, looked up once when the key is loaded (`scope(forKey:)`) so a
+    /// call does not copy and hash the key id to find it. Holds the id it scopes pairs by.
+    public final class KeyScope: @unchecked Sendable {
+        let id: [UInt8]
+        fileprivate let share: KeyShare
+        fileprivate init(id: [UInt8], share: KeyShare) { self.id = id; self.share = share }
+    }
+
+    /// The scope of key `id`: the same share for the same id over reloads (the store
+    /// outlives the config).
+    public func scope(forKey id: [UInt8]) -> KeyScope {
+        KeyScope(id: id, share: id.withUnsafeBytes { share($0).0 })
+    }
+
     /// Records the pair unless it is already remembered or the key holds its whole share.
     /// `scope` separates key ids (and schemes); `nowMillis` is a monotonic or wall clock,
     /// used consistently. Only verified calls get here, so `scope` is a configured key.
     public func check(scope: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer, nowMillis: Int64) -> Outcome {
-        let (keyShare, limit) = share(scope)
+        check(share(scope).0, scope: scope, nonce: nonce, nowMillis: nowMillis)
+    }
+
+    /// `check(scope:nonce:nowMillis:)` for a key whose scope was looked up when it was loaded.
+    public func check(scope: KeyScope, nonce: UnsafeRawBufferPointer, nowMillis: Int64) -> Outcome {
+        scope.id.withUnsafeBytes { check(scope.share, scope: $0, nonce: nonce, nowMillis: nowMillis) }
+    }
+
+    private func check(_ keyShare: KeyShare, scope: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer, nowMillis: Int64) -> Outcome {
         keyShare.lock.lock()
         let before = keyShare.live
         keyShare.expire(now: nowMillis)
@@ -110,6 +132,7 @@ public final class NonceStore: @unchecked Sendable {
         keyShare.lock.unlock()
         sharesLock.lock()
         live -= expired
+        let limit = perKey
         var underPressure = live * 2 >= capacity
         if underPressure {
             // Other keys' pairs are dropped only when those keys come back: count afresh.
@@ -123,8 +146,12 @@ public final class NonceStore: @unchecked Sendable {
             live = total + mine
             underPressure = live * 2 >= capacity
         }
+        let overShare = underPressure && mine >= limit
+        // The pair is counted before its claim (one pass under this lock a call), and
+        // given back below if the claim does not take it.
+        if !overShare { live += 1 }
         sharesLock.unlock()
-        if underPressure && mine >= limit {
+        if overShare {
             return .keyOverShare(retryAfterMillis: max(1, oldest - nowMillis))
         }
         let outcome = claim(scope: scope, nonce: nonce, nowMillis: nowMillis)
@@ -132,8 +159,9 @@ public final class NonceStore: @unchecked Sendable {
             keyShare.lock.lock()
             keyShare.expiries.append(nowMillis + ttlMillis)
             keyShare.lock.unlock()
+        } else {
             sharesLock.lock()
-            live += 1
+            live = max(0, live - 1)
             sharesLock.unlock()
         }
         return outcome

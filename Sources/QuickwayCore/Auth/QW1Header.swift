@@ -28,13 +28,16 @@ public struct QW1Header: Equatable {
         return byteClasses.withUnsafeBufferPointer { classes in parseFields(v, from: sl, classes: classes) }
     }
 
-    /// The fields after the scheme. Each value is scanned once: the loop that finds its
-    /// end also ANDs the classes of its bytes, which then says whether every byte is
-    /// allowed for the field it turns out to be (one table load a byte).
+    /// The fields of the header, by name.
+    private enum Field { case key, timestamp, nonce, signature }
+
+    /// The fields after the scheme. A field's name is read first, so its value is scanned
+    /// once with that field's own class bit (one table load and test a byte): the scan
+    /// stops at the first byte outside the field's syntax, which must then be a separator
+    /// (`,` or space) or the end.
     private static func parseFields(_ v: UnsafeRawBufferPointer, from start: Int, classes: UnsafeBufferPointer<UInt8>) -> ParseResult {
         var i = start
         var key: Range<Int>?, nonce: Range<Int>?, sig: Range<Int>?, ts: Range<Int>?
-        var keyClass: UInt8 = 0, nonceClass: UInt8 = 0, sigClass: UInt8 = 0, tsClass: UInt8 = 0
         let n = v.count
         while true {
             while i < n && v[i] == 0x20 { i += 1 }
@@ -42,47 +45,69 @@ public struct QW1Header: Equatable {
             let nameStart = i
             while i < n && classes[Int(v[i])] & (Class.separator | Class.equals) == 0 { i += 1 }
             guard i < n, v[i] == UInt8(ascii: "=") else { return .malformed("expected Name=value fields") }
-            let name = nameStart..<i
-            i += 1
-            let valueStart = i
-            var all = Class.everything
-            while i < n {
-                let c = classes[Int(v[i])]
-                if c & Class.separator != 0 { break }
-                all &= c
-                i += 1
+            guard let field = Self.field(v, nameStart..<i) else {
+                return .malformed("unknown field \(String(decoding: v[nameStart..<i], as: UTF8.self))")
             }
+            i += 1
+            let allowed: UInt8
+            switch field {
+            case .key: allowed = Class.keyByte
+            case .timestamp: allowed = Class.digit
+            case .nonce: allowed = Class.nonceByte
+            case .signature: allowed = Class.lowerHex
+            }
+            let valueStart = i
+            while i < n && classes[Int(v[i])] & allowed != 0 { i += 1 }
+            if i < n && classes[Int(v[i])] & Class.separator == 0 { return .malformed(syntax(of: field)) }
             let value = valueStart..<i
             while i < n && v[i] == 0x20 { i += 1 }
             if i < n {
                 guard v[i] == UInt8(ascii: ",") else { return .malformed("fields must be separated by commas") }
                 i += 1
             }
-            // Field names compared as bytes (case-sensitive), no String on this path.
-            if Self.named(v, name, "Key") {
+            switch field {
+            case .key:
                 if key != nil { return .malformed("Key appears more than once") }
-                key = value; keyClass = all
-            } else if Self.named(v, name, "Timestamp") {
+                key = value
+            case .timestamp:
                 if ts != nil { return .malformed("Timestamp appears more than once") }
-                ts = value; tsClass = all
-            } else if Self.named(v, name, "Nonce") {
+                ts = value
+            case .nonce:
                 if nonce != nil { return .malformed("Nonce appears more than once") }
-                nonce = value; nonceClass = all
-            } else if Self.named(v, name, "Signature") {
+                nonce = value
+            case .signature:
                 if sig != nil { return .malformed("Signature appears more than once") }
-                sig = value; sigClass = all
-            } else {
-                return .malformed("unknown field \(String(decoding: v[name], as: UTF8.self))")
+                sig = value
             }
         }
         guard let key, let ts, let nonce, let sig else { return .malformed("Key, Timestamp, Nonce and Signature are all required") }
-        guard (1...64).contains(key.count), keyClass & Class.keyByte != 0 else { return .malformed("Key must be 1-64 characters of A-Z a-z 0-9 . _ -") }
-        guard (8...64).contains(nonce.count), nonceClass & Class.nonceByte != 0 else { return .malformed("Nonce must be 8-64 characters of A-Z a-z 0-9 _ -") }
-        guard sig.count == 64, sigClass & Class.lowerHex != 0 else { return .malformed("Signature must be 64 lower-case hex characters") }
-        guard (1...12).contains(ts.count), tsClass & Class.digit != 0 else { return .malformed("Timestamp must be Unix seconds") }
+        // Every byte of each value is in its field's class (checked by the scans): only the lengths are left.
+        guard (1...64).contains(key.count) else { return .malformed(syntax(of: .key)) }
+        guard (8...64).contains(nonce.count) else { return .malformed(syntax(of: .nonce)) }
+        guard sig.count == 64 else { return .malformed(syntax(of: .signature)) }
+        guard (1...12).contains(ts.count) else { return .malformed(syntax(of: .timestamp)) }
         var t: Int64 = 0
         for d in v[ts] { t = t * 10 + Int64(d - 0x30) }
         return .ok(QW1Header(key: key, timestamp: t, timestampText: ts, nonce: nonce, signature: sig))
+    }
+
+    private static func syntax(of field: Field) -> String {
+        switch field {
+        case .key: return "Key must be 1-64 characters of A-Z a-z 0-9 . _ -"
+        case .nonce: return "Nonce must be 8-64 characters of A-Z a-z 0-9 _ -"
+        case .signature: return "Signature must be 64 lower-case hex characters"
+        case .timestamp: return "Timestamp must be Unix seconds"
+        }
+    }
+
+    /// The field named by `r` (case-sensitive), told apart by length first.
+    private static func field(_ v: UnsafeRawBufferPointer, _ r: Range<Int>) -> Field? {
+        switch r.count {
+        case 3: return named(v, r, "Key") ? .key : nil
+        case 5: return named(v, r, "Nonce") ? .nonce : nil
+        case 9: return named(v, r, "Timestamp") ? .timestamp : named(v, r, "Signature") ? .signature : nil
+        default: return nil
+        }
     }
 
     /// Bits of `byteClasses`: which fields a byte may appear in, and the delimiters.
@@ -92,7 +117,6 @@ public struct QW1Header: Equatable {
         static let separator: UInt8 = 16
         /// Ends a name (with `separator`): `=`.
         static let equals: UInt8 = 32
-        static let everything: UInt8 = keyByte | nonceByte | lowerHex | digit
     }
 
     /// The class bits of every byte value, from the syntax rules below.

@@ -21,7 +21,7 @@ final class AuthenticateBodyStage: RequestStage {
         let exchange = ctx.exchange
         var bodyHash = Crypto.emptyBodyHashHex
         if var hasher = exchange.bodyHasher {
-            bodyHash = Crypto.hex(hasher.finish())
+            bodyHash = hasher.finishHex()
             exchange.bodyHasher = nil
         }
         let nonce: Authenticator.OneTimeValue
