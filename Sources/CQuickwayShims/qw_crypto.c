@@ -61,8 +61,13 @@ int qw_hmac_verify_hex(const qw_hmac_key *k, const void *msg, size_t len, const 
         diff |= a ^ b;
         __asm__ volatile("" : "+r"(diff));
     }
+    /* The MAC is a valid signature for this exact request: not left on the stack. */
+    OPENSSL_cleanse(mac, sizeof mac);
+    OPENSSL_cleanse(hex, sizeof hex);
     return diff == 0;
 }
+
+void qw_hmac_key_wipe(qw_hmac_key *k) { OPENSSL_cleanse(k, sizeof *k); }
 
 void qw_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[32]) {
     qw_hmac_key k;

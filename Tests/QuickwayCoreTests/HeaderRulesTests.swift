@@ -198,7 +198,7 @@ final class HeaderRulesTests: XCTestCase {
     func testOwnedListsFollowTheUpstreamFilters() {
         for name in ["Connection", "keep-alive", "TE", "Trailer", "Upgrade", "Proxy-Connection", "Transfer-Encoding", "Content-Length",
                      "Host", "Expect", "X-Quickway-Key", "X-Request-Id", "X-Forwarded-For", "X-Forwarded-Anything", "X-Real-IP",
-                     "Forwarded", "X-Original-URL", "X-HTTP-Method-Override"] {
+                     "Forwarded", "X-Original-URL", "X-HTTP-Method-Override", "traceparent", "TraceState"] {
             XCTAssertNotNil(HeaderRules.ownedRequestHeader(name, routeHasAuth: false), name)
         }
         for name in ["Accept", "X-Api-Version", "User-Agent", "Authorization", "Cookie"] {

@@ -381,8 +381,26 @@ final class TraceContextTests: XCTestCase {
             XCTAssertEqual(String(decoding: kv[0].value, as: UTF8.self), "url.path")
             XCTAssertEqual(Array(any[0].value), value, "length \(v)")
         }
+        for value: Int64 in [0, 1, 127, 128, 200, 503, 16_383, 16_384, 1 << 40, -1] {
+            let n = buffer.withUnsafeMutableBufferPointer { b -> Int in
+                var w = ProtoWriter(b.baseAddress!, capacity: b.count)
+                w.attribute(9, key: OTLPEncoder.AttributeKey.status, int: value)
+                return w.at
+            }
+            guard let outer = fields(buffer[0..<n]), outer.count == 1, outer[0].field == 9,
+                  let kv = fields(outer[0].value), kv.count == 2, kv[1].field == 2 else { return XCTFail("\(value) does not read back") }
+            XCTAssertEqual(String(decoding: kv[0].value, as: UTF8.self), "http.response.status_code")
+            // `AnyValue.int_value = 3`: key 0x18, then the varint, read here by hand.
+            let any = Array(kv[1].value)
+            XCTAssertEqual(any.first, 0x18)
+            var v: UInt64 = 0, shift: UInt64 = 0
+            for b in any.dropFirst() { v |= UInt64(b & 0x7f) << shift; shift += 7 }
+            XCTAssertEqual(Int64(bitPattern: v), value)
+        }
         let span = SpanRecord(traceHi: 1, traceLo: 2, spanId: 3, parentId: 0, kind: 2, traceState: nil, startWallNanos: 1_000, startMonoNanos: 10)
-        for kind in [SpanEvent.Kind.route, .access, .cacheLookup, .coalesce, .sharedTierLookup, .upstreamFirstByte, .authJWT] {
+        let kinds = (0...255).compactMap { SpanEvent.Kind(rawValue: UInt8($0)) }.filter { $0 != .upstreamConnect }
+        XCTAssertGreaterThan(kinds.count, 15)
+        for kind in kinds {
             for waits in [false, true] {
                 let n = buffer.withUnsafeMutableBufferPointer { b -> Int in
                     var w = ProtoWriter(b.baseAddress!, capacity: b.count)

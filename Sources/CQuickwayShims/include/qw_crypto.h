@@ -17,6 +17,8 @@ void qw_sha256(const void *data, size_t len, uint8_t out[32]);
 
 void qw_hmac_prepare(qw_hmac_key *k, const void *key, size_t keylen);
 void qw_hmac_sign(const qw_hmac_key *k, const void *msg, size_t len, uint8_t out[32]);
+/* Wipes a prepared key (its padded states sign as the key does). */
+void qw_hmac_key_wipe(qw_hmac_key *k);
 // 1 when `sent` (64 bytes) is the lower-case hex of the HMAC of `msg`, else 0; the
 // comparison takes the same time wherever the first difference is.
 int qw_hmac_verify_hex(const qw_hmac_key *k, const void *msg, size_t len, const uint8_t sent[64]);

@@ -71,7 +71,12 @@ public final class HMACKey: @unchecked Sendable {
         bytes.withUnsafeBytes { qw_hmac_prepare(key, $0.baseAddress, $0.count) }
     }
 
-    deinit { key.deallocate() }
+    /// The padded states sign as the key itself does: wiped before the memory is freed
+    /// (a rotated secret is not left in the heap).
+    deinit {
+        qw_hmac_key_wipe(key)
+        key.deallocate()
+    }
 
     public func sign(_ message: UnsafeRawBufferPointer, into out: UnsafeMutableRawPointer) {
         qw_hmac_sign(key, message.baseAddress, message.count, out.assumingMemoryBound(to: UInt8.self))

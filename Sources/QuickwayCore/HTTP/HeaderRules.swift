@@ -138,6 +138,11 @@ final class HeaderRules: Sendable, Equatable {
             if UpstreamRequestHeaders.named(raw, all, "x-quickway-key") || UpstreamRequestHeaders.named(raw, all, "x-request-id") {
                 return "is written by the gateway itself"
             }
+            // With tracing on, the gateway writes its own and drops the client's; a rule's
+            // line would go beside it (two trace contexts a backend could read two ways).
+            if TraceHeaders.isTraceField(raw, all) {
+                return "is the trace context, which the gateway writes itself (tracing)"
+            }
             if UpstreamRequestHeaders.isDropped(raw, all) {
                 return "is hop-by-hop, framing or an override the gateway manages itself"
             }

@@ -162,6 +162,8 @@ enum OTLPEncoder {
             let name = ev.kind.name
             let n = name.utf8CodeUnitCount, suffix = ev.waits ? 5 : 0
             let length = 9 + 2 + n + suffix
+            // One length byte (`TraceContextTests` writes every kind, waiting too).
+            precondition(length < 128, "an event name longer than the one-byte form")
             let p = w.take(2 + length)
             p[0] = 0x5a                                                                    // events = 11
             p[1] = UInt8(truncatingIfNeeded: length)
@@ -458,6 +460,25 @@ extension ProtoWriter {
 
     /// The same with an integer (`AnyValue.int_value = 3`, a varint of the two's complement).
     @inline(__always) mutating func attribute(_ field: UInt8, key: StaticString, int value: Int64) {
+        let k = key.utf8CodeUnitCount
+        // A status or an attempt: a value of one or two varint bytes, stored with one
+        // bounds check.
+        if value >= 0 && value < 16_384 && k < 120 {
+            let wide = value >= 128
+            let p = take(k + (wide ? 6 : 5))
+            p[0] = field << 3 | 2
+            p[1] = UInt8(truncatingIfNeeded: k + (wide ? 4 : 3))
+            SmallCopy.copy(p + 2, key.utf8Start, k)
+            p[2 + k] = wide ? 3 : 2
+            p[3 + k] = 0x18
+            if wide {
+                p[4 + k] = UInt8(truncatingIfNeeded: value & 0x7f) | 0x80
+                p[5 + k] = UInt8(truncatingIfNeeded: value >> 7)
+            } else {
+                p[4 + k] = UInt8(truncatingIfNeeded: value)
+            }
+            return
+        }
         let raw = UInt64(bitPattern: value)
         let anyValue = 1 + Self.varintSize(raw)
         put(byte: field << 3 | 2)

@@ -9,17 +9,18 @@
 /// have beyond it, a `tracestate` to pass on and a sampled request's span, is the
 /// exchange's `traceExtras`.
 struct RequestTrace {
-    var traceHi: UInt64
+    let traceHi: UInt64
     /// `traceHi`'s sixteen hex digits as two words (`TraceParent.hexWords`), ready for
     /// the upstream `traceparent`: a new trace's come with its high word, which many
-    /// traces share (`TraceIdGenerator.newTraceHi`).
-    var traceHiHex: (UInt64, UInt64)
-    var traceLo: UInt64
+    /// traces share (`TraceIdGenerator.newTraceHi`). `let`, as every field: the digits
+    /// must never disagree with the word.
+    let traceHiHex: (UInt64, UInt64)
+    let traceLo: UInt64
     /// This request's span id.
-    var spanId: UInt64
+    let spanId: UInt64
     /// The caller's span id (0: the trace starts here).
-    var parentId: UInt64
-    var sampled: Bool
+    let parentId: UInt64
+    let sampled: Bool
 
     @inline(__always)
     init(traceHi: UInt64, traceHiHex: (UInt64, UInt64), traceLo: UInt64, spanId: UInt64, parentId: UInt64, sampled: Bool) {
@@ -138,14 +139,14 @@ struct SpanEvent {
 final class SpanRecord: TraceExtras, @unchecked Sendable {
     // Set once per request: by `init`, or by `reuse` when the worker takes a pooled span
     // no one else holds (`WorkerTracer.startSpan`).
-    private(set) var traceHi: UInt64
-    private(set) var traceLo: UInt64
-    private(set) var spanId: UInt64
-    private(set) var parentId: UInt64
+    private(set) var traceHi: UInt64 = 0
+    private(set) var traceLo: UInt64 = 0
+    private(set) var spanId: UInt64 = 0
+    private(set) var parentId: UInt64 = 0
     /// OTLP `SpanKind`: 2 (server) for a client's request, 1 (internal) for a batch call.
-    private(set) var kind: UInt8
-    private(set) var startWallNanos: UInt64
-    private(set) var startMonoNanos: UInt64
+    private(set) var kind: UInt8 = 0
+    private(set) var startWallNanos: UInt64 = 0
+    private(set) var startMonoNanos: UInt64 = 0
     /// Its events (`event`), at most `maxEvents`.
     let events: SpanEventLog
     /// Set when a stage or the upstream call failed the request (`Exchange.respondError`).
@@ -162,15 +163,10 @@ final class SpanRecord: TraceExtras, @unchecked Sendable {
 
     init(traceHi: UInt64, traceLo: UInt64, spanId: UInt64, parentId: UInt64, kind: UInt8, traceState: [UInt8]?,
          startWallNanos: UInt64, startMonoNanos: UInt64) {
-        self.traceHi = traceHi
-        self.traceLo = traceLo
-        self.spanId = spanId
-        self.parentId = parentId
-        self.kind = kind
-        self.startWallNanos = startWallNanos
-        self.startMonoNanos = startMonoNanos
         events = SpanEventLog.make(capacity: Self.maxEvents)
         super.init(traceState: traceState)
+        set(traceHi: traceHi, traceLo: traceLo, spanId: spanId, parentId: parentId, kind: kind, startWallNanos: startWallNanos,
+            startMonoNanos: startMonoNanos)
     }
 
     /// A finished span made new for another request: every field set again, no event
@@ -179,6 +175,17 @@ final class SpanRecord: TraceExtras, @unchecked Sendable {
     func reuse(traceHi: UInt64, traceLo: UInt64, spanId: UInt64, parentId: UInt64, kind: UInt8, traceState: [UInt8]?,
                startWallNanos: UInt64, startMonoNanos: UInt64) {
         precondition(isFinished, "a span is reused only once written out")
+        set(traceHi: traceHi, traceLo: traceLo, spanId: spanId, parentId: parentId, kind: kind, startWallNanos: startWallNanos,
+            startMonoNanos: startMonoNanos)
+        self.traceState = traceState
+        errorCode = nil
+        isFinished = false
+        events.removeAll()
+    }
+
+    @inline(__always)
+    private func set(traceHi: UInt64, traceLo: UInt64, spanId: UInt64, parentId: UInt64, kind: UInt8, startWallNanos: UInt64,
+                     startMonoNanos: UInt64) {
         self.traceHi = traceHi
         self.traceLo = traceLo
         self.spanId = spanId
@@ -186,10 +193,6 @@ final class SpanRecord: TraceExtras, @unchecked Sendable {
         self.kind = kind
         self.startWallNanos = startWallNanos
         self.startMonoNanos = startMonoNanos
-        self.traceState = traceState
-        errorCode = nil
-        isFinished = false
-        events.removeAll()
     }
 
     /// Records that `kind` happened now.

@@ -77,7 +77,10 @@ final class WorkerTracer {
 
     /// The span of a sampled request whose `ex.trace` is set: a finished one from
     /// `spareSpans` when nothing else holds it any more (its exchange and any batch
-    /// call's link are gone), else a new one.
+    /// call's link are gone), else a new one. Sound only while every holder of a span
+    /// holds it strongly (`Exchange.traceExtras`, `TraceLink.extras`,
+    /// `UpstreamRelay.span`, the stage loops' argument): `isKnownUniquelyReferenced`
+    /// does not see `weak`, `unowned` or `Unmanaged` references, and there must be none.
     @inline(never)
     private func startSpan(_ ex: Exchange, kind: UInt8, state: [UInt8]?) -> SpanRecord {
         let t = ex.trace
