@@ -80,7 +80,7 @@ final class WorkerTracer {
     /// call's link are gone), else a new one. Sound only while every holder of a span
     /// holds it strongly (`Exchange.traceExtras`, `TraceLink.extras`,
     /// `UpstreamRelay.span`, the stage loops' argument): `isKnownUniquelyReferenced`
-    /// does not see `weak`, `unowned` or `Unmanaged` references, and there must be none.
+    /// counts strong references only, so no holder may keep a span by a weak or unmanaged one.
     @inline(never)
     private func startSpan(_ ex: Exchange, kind: UInt8, state: [UInt8]?) -> SpanRecord {
         let t = ex.trace
