@@ -16,16 +16,9 @@ struct BufferWriter {
         at += bytes.count
     }
 
-    /// Lets `body` store exactly `n` bytes at the current position (one bounds check for
-    /// a fixed-size piece written a word at a time, e.g. a `traceparent`).
-    @inline(__always) mutating func putFixed(_ n: Int, _ body: (UnsafeMutableRawPointer) -> Void) {
-        precondition(at + n <= buffer.count)
-        body(buffer.baseAddress! + at)
-        at += n
-    }
-
-    /// The next `n` bytes, for the caller to store (all of them) right away: `putFixed`
-    /// without a closure, which the compiler did not always inline.
+    /// The next `n` bytes, for the caller to store (all of them) right away: one bounds
+    /// check for a fixed-size piece written a word at a time (a `traceparent`). No
+    /// closure: the compiler did not always inline one.
     @inline(__always) mutating func take(_ n: Int) -> UnsafeMutableRawPointer {
         precondition(at + n <= buffer.count)
         let p = buffer.baseAddress! + at

@@ -42,9 +42,6 @@ struct RequestTrace {
         self.init(traceHi: 0, traceHiHex: (0, 0), traceLo: 0, spanId: 0, parentId: 0, sampled: false)
     }
 
-    /// `traceparent` for the upstream request: this request's span as the parent.
-    static let headerValueBytes = TraceParent.length
-
     /// The trace id as 32 hex digits.
     var traceIdHex: String { TraceParent.traceIdHex(traceHi, traceLo) }
 

@@ -44,7 +44,7 @@ struct TraceParent: Equatable {
     /// trace `hi`/`lo`.
     static func write(traceHi hi: UInt64, traceLo lo: UInt64, spanId: UInt64, sampled: Bool, into w: inout BufferWriter) {
         // Stored in place a word at a time (unaligned stores): one bounds check, no copy.
-        w.putFixed(length) { store(traceHi: hi, traceLo: lo, spanId: spanId, sampled: sampled, at: $0) }
+        store(traceHi: hi, traceLo: lo, spanId: spanId, sampled: sampled, at: w.take(length))
     }
 
     /// The 55 bytes of the header at `b`.
